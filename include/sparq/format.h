@@ -1,0 +1,153 @@
+// Sparse storage formats for a weight W[m, k] (m output rows, k input columns; see pattern.h).
+//
+// Every format is a plain struct of Tensor parts, so the checkpoint writer stores each part as a
+// safetensors tensor (`<name>.values`, `<name>.col_idx`, ...; part names are the member names).
+// Each has FromDense (exact: every nonzero of the input is stored), ToDense (bit-exact inverse),
+// Validate (rejects malformed parts with a message naming the tensor and the position) and
+// ByteSize (exact bytes of all parts). Values are f32, bf16 or f16; FromDense converts f32 input
+// to `value_dtype` with round-to-nearest-even, so ToDense returns the rounded values.
+// Quantized values (i8 / i4 with scales) come later: `value_dtype` plus optional extra parts
+// (`scales`) leave room for them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+
+#include "sparq/pattern.h"
+#include "sparq/status.h"
+#include "sparq/tensor.h"
+
+namespace sparq {
+
+enum class FormatKind : uint8_t { kDense, kCoo, kCsr, kBsr, kNM, kVNM };
+std::string_view FormatName(FormatKind f);  // "dense", "coo", "csr", "bsr", "nm", "vnm"
+std::optional<FormatKind> ParseFormatName(std::string_view s);
+
+// COO, sorted by (row, col), no duplicates.
+struct CooMatrix {
+  int64_t rows = 0, cols = 0;
+  Tensor row_idx;  // u32 [nnz]
+  Tensor col_idx;  // u32 [nnz]
+  Tensor values;   // f32/bf16/f16 [nnz]
+
+  static Result<CooMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols,
+                                     DType value_dtype = DType::kF32);
+  Tensor ToDense() const;  // f32 [rows, cols]
+  Status Validate(const std::string& name) const;
+  uint64_t ByteSize() const;
+  int64_t nnz() const { return static_cast<int64_t>(values.numel()); }
+};
+
+// CSR. Column indices are u16 whenever cols <= 65536 (FromDense picks), else u32.
+struct CsrMatrix {
+  int64_t rows = 0, cols = 0;
+  Tensor row_ptr;  // i64 [rows + 1], row_ptr[0] = 0, non-decreasing, row_ptr[rows] = nnz
+  Tensor col_idx;  // u16 or u32 [nnz], strictly increasing within a row, < cols
+  Tensor values;   // f32/bf16/f16 [nnz]
+
+  static Result<CsrMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols,
+                                     DType value_dtype = DType::kF32);
+  Tensor ToDense() const;
+  Status Validate(const std::string& name) const;
+  uint64_t ByteSize() const;
+  int64_t nnz() const { return static_cast<int64_t>(values.numel()); }
+};
+
+// Block CSR with blocks of bh x bw. Edge blocks (rows % bh, cols % bw) are stored padded to the
+// full block with zeros. A block is stored iff it has a nonzero.
+struct BsrMatrix {
+  int64_t rows = 0, cols = 0;
+  int bh = 0, bw = 0;
+  Tensor row_ptr;  // i64 [ceil(rows/bh) + 1], over block rows
+  Tensor col_idx;  // u16 or u32 [nblocks], block-column index, strictly increasing per block row
+  Tensor values;   // f32/bf16/f16 [nblocks, bh, bw], each block row-major
+
+  static Result<BsrMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols, int bh,
+                                     int bw, DType value_dtype = DType::kF32);
+  Tensor ToDense() const;
+  Status Validate(const std::string& name) const;
+  uint64_t ByteSize() const;
+  int64_t nblocks() const { return static_cast<int64_t>(col_idx.numel()); }
+};
+
+// N:M compressed along k. groups = ceil(cols / m); the tail group (cols % m) is padded with zeros.
+// values: [rows, groups * n], the kept values of each group in ascending position order (a group
+// with fewer than n nonzeros stores zeros at unused positions, still with distinct ascending
+// indices). meta: per row, groups * n indices of bits = ceil(log2 m) bits each, packed LSB-first
+// into a little-endian bit stream; each row's stream starts on a byte boundary and is
+// meta_row_bytes = ceil(groups * n * bits / 8) long. For 2:4 this is exactly the NVIDIA sparse
+// tensor core encoding: per group of 4 columns, two 2-bit indices in ascending order in 4 bits,
+// group g of a row in bits [4g, 4g+4) (so a u16 holds 4 groups, the first in the low bits).
+struct NmMatrix {
+  int64_t rows = 0, cols = 0;
+  int n = 0, m = 0;
+  Tensor values;  // f32/bf16/f16 [rows, groups * n]
+  Tensor meta;    // u8 [rows, meta_row_bytes]
+
+  static Result<NmMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols, int n,
+                                    int m, DType value_dtype = DType::kF32);
+  Tensor ToDense() const;
+  Status Validate(const std::string& name) const;
+  uint64_t ByteSize() const;
+  int64_t groups() const { return (cols + m - 1) / m; }
+  int index_bits() const;          // ceil(log2 m), at least 1
+  int64_t meta_row_bytes() const;  // see above
+  // Index j (0 <= j < groups*n) of row r.
+  int Index(int64_t r, int64_t j) const;
+};
+
+// V:N:M: rows are taken in slabs of v consecutive rows (the last slab may be shorter); within a
+// slab every row keeps the same n positions of each group of m columns. Indices are stored once
+// per slab, in the N:M bit layout above.
+struct VnmMatrix {
+  int64_t rows = 0, cols = 0;
+  int v = 0, n = 0, m = 0;
+  Tensor values;  // f32/bf16/f16 [rows, groups * n]
+  Tensor meta;    // u8 [ceil(rows / v), meta_row_bytes]
+
+  static Result<VnmMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols, int v,
+                                     int n, int m, DType value_dtype = DType::kF32);
+  Tensor ToDense() const;
+  Status Validate(const std::string& name) const;
+  uint64_t ByteSize() const;
+  int64_t groups() const { return (cols + m - 1) / m; }
+  int64_t slabs() const { return (rows + v - 1) / v; }
+  int index_bits() const;
+  int64_t meta_row_bytes() const;
+  int Index(int64_t slab, int64_t j) const;
+};
+
+// Plain dense storage (f32/bf16/f16 [rows, cols]) in the same family, for uniform handling.
+struct DenseMatrix {
+  int64_t rows = 0, cols = 0;
+  Tensor values;
+
+  static Result<DenseMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols,
+                                       DType value_dtype = DType::kF32);
+  Tensor ToDense() const;
+  Status Validate(const std::string& name) const;
+  uint64_t ByteSize() const;
+};
+
+// Any stored weight.
+using SparseMatrix =
+    std::variant<DenseMatrix, CooMatrix, CsrMatrix, BsrMatrix, NmMatrix, VnmMatrix>;
+
+FormatKind KindOf(const SparseMatrix& s);
+int64_t Rows(const SparseMatrix& s);
+int64_t Cols(const SparseMatrix& s);
+DType ValueDType(const SparseMatrix& s);
+Tensor ToDense(const SparseMatrix& s);
+Status Validate(const SparseMatrix& s, const std::string& name);
+uint64_t ByteSize(const SparseMatrix& s);
+
+// Encode W (which must already satisfy `p` where the format needs it) in `format`. FormatKind is
+// the storage; Pattern supplies n/m/v/bh/bw. kDense ignores the pattern. "auto" choice:
+// PickFormat picks nm for kNM, vnm for kVNM, bsr for kBlock, dense for kDense, and csr otherwise.
+FormatKind PickFormat(const Pattern& p);
+Result<SparseMatrix> Encode(std::span<const float> w, int64_t rows, int64_t cols, FormatKind format,
+                            const Pattern& p, DType value_dtype);
+
+}  // namespace sparq

@@ -1,0 +1,84 @@
+// GGUF reader (versions 2 and 3), as specified in ggml's docs/gguf.md.
+//
+// The file is memory-mapped; tensor data are views into the mapping (no copy). Every offset,
+// length, count and dimension read from the file is bounds- and overflow-checked before use; a
+// malformed file yields an error naming the file and the field, never a crash or an allocation
+// the size of a lie.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "sparq/status.h"
+#include "sparq/tensor.h"
+
+namespace sparq {
+
+// ggml tensor types sparq knows (values as in ggml.h).
+enum class GgmlType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30,
+};
+
+struct GgufValue;
+using GgufArray = std::vector<GgufValue>;
+// A metadata value: all GGUF value types. Integers keep their signedness/width in `type`.
+struct GgufValue {
+  enum class Type : uint32_t {
+    kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
+    kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  };
+  Type type = Type::kU8;
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<GgufArray>> v;
+
+  std::optional<int64_t> AsInt() const;    // any integer type (u64 above INT64_MAX: nullopt)
+  std::optional<double> AsFloat() const;   // floats and integers
+  const std::string* AsString() const;     // nullptr unless kString
+  const GgufArray* AsArray() const;        // nullptr unless kArray
+  Type array_type = Type::kU8;             // element type when kArray
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the fastest-varying (row length)
+  GgmlType type;
+  uint64_t offset = 0;      // relative to the data section
+  uint64_t nbytes = 0;
+  // Row-major shape as sparq uses it: reversed ne (so a ggml weight [ne0=k, ne1=m] is [m, k]).
+  std::vector<int64_t> shape() const;
+};
+
+class GgufFile {
+ public:
+  static Result<GgufFile> Open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  const GgufValue* Find(const std::string& key) const;
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* FindTensor(const std::string& name) const;
+
+  // Raw bytes of a tensor (a view into the mapping).
+  const uint8_t* TensorData(const GgufTensorInfo& t) const;
+  // Dequantized (or converted) to f32, row-major `t.shape()`.
+  Result<Tensor> ReadF32(const GgufTensorInfo& t) const;
+
+ private:
+  std::string path_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::shared_ptr<const void> mapping_;  // keeps the mmap alive for views
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  uint64_t data_offset_ = 0;
+};
+
+}  // namespace sparq

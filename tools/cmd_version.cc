@@ -1,0 +1,25 @@
+// `sparq info`: build facts (SIMD targets compiled and chosen, BLAS), for bug reports.
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+#include <cstdio>
+#include <string>
+
+#include "tools/command.h"
+
+namespace sparq::cli {
+namespace {
+
+Registrar reg("info", "Print build information: SIMD targets, threads", [](CLI::App& sub) -> RunFn {
+  return []() -> Status {
+    std::string compiled;
+    for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+      compiled += std::string(hwy::TargetName(t)) + " ";
+    }
+    std::printf("sparq 0.1.0\nSIMD targets compiled and supported here: %s\n", compiled.c_str());
+    return Status::Ok();
+  };
+});
+
+}  // namespace
+}  // namespace sparq::cli

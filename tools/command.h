@@ -1,0 +1,37 @@
+// The `sparq` command line is a set of subcommands, one file each (tools/cmd_<name>.cc), that
+// register themselves here; main.cc needs no edit when one is added.
+//
+// Exit codes: 0 success, 1 bad input (one line naming the problem), 2 internal error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sparq/status.h"
+
+namespace sparq::cli {
+
+// `setup` adds the subcommand's options to `sub` and returns the function to run when it is chosen.
+using RunFn = std::function<Status()>;
+using SetupFn = std::function<RunFn(CLI::App& sub)>;
+
+struct CommandInfo {
+  std::string name;
+  std::string help;
+  SetupFn setup;
+};
+
+std::vector<CommandInfo>& Registry();
+
+struct Registrar {
+  Registrar(std::string name, std::string help, SetupFn setup) {
+    Registry().push_back({std::move(name), std::move(help), std::move(setup)});
+  }
+};
+
+// Map a Status to an exit code and print it (stderr) as one line.
+int ExitCodeFor(const Status& st);
+
+}  // namespace sparq::cli
