@@ -1,0 +1,62 @@
+// LinearWeight: a weight matrix prepared ("packed") once at load time for fast products, and the
+// one entry point every linear layer of a model runs through.
+//
+//   Y[n, m] = act(X[n, k] * W[m, k]^T + bias[m]) + residual[n, m]
+//
+// W is any SparseMatrix (format.h): dense f32 (runs through OpenBLAS), dense bf16 (sparq's own
+// kernel), or N:M / V:N:M / BSR / CSR / COO with f32, bf16 or f16 values. FromMatrix picks the
+// kernel for the stored format and packs the weight into that kernel's internal layout; packing
+// cost is paid here, not per call. X and Y are dense f32, row-major with leading dimensions.
+// Forward is thread-safe for concurrent calls on the same LinearWeight (it is const); results do
+// not depend on the number of threads, and the same call twice gives identical bits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "sparq/format.h"
+#include "sparq/status.h"
+#include "sparq/thread_pool.h"
+
+namespace sparq {
+
+enum class Activation : uint8_t { kNone, kRelu, kGelu, kSilu };
+
+struct Epilogue {
+  const float* bias = nullptr;      // [m] or null
+  Activation act = Activation::kNone;
+  const float* residual = nullptr;  // [n, ld_residual] or null; added after the activation
+  int64_t ld_residual = 0;          // 0 means m
+};
+
+class LinearWeight {
+ public:
+  LinearWeight();
+  ~LinearWeight();
+  LinearWeight(LinearWeight&&) noexcept;
+  LinearWeight& operator=(LinearWeight&&) noexcept;
+
+  // Validates the matrix (Validate(matrix, name)) and packs it. The matrix is moved in.
+  static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name = "weight");
+
+  int64_t rows() const;  // m (outputs)
+  int64_t cols() const;  // k (inputs)
+  // Bytes of weight data a product streams (the packed representation, incl. indices/metadata).
+  uint64_t weight_bytes() const;
+  // Name of the kernel Forward runs for `n` tokens, e.g. "SpmmNm24F32_decode".
+  std::string kernel_name(int64_t n) const;
+
+  // ldx >= k, ldy >= m (0 means k resp. m). pool may be null (single thread).
+  void Forward(const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy, const Epilogue& ep,
+               ThreadPool* pool) const;
+  void Forward(const float* x, int64_t n, float* y, ThreadPool* pool) const {
+    Forward(x, n, 0, y, 0, Epilogue{}, pool);
+  }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sparq
