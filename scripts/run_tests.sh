@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs dependencies, fetches the real model,
+# builds release and ASan+UBSan, runs every non-slow test in both, then runs each libFuzzer target
+# for FUZZ_SECONDS (default 60) under ASan+UBSan. Exit status is non-zero on any failure.
+#   SPARQ_TEST_LABELS="-LE slow" (default) — set to "" to include the slow tier.
+#   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 skip those stages (for quick local runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+LABELS=${SPARQ_TEST_LABELS--LE slow}
+start=$(date +%s)
+stamp() { echo "[run_tests +$(( $(date +%s) - start ))s] $*"; }
+
+bash scripts/install_deps.sh
+if [ -f scripts/fetch_model.sh ]; then
+  bash scripts/fetch_model.sh || stamp "model fetch failed: tests that need it will skip"
+fi
+
+total_pass=0
+total_fail=0
+run_ctest() {  # preset
+  local log
+  log=$(mktemp)
+  set +e
+  # shellcheck disable=SC2086
+  ctest --preset "$1" -j "$JOBS" $LABELS 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  local line
+  line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$log" | tail -n1)
+  if [[ $line =~ ([0-9]+)\ tests\ failed\ out\ of\ ([0-9]+) ]]; then
+    total_fail=$((total_fail + BASH_REMATCH[1]))
+    total_pass=$((total_pass + BASH_REMATCH[2] - BASH_REMATCH[1]))
+  fi
+  rm -f "$log"
+  return "$rc"
+}
+
+stamp "release build"
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$JOBS"
+stamp "release tests"
+run_ctest release
+
+if [ "${SPARQ_SKIP_ASAN:-0}" != 1 ]; then
+  stamp "asan+ubsan build"
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j "$JOBS"
+  stamp "asan+ubsan tests"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest asan
+fi
+
+if [ "${SPARQ_SKIP_FUZZ:-0}" != 1 ]; then
+  stamp "fuzz build (clang, libFuzzer + ASan + UBSan)"
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$JOBS"
+  fuzz_fail=0
+  work=$(mktemp -d)
+  pids=()
+  names=()
+  for exe in build/fuzz/*_fuzz; do
+    [ -x "$exe" ] || continue
+    name=$(basename "$exe" _fuzz)
+    mkdir -p "$work/$name"
+    seeds="fuzz/corpus/$name"
+    [ -d "$seeds" ] || seeds=""
+    # New inputs go to $work (first dir); the checked-in seeds are read-only.
+    "$exe" -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=2560 -print_final_stats=0 \
+      -artifact_prefix="$work/$name-" "$work/$name" $seeds >"$work/$name.log" 2>&1 &
+    pids+=($!)
+    names+=("$name")
+    # Two at a time: one per core.
+    if [ ${#pids[@]} -ge "$JOBS" ]; then
+      for i in "${!pids[@]}"; do
+        if wait "${pids[$i]}"; then stamp "fuzz ${names[$i]}: no findings in ${FUZZ_SECONDS}s"; total_pass=$((total_pass + 1))
+        else stamp "fuzz ${names[$i]}: FAILED"; tail -n 40 "$work/${names[$i]}.log"; fuzz_fail=1; total_fail=$((total_fail + 1)); fi
+      done
+      pids=(); names=()
+    fi
+  done
+  for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}"; then stamp "fuzz ${names[$i]}: no findings in ${FUZZ_SECONDS}s"; total_pass=$((total_pass + 1))
+    else stamp "fuzz ${names[$i]}: FAILED"; tail -n 40 "$work/${names[$i]}.log"; fuzz_fail=1; total_fail=$((total_fail + 1)); fi
+  done
+  [ "$fuzz_fail" = 0 ] || { stamp "fuzzing found problems"; exit 1; }
+fi
+
+stamp "done"
+echo "${total_pass} passed, ${total_fail} failed"
+[ "$total_fail" = 0 ]
