@@ -23,6 +23,23 @@ namespace sparq {
 enum class GgmlType : uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30,
 };
+// A GgmlType may hold any type number ggml defines (Q4_K, IQ2_XXS, ...): such tensors are listed
+// and their sizes known, but ReadF32 returns kUnsupported for them.
+
+// Block geometry of a ggml type: `block` elements take `bytes` bytes (F32: 1 and 4; Q4_1: 32 and
+// 20). nullopt for type numbers ggml does not define.
+struct GgmlBlockInfo {
+  int64_t block;
+  int64_t bytes;
+};
+std::optional<GgmlBlockInfo> GgmlTypeBlock(uint32_t type);
+// "F32", "Q4_1", "IQ2_XXS", ... or "type<N>" for unknown numbers.
+std::string GgmlTypeName(GgmlType type);
+// True for the types ReadF32 converts: F32, F16, BF16, Q8_0, Q4_0, Q4_1.
+bool GgmlTypeCanDequantize(GgmlType type);
+// Converts `n` elements (a multiple of the type's block size) from `src` (n / block * bytes
+// bytes, any alignment) to f32. Error for unsupported types or a bad n.
+Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst);
 
 struct GgufValue;
 using GgufArray = std::vector<GgufValue>;
@@ -41,6 +58,11 @@ struct GgufValue {
   const GgufArray* AsArray() const;        // nullptr unless kArray
   Type array_type = Type::kU8;             // element type when kArray
 };
+// "u32", "string", "array", ...
+std::string GgufValueTypeName(GgufValue::Type t);
+// Short human-readable rendering: numbers, quoted strings (cut at 64 chars), arrays as
+// "[string x 49152]" or their first few elements.
+std::string GgufValueToString(const GgufValue& v);
 
 struct GgufTensorInfo {
   std::string name;
@@ -55,26 +77,35 @@ struct GgufTensorInfo {
 class GgufFile {
  public:
   static Result<GgufFile> Open(const std::string& path);
+  // Parses a buffer the caller keeps alive while the GgufFile (or a view from it) is used.
+  static Result<GgufFile> FromMemory(const void* data, uint64_t size,
+                                     const std::string& name = "<memory>");
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   const GgufValue* Find(const std::string& key) const;
+  uint64_t file_size() const { return size_; }
+  uint64_t data_offset() const { return data_offset_; }  // start of the data section
+  // Tensors in the order of the file's tensor-info table.
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(const std::string& name) const;
 
   // Raw bytes of a tensor (a view into the mapping).
   const uint8_t* TensorData(const GgufTensorInfo& t) const;
-  // Dequantized (or converted) to f32, row-major `t.shape()`.
+  // Dequantized (or converted) to f32, row-major `t.shape()`. kUnsupported (naming the tensor and
+  // the type) for types GgmlTypeCanDequantize rejects.
   Result<Tensor> ReadF32(const GgufTensorInfo& t) const;
 
  private:
+  friend class GgufParser;
   std::string path_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t> tensor_index_;
   std::shared_ptr<const void> mapping_;  // keeps the mmap alive for views
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
