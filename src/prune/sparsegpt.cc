@@ -1,0 +1,289 @@
+// SparseGPT (Frantar & Alistarh 2023), following the reference IST-DASLab/sparsegpt sparsegpt.py:
+// dead inputs zeroed, H damped, U = upper Cholesky factor of H^-1, then columns in blocks of B:
+// inside a block each row is processed column by column (choose the mask, quantize if asked,
+// err = (w - q) / U_jj, update the block's remaining columns with err * U[j, j+1:]), and after the
+// block the remaining columns get the batched update W[:, i2:] -= Err @ U[i1:i2, i2:] (one sgemm).
+//
+// Within a block the rows never interact (the mask of a block is chosen at its start from all
+// rows, then each row only reads U), so rows run in parallel with bit-identical results for any
+// thread count.
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "src/prune/select.h"
+
+namespace sparq::prune_internal {
+namespace {
+
+// Rows per parallel task inside a column block: the task's rows of the block (16 x 128 floats =
+// 8 KiB) stay in L1 while it sweeps the block's columns.
+constexpr int64_t kRowTile = 16;
+
+int64_t Lcm(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
+
+// Row quadratic forms w_i H w_i^T (the error of zeroing row i entirely), via dsymm on panels.
+std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
+                                 std::span<const double> h) {
+  constexpr int64_t kPanel = 64;
+  std::vector<double> out(static_cast<size_t>(m)), a(static_cast<size_t>(kPanel * k)),
+      t(static_cast<size_t>(kPanel * k));
+  for (int64_t r0 = 0; r0 < m; r0 += kPanel) {
+    const int64_t nr = std::min(kPanel, m - r0);
+    for (int64_t i = 0; i < nr * k; ++i) a[i] = w[r0 * k + i];
+    cblas_dsymm(CblasRowMajor, CblasRight, CblasUpper, static_cast<int>(nr), static_cast<int>(k),
+                1.0, h.data(), static_cast<int>(k), a.data(), static_cast<int>(k), 0.0, t.data(),
+                static_cast<int>(k));
+    for (int64_t r = 0; r < nr; ++r) {
+      double s = 0;
+      for (int64_t j = 0; j < k; ++j) s += a[r * k + j] * t[r * k + j];
+      out[r0 + r] = s;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,
+                          std::vector<double>* u) {
+  // With P the reversal permutation and P (H + lambda I) P = L L^T, (H + lambda I)^-1 = U^T U for
+  // U = P L^-1 P, which is upper triangular with a positive diagonal: the same factor as
+  // cholesky(cholesky_inverse(cholesky(H)), upper=True) in the reference, for one factorization
+  // and one triangular inverse instead of two factorizations and a full inverse.
+  std::vector<double> a(static_cast<size_t>(k * k));
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      a[i * k + j] = h[(k - 1 - i) * k + (k - 1 - j)] + (i == j ? lambda : 0.0);
+    }
+  }
+  if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', static_cast<lapack_int>(k), a.data(),
+                     static_cast<lapack_int>(k)) != 0) {
+    return false;
+  }
+  if (LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', static_cast<lapack_int>(k), a.data(),
+                     static_cast<lapack_int>(k)) != 0) {
+    return false;
+  }
+  u->assign(static_cast<size_t>(k * k), 0.0);
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = i; j < k; ++j) {
+      const double v = a[(k - 1 - i) * k + (k - 1 - j)];
+      if (!std::isfinite(v)) return false;
+      (*u)[i * k + j] = v;
+    }
+    if (!((*u)[i * k + i] > 0)) return false;
+  }
+  return true;
+}
+
+Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const double> h,
+                 const Pattern& p, const PruneOptions& opt, PruneReport* report) {
+  if (m == 0 || k == 0) return Status::Ok();
+  // ---- dead inputs and damping
+  std::vector<double> hd(h.begin(), h.end());
+  double diag_sum = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    if (hd[j * k + j] == 0.0) {
+      hd[j * k + j] = 1.0;
+      for (int64_t i = 0; i < m; ++i) w[i * k + j] = 0.0f;
+      ++report->dead_inputs;
+    }
+    diag_sum += hd[j * k + j];
+  }
+  const double mean_diag = diag_sum / static_cast<double>(k);
+  std::vector<double> ud;
+  double damp = opt.damp;
+  bool ok = false;
+  for (int attempt = 0; attempt <= opt.max_damp_retries; ++attempt) {
+    if (attempt > 0) {
+      damp = std::max(damp, 1e-4) * 10.0;
+      ++report->damp_retries;
+    }
+    if (InverseCholeskyUpper(hd, k, damp * mean_diag, &ud)) {
+      ok = true;
+      break;
+    }
+  }
+  if (!ok) {
+    return InvalidInput(opt.what + ": Hessian is not positive definite even with damping " +
+                        std::to_string(damp) + " x mean(diag H) after " +
+                        std::to_string(report->damp_retries) + " retries");
+  }
+  report->damp_used = damp;
+  std::vector<float> u(ud.begin(), ud.end());
+  ud.clear();
+  ud.shrink_to_fit();
+
+  // ---- block size: whole N:M groups, whole blocks, whole quantization groups per column block
+  int64_t unit = 1;
+  if (p.kind == PatternKind::kNM || p.kind == PatternKind::kVNM) unit = p.m;
+  if (p.kind == PatternKind::kBlock) unit = p.bw;
+  if (opt.quantizer && opt.quantizer->group_size() > 0) unit = Lcm(unit, opt.quantizer->group_size());
+  const int64_t bs = std::max<int64_t>(1, (std::max<int64_t>(opt.blocksize, 1) + unit - 1) / unit) * unit;
+
+  // ---- whole rows: the OBS error of removing row i is exactly w_i H w_i^T (no other weight of the
+  // row survives to compensate, and rows do not interact), so prune the rows where it is smallest.
+  std::vector<uint8_t> row_keep(static_cast<size_t>(m), 1);
+  if (p.kind == PatternKind::kRows) {
+    std::vector<double> q = RowQuadForms(w, m, k, h);
+    std::vector<float> qf(q.begin(), q.end()), scratch;
+    PruneLowest(qf.data(), m, std::llround(p.fraction * static_cast<double>(m)), row_keep.data(), 1,
+                &scratch);
+  }
+
+  Quantizer* quant = opt.quantizer;
+  const int64_t qgroup = quant ? quant->group_size() : 0;
+  const bool group_masks = p.kind == PatternKind::kNM || p.kind == PatternKind::kVNM;
+  const int64_t tile = p.kind == PatternKind::kVNM ? p.v : kRowTile;
+  const int64_t ntiles = (m + tile - 1) / tile;
+  std::vector<float> w1(static_cast<size_t>(m * bs)), e1(static_cast<size_t>(m * bs)),
+      tmp(static_cast<size_t>(m * bs)), scratch;
+  std::vector<uint8_t> keep1(static_cast<size_t>(m * bs));
+  std::vector<int64_t> pruned_per_tile(static_cast<size_t>(ntiles), 0);
+
+  for (int64_t i1 = 0; i1 < k; i1 += bs) {
+    const int64_t i2 = std::min(k, i1 + bs), nb = i2 - i1;
+    for (int64_t r = 0; r < m; ++r) {
+      std::copy(w.begin() + r * k + i1, w.begin() + r * k + i2, w1.begin() + r * nb);
+    }
+    std::fill(keep1.begin(), keep1.begin() + m * nb, 1);
+    // ---- block-level masks from scores w^2 / U_jj^2 at the block's start
+    auto score = [&](int64_t r, int64_t j) {
+      const float d = u[(i1 + j) * k + i1 + j];
+      const float x = w1[r * nb + j];
+      return x * x / (d * d);
+    };
+    switch (p.kind) {
+      case PatternKind::kUnstructured:
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < nb; ++j) tmp[r * nb + j] = score(r, j);
+        }
+        if (p.per_row || opt.per_row_mask) {
+          for (int64_t r = 0; r < m; ++r) {
+            const int64_t n = p.per_row ? CumulativeCount(p.fraction, i1, i2)
+                                        : CumulativeCount(p.fraction, r * k + i1, r * k + i2);
+            PruneLowest(tmp.data() + r * nb, nb, n, keep1.data() + r * nb, 1, &scratch);
+          }
+        } else {
+          PruneLowest(tmp.data(), m * nb, CumulativeCount(p.fraction, m * i1, m * i2), keep1.data(),
+                      1, &scratch);
+        }
+        break;
+      case PatternKind::kCols: {
+        std::vector<float> cs(static_cast<size_t>(nb));
+        std::vector<uint8_t> ck(static_cast<size_t>(nb), 1);
+        for (int64_t j = 0; j < nb; ++j) {
+          double acc = 0;
+          for (int64_t r = 0; r < m; ++r) acc += score(r, j);
+          cs[j] = static_cast<float>(acc);
+        }
+        PruneLowest(cs.data(), nb, CumulativeCount(p.fraction, i1, i2), ck.data(), 1, &scratch);
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < nb; ++j) keep1[r * nb + j] = ck[j];
+        }
+        break;
+      }
+      case PatternKind::kBlock: {
+        const int64_t nbr = (m + p.bh - 1) / p.bh;
+        const int64_t bc0 = i1 / p.bw, bc1 = (i2 + p.bw - 1) / p.bw, nbc = bc1 - bc0;
+        std::vector<float> bsc(static_cast<size_t>(nbr * nbc), 0.0f);
+        std::vector<uint8_t> bk(bsc.size(), 1);
+        for (int64_t bi = 0; bi < nbr; ++bi) {
+          for (int64_t bj = 0; bj < nbc; ++bj) {
+            double acc = 0;
+            for (int64_t r = bi * p.bh; r < std::min(m, (bi + 1) * p.bh); ++r) {
+              for (int64_t j = bj * p.bw; j < std::min(nb, (bj + 1) * p.bw); ++j) acc += score(r, j);
+            }
+            bsc[bi * nbc + bj] = static_cast<float>(acc);
+          }
+        }
+        PruneLowest(bsc.data(), nbr * nbc, CumulativeCount(p.fraction, nbr * bc0, nbr * bc1),
+                    bk.data(), 1, &scratch);
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < nb; ++j) keep1[r * nb + j] = bk[(r / p.bh) * nbc + j / p.bw];
+        }
+        break;
+      }
+      case PatternKind::kRows:
+        for (int64_t r = 0; r < m; ++r) {
+          if (!row_keep[r]) std::fill(keep1.begin() + r * nb, keep1.begin() + (r + 1) * nb, 0);
+        }
+        break;
+      default:
+        break;
+    }
+
+    // ---- column sweep, rows in parallel
+    auto run_tile = [&](int64_t t, int) {
+      const int64_t r0 = t * tile, r1 = std::min(m, r0 + tile);
+      int64_t pruned = 0;
+      float gs[16];
+      uint8_t gk[16];
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t col = i1 + i;
+        if (qgroup > 0 && col % qgroup == 0) {
+          for (int64_t r = r0; r < r1; ++r) {
+            quant->FitGroup(r, col, &w1[r * nb + i], std::min(qgroup, nb - i));
+          }
+        }
+        if (group_masks && i % p.m == 0) {
+          const int64_t len = std::min<int64_t>(p.m, nb - i);
+          const int64_t v = p.kind == PatternKind::kVNM ? p.v : 1;
+          for (int64_t b0 = r0; b0 < r1; b0 += v) {
+            const int64_t b1 = std::min(r1, b0 + v);
+            for (int64_t j = 0; j < len; ++j) {
+              double acc = 0;
+              for (int64_t r = b0; r < b1; ++r) acc += score(r, i + j);
+              gs[j] = static_cast<float>(acc);
+            }
+            KeepTopInGroup(gs, len, p.n, gk);
+            for (int64_t r = b0; r < b1; ++r) {
+              for (int64_t j = 0; j < len; ++j) keep1[r * nb + i + j] = gk[j];
+            }
+          }
+        }
+        const float d = u[col * k + col];
+        const float* urow = &u[col * k + i1];
+        for (int64_t r = r0; r < r1; ++r) {
+          float* wr = &w1[r * nb];
+          const float x = wr[i];
+          float q = 0.0f;
+          if (keep1[r * nb + i]) {
+            q = quant ? quant->Quantize(r, col, x) : x;
+          } else {
+            ++pruned;
+          }
+          const float err = (x - q) / d;
+          wr[i] = q;
+          e1[r * nb + i] = err;
+          if (err != 0.0f) {
+            for (int64_t j = i + 1; j < nb; ++j) wr[j] -= err * urow[j];
+          }
+        }
+      }
+      pruned_per_tile[t] += pruned;
+    };
+    if (opt.pool) {
+      opt.pool->ParallelFor(ntiles, run_tile);
+    } else {
+      for (int64_t t = 0; t < ntiles; ++t) run_tile(t, 0);
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      std::copy(w1.begin() + r * nb, w1.begin() + (r + 1) * nb, w.begin() + r * k + i1);
+    }
+    if (i2 < k) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
+                  static_cast<int>(k - i2), static_cast<int>(nb), -1.0f, e1.data(),
+                  static_cast<int>(nb), u.data() + i1 * k + i2, static_cast<int>(k), 1.0f,
+                  w.data() + i2, static_cast<int>(k));
+    }
+  }
+  report->pruned = std::accumulate(pruned_per_tile.begin(), pruned_per_tile.end(), int64_t{0});
+  return Status::Ok();
+}
+
+}  // namespace sparq::prune_internal
