@@ -1,0 +1,188 @@
+// Llama-architecture language model: configuration, weights, KV cache, forward pass, perplexity
+// and generation.
+//
+// Layout: hidden states are row-major [n tokens, n_embd] f32. Each transformer block is
+//   h = x + Wo * Attn(RoPE(Wq * RMSNorm(x)), RoPE(Wk * RMSNorm(x)), Wv * RMSNorm(x))
+//   y = h + Wdown * (SiLU(Wgate * RMSNorm(h)) * (Wup * RMSNorm(h)))
+// with grouped-query attention (query head i reads KV head i / (n_head / n_head_kv)) and RoPE as
+// llama.cpp applies it to LLM_ARCH_LLAMA (rope type NORM: adjacent pairs (2i, 2i+1) rotate by
+// pos * theta^(-2i / rope_dim); GGUF q/k weights are already permuted for it by the converter).
+// Every linear layer (the seven per block and the output head) is a sparq::LinearWeight, so dense
+// f32, bf16 and every sparse format run through the same code.
+//
+// Thread-safety: a loaded LlamaModel is immutable; Forward may run concurrently on distinct
+// KvCaches. Results do not depend on the thread count.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparq/linear.h"
+#include "sparq/status.h"
+#include "sparq/tensor.h"
+#include "sparq/thread_pool.h"
+#include "sparq/tokenizer.h"
+
+namespace sparq {
+
+class GgufFile;
+
+struct LlamaConfig {
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t n_ff = 0;
+  int64_t n_ctx_train = 0;
+  int64_t rope_dim = 0;        // rotated dimensions per head (<= head_dim, even)
+  double rope_theta = 10000.0;
+  double rms_eps = 1e-5;
+  bool tied_output = true;     // output head = token embedding
+
+  int64_t head_dim() const { return n_head > 0 ? n_embd / n_head : 0; }
+  int64_t kv_dim() const { return head_dim() * n_head_kv; }
+  // Ranges and divisibility (n_embd % n_head, n_head % n_head_kv, even rope_dim <= head_dim);
+  // errors are prefixed by `what`.
+  Status Validate(const std::string& what) const;
+
+  // From `general.architecture` = "llama" and the `llama.*` keys.
+  static Result<LlamaConfig> FromGguf(const GgufFile& file);
+  // From a Hugging Face config.json (model_type "llama").
+  static Result<LlamaConfig> FromHfConfig(const std::string& path);
+  std::string ToJson() const;
+  static Result<LlamaConfig> FromJson(std::string_view json, const std::string& what);
+};
+
+// The seven linear layers of a block, in GGUF naming order.
+enum class LinearSlot : int { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kNumSlots = 7;
+// "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down".
+std::string_view SlotName(LinearSlot s);
+// Rows and cols of the slot's weight [m, k] under `c`.
+std::array<int64_t, 2> SlotShape(const LlamaConfig& c, LinearSlot s);
+
+struct LlamaBlock {
+  std::vector<float> attn_norm;  // [n_embd]
+  std::vector<float> ffn_norm;   // [n_embd]
+  std::array<LinearWeight, kNumSlots> linear;
+  LinearWeight& at(LinearSlot s) { return linear[static_cast<int>(s)]; }
+  const LinearWeight& at(LinearSlot s) const { return linear[static_cast<int>(s)]; }
+};
+
+struct LlamaWeights {
+  Tensor token_embd;              // f32 [n_vocab, n_embd]
+  std::vector<float> output_norm; // [n_embd]
+  LinearWeight output;            // [n_vocab, n_embd] (a copy of token_embd when tied)
+  std::vector<LlamaBlock> blocks;
+};
+
+// Keys and values of every layer for up to `capacity` positions.
+class KvCache {
+ public:
+  KvCache() = default;
+  // Error if the sizes overflow or exceed a sane bound.
+  static Result<KvCache> Create(const LlamaConfig& c, int64_t capacity);
+  int64_t capacity() const { return capacity_; }
+  int64_t length() const { return length_; }
+  void Clear() { length_ = 0; }
+  void set_length(int64_t n) { length_ = n; }
+  // [capacity, kv_dim] rows of layer l.
+  float* k(int64_t layer) { return k_.data() + layer * layer_stride_; }
+  float* v(int64_t layer) { return v_.data() + layer * layer_stride_; }
+
+ private:
+  int64_t capacity_ = 0, length_ = 0, layer_stride_ = 0;
+  std::vector<float> k_, v_;
+};
+
+class LlamaModel {
+ public:
+  LlamaModel();
+  ~LlamaModel();
+  LlamaModel(LlamaModel&&) noexcept;
+  LlamaModel& operator=(LlamaModel&&) noexcept;
+
+  // A .gguf file, a .sparq checkpoint, or a Hugging Face folder (config.json, *.safetensors,
+  // tokenizer.json). Quantized GGUF weights are dequantized to f32: that is the dense model.
+  static Result<LlamaModel> Load(const std::string& path);
+  static Result<LlamaModel> FromGguf(const std::string& path);
+  static Result<LlamaModel> FromSparq(const std::string& path);
+  // Assembles a model from parts (weights must match the config; checked).
+  static Result<LlamaModel> FromParts(LlamaConfig config, LlamaWeights weights,
+                                      Tokenizer tokenizer, const std::string& what);
+
+  const LlamaConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  const LlamaWeights& weights() const;
+  LlamaWeights& mutable_weights();
+  const std::string& source() const;  // the path it was loaded from
+  // Bytes of all weights as stored for compute: linear layers' packed bytes (output head
+  // included) + embedding + norms.
+  uint64_t weight_bytes() const;
+  // Bytes of the linear layers of the blocks only (what pruning changes).
+  uint64_t block_linear_bytes() const;
+
+  // Runs `tokens` at positions cache->length() ... and appends them to the cache. logits: if not
+  // null, [n, n_vocab] for every token when all_logits, else [n_vocab] for the last token only.
+  // Errors: token id out of range, cache too small.
+  Status Forward(std::span<const int32_t> tokens, KvCache* cache, float* logits, bool all_logits,
+                 ThreadPool* pool) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- perplexity --------------------------------------------------------------------------------
+
+struct PerplexityResult {
+  double perplexity = 0.0;
+  double mean_nll = 0.0;
+  int64_t tokens = 0;     // predicted tokens (each window of c tokens predicts c - 1)
+  int64_t windows = 0;
+  int64_t ctx = 0;
+  double seconds = 0.0;
+};
+// Non-overlapping windows of `ctx` tokens (the last, shorter one included if it has >= 2 tokens);
+// within each window every token after the first is predicted from the ones before it; the mean
+// negative log-likelihood is over all predicted tokens. `progress(done_windows, windows)` is called
+// after each window when set.
+Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int32_t> tokens,
+                                    int64_t ctx, ThreadPool* pool,
+                                    const std::function<void(int64_t, int64_t)>& progress = {});
+
+// Index of the largest logit (lowest index on ties).
+int32_t Argmax(std::span<const float> logits);
+
+// ---- generation --------------------------------------------------------------------------------
+
+struct GenerateOptions {
+  int64_t max_new = 64;
+  double temperature = 0.0;  // 0: greedy
+  int64_t top_k = 40;        // sampling only; 0 = whole vocabulary
+  uint64_t seed = 42;
+  bool stop_at_eos = true;
+};
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // new tokens only
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  int64_t prompt_tokens = 0;
+};
+// Prefills the prompt in one batch, then decodes one token at a time. `on_token` (optional) sees
+// each new token as it is produced.
+Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t> prompt,
+                                const GenerateOptions& opt, ThreadPool* pool,
+                                const std::function<void(int32_t)>& on_token = {});
+
+// Reads a whole text file, checking it is non-empty UTF-8 (error names the file and byte offset).
+Result<std::string> ReadTextFile(const std::string& path);
+
+}  // namespace sparq

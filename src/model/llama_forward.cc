@@ -1,0 +1,237 @@
+// The Llama forward pass: RMSNorm, RoPE (llama.cpp's NORM type), grouped-query attention over a
+// KV cache, SwiGLU MLP; linear layers through LinearWeight.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "src/model/llama_internal.h"
+
+namespace sparq {
+namespace {
+
+// Sum of a[i] * b[i] with 8 independent partial sums (vectorizable without -ffast-math; the
+// summation order is fixed, so results do not depend on threads).
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Rotates adjacent pairs (2i, 2i+1) of the first rope_dim dims of every head of x[n, heads*hd]
+// by angle pos * theta^(-2i/rope_dim), pos = pos0 + row (ggml's GGML_ROPE_TYPE_NORM).
+void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, int64_t pos0,
+          double theta) {
+  const int64_t half = rope_dim / 2;
+  std::vector<float> cs(half), sn(half);
+  for (int64_t r = 0; r < n; ++r) {
+    const double pos = static_cast<double>(pos0 + r);
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = pos * std::pow(theta, -2.0 * static_cast<double>(i) / rope_dim);
+      cs[i] = static_cast<float>(std::cos(a));
+      sn[i] = static_cast<float>(std::sin(a));
+    }
+    float* row = x + r * heads * hd;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* p = row + h * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x0 = p[2 * i], x1 = p[2 * i + 1];
+        p[2 * i] = x0 * cs[i] - x1 * sn[i];
+        p[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+      }
+    }
+  }
+}
+
+// In-place softmax of s[0, len).
+void Softmax(float* s, int64_t len) {
+  float mx = s[0];
+  for (int64_t j = 1; j < len; ++j) mx = std::max(mx, s[j]);
+  double sum = 0.0;
+  for (int64_t j = 0; j < len; ++j) {
+    s[j] = std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < len; ++j) s[j] *= inv;
+}
+
+// Causal grouped-query attention. q [n, n_head*hd], kc/vc [T, kv_dim] with T = pos0 + n,
+// out [n, n_head*hd].
+void Attention(const LlamaConfig& c, const float* q, const float* kc, const float* vc, int64_t n,
+               int64_t pos0, float* out, BlockScratch* s, ThreadPool* pool) {
+  const int64_t hd = c.head_dim(), nh = c.n_head, kvd = c.kv_dim(), d = c.n_embd;
+  const int64_t group = c.n_head / c.n_head_kv;
+  const int64_t total = pos0 + n;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  if (n >= 4) {
+    // Batched: per head S = Q K^T (OpenBLAS), causal softmax by row, O = P V.
+    s->scores.resize(static_cast<size_t>(n * total));
+    float* sc = s->scores.data();
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t g = h / group;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, total, hd, scale, q + h * hd, d,
+                  kc + g * hd, kvd, 0.0f, sc, total);
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = sc + i * total;
+        const int64_t len = pos0 + i + 1;
+        Softmax(row, len);
+        std::fill(row + len, row + total, 0.0f);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, total, 1.0f, sc, total,
+                  vc + g * hd, kvd, 0.0f, out + h * hd, d);
+    }
+    return;
+  }
+  // Decode: one task per head, plain loops.
+  auto task = [&](int64_t h, int) {
+    const int64_t g = h / group;
+    std::vector<float> sc(static_cast<size_t>(total));
+    for (int64_t i = 0; i < n; ++i) {
+      const float* qi = q + i * d + h * hd;
+      const int64_t len = pos0 + i + 1;
+      for (int64_t j = 0; j < len; ++j) sc[j] = Dot(qi, kc + j * kvd + g * hd, hd) * scale;
+      Softmax(sc.data(), len);
+      float* o = out + i * d + h * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t j = 0; j < len; ++j) {
+        const float p = sc[j];
+        const float* vj = vc + j * kvd + g * hd;
+        for (int64_t e = 0; e < hd; ++e) o[e] += p * vj[e];
+      }
+    }
+  };
+  if (pool != nullptr && pool->num_threads() > 1) {
+    pool->ParallelFor(nh, task);
+  } else {
+    for (int64_t h = 0; h < nh; ++h) task(h, 0);
+  }
+}
+
+}  // namespace
+
+void BlockScratch::Reserve(const LlamaConfig& c, int64_t n, int64_t total_len) {
+  const auto nd = static_cast<size_t>(n * c.n_embd);
+  const auto nkv = static_cast<size_t>(n * c.kv_dim());
+  const auto nff = static_cast<size_t>(n * c.n_ff);
+  attn_in.resize(nd);
+  q.resize(nd);
+  k.resize(nkv);
+  v.resize(nkv);
+  att.resize(nd);
+  hidden.resize(nd);
+  ffn_in.resize(nd);
+  gate.resize(nff);
+  up.resize(nff);
+  act.resize(nff);
+  (void)total_len;
+}
+
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    double ss = 0.0;
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+    float* o = out + r * d;
+    for (int64_t i = 0; i < d; ++i) o[i] = (xr[i] * scale) * w[i];
+  }
+}
+
+void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> tokens, float* x) {
+  const float* e = w.token_embd.data_as<float>();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::memcpy(x + i * n_embd, e + static_cast<int64_t>(tokens[i]) * n_embd,
+                sizeof(float) * n_embd);
+  }
+}
+
+void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
+              float* kc, float* vc, BlockScratch* s, ThreadPool* pool) {
+  const int64_t d = c.n_embd, kvd = c.kv_dim();
+  s->Reserve(c, n, pos0 + n);
+  RmsNorm(x, n, d, b.attn_norm.data(), c.rms_eps, s->attn_in.data());
+  b.at(LinearSlot::kQ).Forward(s->attn_in.data(), n, s->q.data(), pool);
+  b.at(LinearSlot::kK).Forward(s->attn_in.data(), n, s->k.data(), pool);
+  b.at(LinearSlot::kV).Forward(s->attn_in.data(), n, s->v.data(), pool);
+  Rope(s->q.data(), n, c.n_head, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
+  Rope(s->k.data(), n, c.n_head_kv, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
+  std::memcpy(kc + pos0 * kvd, s->k.data(), sizeof(float) * n * kvd);
+  std::memcpy(vc + pos0 * kvd, s->v.data(), sizeof(float) * n * kvd);
+  Attention(c, s->q.data(), kc, vc, n, pos0, s->att.data(), s, pool);
+  // hidden = x + Wo att
+  Epilogue res;
+  res.residual = x;
+  b.at(LinearSlot::kO).Forward(s->att.data(), n, 0, s->hidden.data(), 0, res, pool);
+  RmsNorm(s->hidden.data(), n, d, b.ffn_norm.data(), c.rms_eps, s->ffn_in.data());
+  Epilogue silu;
+  silu.act = Activation::kSilu;
+  b.at(LinearSlot::kGate).Forward(s->ffn_in.data(), n, 0, s->gate.data(), 0, silu, pool);
+  b.at(LinearSlot::kUp).Forward(s->ffn_in.data(), n, s->up.data(), pool);
+  const size_t nff = static_cast<size_t>(n * c.n_ff);
+  for (size_t i = 0; i < nff; ++i) s->act[i] = s->gate[i] * s->up[i];
+  // x = hidden + Wdown act
+  Epilogue res2;
+  res2.residual = s->hidden.data();
+  b.at(LinearSlot::kDown).Forward(s->act.data(), n, 0, x, 0, res2, pool);
+}
+
+Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, float* logits,
+                           bool all_logits, ThreadPool* pool) const {
+  const LlamaConfig& c = impl_->config;
+  const LlamaWeights& w = impl_->weights;
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return InvalidInput("forward: no tokens");
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab) {
+      return InvalidInput("forward: token " + std::to_string(i) + " has id " +
+                          std::to_string(tokens[i]) + " outside the vocabulary [0, " +
+                          std::to_string(c.n_vocab) + ")");
+    }
+  }
+  const int64_t pos0 = cache->length();
+  if (pos0 + n > cache->capacity()) {
+    return InvalidInput("forward: " + std::to_string(pos0 + n) +
+                        " positions exceed the KV cache capacity " +
+                        std::to_string(cache->capacity()));
+  }
+  const int64_t d = c.n_embd;
+  std::vector<float> x(static_cast<size_t>(n * d));
+  Embed(w, d, tokens, x.data());
+  BlockScratch s;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    RunBlock(c, w.blocks[l], x.data(), n, pos0, cache->k(l), cache->v(l), &s, pool);
+  }
+  cache->set_length(pos0 + n);
+  if (logits == nullptr) return Status::Ok();
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  std::vector<float> xn(static_cast<size_t>(rows * d));
+  RmsNorm(x.data() + first * d, rows, d, w.output_norm.data(), c.rms_eps, xn.data());
+  w.output.Forward(xn.data(), rows, logits, pool);
+  return Status::Ok();
+}
+
+Result<KvCache> KvCache::Create(const LlamaConfig& c, int64_t capacity) {
+  if (capacity <= 0 || capacity > (int64_t{1} << 20)) {
+    return InvalidInput("KV cache capacity " + std::to_string(capacity) + " out of range");
+  }
+  const int64_t per_layer = capacity * c.kv_dim();
+  if (per_layer * c.n_layer > (int64_t{1} << 32)) {
+    return InvalidInput("KV cache of " + std::to_string(capacity) + " positions is too large");
+  }
+  KvCache kv;
+  kv.capacity_ = capacity;
+  kv.layer_stride_ = per_layer;
+  kv.k_.assign(static_cast<size_t>(per_layer * c.n_layer), 0.0f);
+  kv.v_.assign(static_cast<size_t>(per_layer * c.n_layer), 0.0f);
+  return kv;
+}
+
+}  // namespace sparq

@@ -1,0 +1,37 @@
+// Internals of the Llama runtime shared by loading, forward, calibration and checkpoint code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sparq/model.h"
+
+namespace sparq {
+
+struct LlamaModel::Impl {
+  LlamaConfig config;
+  LlamaWeights weights;
+  Tokenizer tokenizer;
+  std::string source;
+};
+
+// Per-call buffers of one block over n tokens. After RunBlock they hold that block's linear-layer
+// inputs, which calibration reads: attn_in (q/k/v input), att (attn_output input), ffn_in
+// (gate/up input), act (ffn_down input).
+struct BlockScratch {
+  std::vector<float> attn_in, q, k, v, att, hidden, ffn_in, gate, up, act, scores;
+  void Reserve(const LlamaConfig& c, int64_t n, int64_t total_len);
+};
+
+// One transformer block over x [n, n_embd] (in place) at positions pos0 .. pos0+n-1. kc / vc are
+// this layer's cache rows [>= pos0 + n, kv_dim]; rows < pos0 must hold the earlier keys/values.
+void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
+              float* kc, float* vc, BlockScratch* s, ThreadPool* pool);
+
+// out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * w, for n rows of d.
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out);
+
+// Embedding rows of `tokens` into x [n, n_embd] (ids already checked).
+void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> tokens, float* x);
+
+}  // namespace sparq

@@ -1,0 +1,177 @@
+// LlamaModel construction: from GGUF (dequantized to f32 = the dense model), from parts, and the
+// Load() dispatcher. .sparq checkpoints: llama_checkpoint.cc.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "sparq/format.h"
+#include "sparq/gguf.h"
+#include "src/model/llama_internal.h"
+
+namespace sparq {
+
+LlamaModel::LlamaModel() = default;
+LlamaModel::~LlamaModel() = default;
+LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
+LlamaModel& LlamaModel::operator=(LlamaModel&&) noexcept = default;
+
+const LlamaConfig& LlamaModel::config() const { return impl_->config; }
+const Tokenizer& LlamaModel::tokenizer() const { return impl_->tokenizer; }
+const LlamaWeights& LlamaModel::weights() const { return impl_->weights; }
+LlamaWeights& LlamaModel::mutable_weights() { return impl_->weights; }
+const std::string& LlamaModel::source() const { return impl_->source; }
+
+uint64_t LlamaModel::block_linear_bytes() const {
+  uint64_t total = 0;
+  for (const LlamaBlock& b : impl_->weights.blocks) {
+    for (const LinearWeight& lw : b.linear) total += lw.weight_bytes();
+  }
+  return total;
+}
+
+uint64_t LlamaModel::weight_bytes() const {
+  const LlamaWeights& w = impl_->weights;
+  uint64_t total = block_linear_bytes() + w.output.weight_bytes() + w.token_embd.nbytes() +
+                   w.output_norm.size() * sizeof(float);
+  for (const LlamaBlock& b : w.blocks) {
+    total += (b.attn_norm.size() + b.ffn_norm.size()) * sizeof(float);
+  }
+  return total;
+}
+
+namespace {
+
+// Reads a GGUF tensor as f32 with the expected row-major shape.
+Result<Tensor> ReadChecked(const GgufFile& f, const std::string& name,
+                           const std::vector<int64_t>& shape) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return InvalidInput(f.path() + ": missing tensor '" + name + "'");
+  if (t->shape() != shape) {
+    std::string want, got;
+    for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    for (int64_t d : t->shape()) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    return InvalidInput(f.path() + ": tensor '" + name + "' has shape [" + got +
+                        "], the configuration needs [" + want + "]");
+  }
+  SPARQ_ASSIGN_OR_RETURN(Tensor x, f.ReadF32(*t));
+  const float* p = x.data_as<float>();
+  for (uint64_t i = 0; i < x.numel(); ++i) {
+    if (!std::isfinite(p[i])) {
+      return InvalidInput(f.path() + ": tensor '" + name + "' has a non-finite value at element " +
+                          std::to_string(i));
+    }
+  }
+  return x;
+}
+
+std::vector<float> ToVector(const Tensor& t) {
+  const float* p = t.data_as<float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+Result<LinearWeight> DenseLinear(Tensor values, const std::string& name) {
+  DenseMatrix dm;
+  dm.rows = values.dim(0);
+  dm.cols = values.dim(1);
+  dm.values = std::move(values);
+  return LinearWeight::FromMatrix(SparseMatrix(std::move(dm)), name);
+}
+
+}  // namespace
+
+Result<LlamaModel> LlamaModel::FromParts(LlamaConfig config, LlamaWeights weights,
+                                         Tokenizer tokenizer, const std::string& what) {
+  SPARQ_RETURN_IF_ERROR(config.Validate(what));
+  if (static_cast<int64_t>(weights.blocks.size()) != config.n_layer) {
+    return InvalidInput(what + ": " + std::to_string(weights.blocks.size()) + " blocks for " +
+                        std::to_string(config.n_layer) + " layers");
+  }
+  if (weights.token_embd.dtype() != DType::kF32 || weights.token_embd.rank() != 2 ||
+      weights.token_embd.dim(0) != config.n_vocab || weights.token_embd.dim(1) != config.n_embd) {
+    return InvalidInput(what + ": token embedding is " + weights.token_embd.ShapeString() +
+                        ", expected f32[" + std::to_string(config.n_vocab) + ", " +
+                        std::to_string(config.n_embd) + "]");
+  }
+  if (static_cast<int64_t>(weights.output_norm.size()) != config.n_embd ||
+      weights.output.rows() != config.n_vocab || weights.output.cols() != config.n_embd) {
+    return InvalidInput(what + ": output norm or head does not match the configuration");
+  }
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    const LlamaBlock& b = weights.blocks[l];
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    if (static_cast<int64_t>(b.attn_norm.size()) != config.n_embd ||
+        static_cast<int64_t>(b.ffn_norm.size()) != config.n_embd) {
+      return InvalidInput(what + ": " + blk + " norm weights do not have n_embd elements");
+    }
+    for (int s = 0; s < kNumSlots; ++s) {
+      const auto [m, k] = SlotShape(config, static_cast<LinearSlot>(s));
+      if (b.linear[s].rows() != m || b.linear[s].cols() != k) {
+        return InvalidInput(what + ": " + blk + std::string(SlotName(static_cast<LinearSlot>(s))) +
+                            ".weight is [" + std::to_string(b.linear[s].rows()) + ", " +
+                            std::to_string(b.linear[s].cols()) + "], expected [" +
+                            std::to_string(m) + ", " + std::to_string(k) + "]");
+      }
+    }
+  }
+  if (tokenizer.vocab_size() > config.n_vocab) {
+    return InvalidInput(what + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                        " tokens, the model only " + std::to_string(config.n_vocab));
+  }
+  LlamaModel model;
+  model.impl_ = std::make_unique<Impl>();
+  model.impl_->config = config;
+  model.impl_->weights = std::move(weights);
+  model.impl_->tokenizer = std::move(tokenizer);
+  model.impl_->source = what;
+  return model;
+}
+
+Result<LlamaModel> LlamaModel::FromGguf(const std::string& path) {
+  SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  SPARQ_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfig::FromGguf(f));
+  SPARQ_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromGguf(f));
+  LlamaWeights w;
+  SPARQ_ASSIGN_OR_RETURN(w.token_embd, ReadChecked(f, "token_embd.weight", {c.n_vocab, c.n_embd}));
+  SPARQ_ASSIGN_OR_RETURN(Tensor onorm, ReadChecked(f, "output_norm.weight", {c.n_embd}));
+  w.output_norm = ToVector(onorm);
+  if (c.tied_output) {
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinear(w.token_embd.Clone(), "output.weight"));
+  } else {
+    SPARQ_ASSIGN_OR_RETURN(Tensor out, ReadChecked(f, "output.weight", {c.n_vocab, c.n_embd}));
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinear(std::move(out), "output.weight"));
+  }
+  w.blocks.resize(c.n_layer);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    LlamaBlock& b = w.blocks[l];
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    SPARQ_ASSIGN_OR_RETURN(Tensor an, ReadChecked(f, blk + "attn_norm.weight", {c.n_embd}));
+    SPARQ_ASSIGN_OR_RETURN(Tensor fn, ReadChecked(f, blk + "ffn_norm.weight", {c.n_embd}));
+    b.attn_norm = ToVector(an);
+    b.ffn_norm = ToVector(fn);
+    for (int s = 0; s < kNumSlots; ++s) {
+      const auto slot = static_cast<LinearSlot>(s);
+      const auto [m, k] = SlotShape(c, slot);
+      const std::string name = blk + std::string(SlotName(slot)) + ".weight";
+      SPARQ_ASSIGN_OR_RETURN(Tensor t, ReadChecked(f, name, {m, k}));
+      SPARQ_ASSIGN_OR_RETURN(b.linear[s], DenseLinear(std::move(t), name));
+    }
+  }
+  return FromParts(c, std::move(w), std::move(tok), path);
+}
+
+Result<LlamaModel> LlamaModel::Load(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return IoError(path + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    return Unsupported(path + ": Hugging Face folders are not supported yet; convert to GGUF");
+  }
+  auto ends_with = [&](const char* suffix) {
+    const size_t n = std::strlen(suffix);
+    return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
+  };
+  if (ends_with(".sparq") || ends_with(".safetensors")) return FromSparq(path);
+  return FromGguf(path);
+}
+
+}  // namespace sparq

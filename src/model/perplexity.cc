@@ -1,0 +1,74 @@
+// Perplexity over non-overlapping windows, and text-file reading for eval/calibration.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "sparq/model.h"
+#include "src/model/unicode.h"
+
+namespace sparq {
+
+int32_t Argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int32_t> tokens,
+                                    int64_t ctx, ThreadPool* pool,
+                                    const std::function<void(int64_t, int64_t)>& progress) {
+  if (ctx < 2) return InvalidInput("perplexity: --ctx must be at least 2");
+  const auto total = static_cast<int64_t>(tokens.size());
+  if (total < 2) return InvalidInput("perplexity: the text has fewer than 2 tokens");
+  const int64_t vocab = model.config().n_vocab;
+  int64_t windows = total / ctx + (total % ctx >= 2 ? 1 : 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  SPARQ_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model.config(), ctx));
+  std::vector<float> logits(static_cast<size_t>(ctx * vocab));
+  double nll = 0.0;
+  int64_t predicted = 0;
+  for (int64_t w = 0; w < windows; ++w) {
+    const int64_t begin = w * ctx;
+    const int64_t len = std::min(ctx, total - begin);
+    cache.Clear();
+    SPARQ_RETURN_IF_ERROR(
+        model.Forward(tokens.subspan(begin, len), &cache, logits.data(), true, pool));
+    for (int64_t i = 0; i + 1 < len; ++i) {
+      const float* row = logits.data() + i * vocab;
+      float mx = row[0];
+      for (int64_t j = 1; j < vocab; ++j) mx = std::max(mx, row[j]);
+      double sum = 0.0;
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
+      nll += std::log(sum) + mx - row[tokens[begin + i + 1]];
+      ++predicted;
+    }
+    if (progress) progress(w + 1, windows);
+  }
+  PerplexityResult r;
+  r.mean_nll = nll / static_cast<double>(predicted);
+  r.perplexity = std::exp(r.mean_nll);
+  r.tokens = predicted;
+  r.windows = windows;
+  r.ctx = ctx;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+Result<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return IoError(path + ": read failed");
+  std::string text = ss.str();
+  if (text.empty()) return InvalidInput(path + ": the text file is empty");
+  std::vector<uint32_t> cps;
+  std::vector<size_t> offs;
+  SPARQ_RETURN_IF_ERROR(unicode::DecodeUtf8(text, path, &cps, &offs));
+  return text;
+}
+
+}  // namespace sparq

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Reference data for tests/model: an independent NumPy Llama forward pass over the SmolLM2 GGUF.
+
+    pip install gguf numpy tokenizers
+    python3 tests/model/make_reference.py [MODEL.gguf] > tests/model/data/smollm2_reference.json
+
+Independent of sparq: weights are read and dequantized by the `gguf` package (the reader
+llama.cpp publishes), token ids come from Hugging Face `tokenizers` built from the GGUF vocabulary
+with SmolLM2's pre-tokenizer (individual digits + byte-level), and the forward pass below follows
+llama.cpp's LLM_ARCH_LLAMA graph (RMSNorm, NORM rope on adjacent pairs, GQA, SwiGLU, tied head)
+in float64.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+PROMPTS = [
+    "The capital of France is",
+    " = Valkyria Chronicles III = \n\n Senjō no Valkyria 3 : Unrecorded Chronicles ( Japanese : "
+    "戦場のヴァルキュリア3 , lit . Valkyria of the Battlefield 3 ) , commonly referred to as 1,234.5",
+]
+TOP = 16
+
+
+def field(r, key):
+    return r.fields[key].contents()
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
+        "SmolLM2-135M-Instruct.Q4_1.gguf")
+    r = GGUFReader(path)
+    tensors = {t.name: t for t in r.tensors}
+
+    def W(name):
+        t = tensors[name]
+        a = dequantize(t.data, t.tensor_type).astype(np.float64)
+        return a.reshape([int(x) for x in reversed(t.shape)])  # row-major [m, k]
+
+    n_layer = field(r, "llama.block_count")
+    d = field(r, "llama.embedding_length")
+    nh = field(r, "llama.attention.head_count")
+    nkv = field(r, "llama.attention.head_count_kv")
+    theta = field(r, "llama.rope.freq_base")
+    eps = field(r, "llama.attention.layer_norm_rms_epsilon")
+    hd = d // nh
+
+    toks = field(r, "tokenizer.ggml.tokens")
+    vocab = {t: i for i, t in reversed(list(enumerate(toks)))}
+    merges = [tuple(m.split(" ", 1)) for m in field(r, "tokenizer.ggml.merges")]
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+
+    emb = W("token_embd.weight")
+    blocks = []
+    for l in range(n_layer):
+        p = f"blk.{l}."
+        blocks.append({k: W(p + k + ".weight") for k in [
+            "attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
+            "ffn_up", "ffn_down"]})
+    out_norm = W("output_norm.weight")
+
+    def rms(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+    def rope(x, heads):  # x [n, heads*hd], adjacent pairs
+        n = x.shape[0]
+        x = x.reshape(n, heads, hd // 2, 2)
+        pos = np.arange(n)[:, None]
+        ang = pos * theta ** (-2.0 * np.arange(hd // 2) / hd)
+        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        x0, x1 = x[..., 0], x[..., 1]
+        return np.stack([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1).reshape(n, heads * hd)
+
+    cases = []
+    for text in PROMPTS:
+        ids = tk.encode(text, add_special_tokens=False).ids
+        x = emb[ids]
+        n = len(ids)
+        mask = np.triu(np.full((n, n), -np.inf), 1)
+        for b in blocks:
+            h = rms(x, b["attn_norm"])
+            q = rope(h @ b["attn_q"].T, nh).reshape(n, nh, hd)
+            k = rope(h @ b["attn_k"].T, nkv).reshape(n, nkv, hd)
+            v = (h @ b["attn_v"].T).reshape(n, nkv, hd)
+            att = np.zeros((n, nh, hd))
+            for i in range(nh):
+                g = i // (nh // nkv)
+                s = q[:, i, :] @ k[:, g, :].T / np.sqrt(hd) + mask
+                s = np.exp(s - s.max(axis=1, keepdims=True))
+                s /= s.sum(axis=1, keepdims=True)
+                att[:, i, :] = s @ v[:, g, :]
+            x = x + att.reshape(n, d) @ b["attn_output"].T
+            h = rms(x, b["ffn_norm"])
+            g = h @ b["ffn_gate"].T
+            x = x + ((g / (1 + np.exp(-g))) * (h @ b["ffn_up"].T)) @ b["ffn_down"].T
+        logits = rms(x, out_norm) @ emb.T
+        rows = []
+        for i in range(n):
+            top = np.argsort(-logits[i], kind="stable")[:TOP]
+            lse = float(np.log(np.sum(np.exp(logits[i] - logits[i].max()))) + logits[i].max())
+            rows.append({"top_ids": [int(t) for t in top],
+                         "top_logits": [float(logits[i][t]) for t in top], "logsumexp": lse})
+        cases.append({"text": text, "ids": [int(t) for t in ids], "positions": rows})
+    json.dump({"model": os.path.basename(path), "cases": cases}, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
