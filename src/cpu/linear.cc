@@ -1,0 +1,52 @@
+// LinearWeight: pack once (spmm_pack.cc), then run the registry's kernel for each call.
+#include "sparq/linear.h"
+
+#include "src/cpu/spmm.h"
+
+namespace sparq {
+
+struct LinearWeight::Impl {
+  cpu::PackedWeight packed;
+  std::string name;
+};
+
+LinearWeight::LinearWeight() = default;
+LinearWeight::~LinearWeight() = default;
+LinearWeight::LinearWeight(LinearWeight&&) noexcept = default;
+LinearWeight& LinearWeight::operator=(LinearWeight&&) noexcept = default;
+
+Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const std::string& name) {
+  // Pack validates every part it reads (shapes, dtypes, index ranges, N:M metadata).
+  SPARQ_ASSIGN_OR_RETURN(cpu::PackedWeight packed, cpu::Pack(matrix, name));
+  LinearWeight lw;
+  lw.impl_ = std::make_unique<Impl>();
+  lw.impl_->packed = std::move(packed);
+  lw.impl_->name = name;
+  return lw;
+}
+
+int64_t LinearWeight::rows() const { return impl_ ? impl_->packed.rows : 0; }
+int64_t LinearWeight::cols() const { return impl_ ? impl_->packed.cols : 0; }
+uint64_t LinearWeight::weight_bytes() const { return impl_ ? impl_->packed.weight_bytes : 0; }
+
+std::string LinearWeight::kernel_name(int64_t n) const {
+  if (!impl_) return "none";
+  return std::string(cpu::ChooseKernel(impl_->packed, n).name) + "(" + impl_->packed.source + ")";
+}
+
+void LinearWeight::Forward(const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
+                           const Epilogue& ep, ThreadPool* pool) const {
+  if (!impl_ || n <= 0) return;
+  const cpu::PackedWeight& w = impl_->packed;
+  cpu::SpmmArgs a;
+  a.x = x;
+  a.n = n;
+  a.ldx = ldx > 0 ? ldx : w.cols;
+  a.y = y;
+  a.ldy = ldy > 0 ? ldy : w.rows;
+  a.ep = ep;
+  SPARQ_DCHECK(a.ldx >= w.cols && a.ldy >= w.rows);
+  cpu::ChooseKernel(w, n).run(w, a, pool);
+}
+
+}  // namespace sparq

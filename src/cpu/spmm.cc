@@ -1,0 +1,332 @@
+// Dispatch, threading and data staging of the sparse x dense kernels (bodies in spmm-inl.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/cpu/spmm.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "src/cpu/spmm-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparq::cpu::HWY_NAMESPACE {
+
+void NmDecodeT(const NmWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
+               float* raw) {
+  NmDecode(*w, xpad, n, r0, r1, raw);
+}
+void ScgDecodeT(const ScgWeight* w, const float* x, int64_t ldx, int64_t n, int64_t g0,
+                int64_t g1, float* raw) {
+  ScgDecode(*w, x, ldx, n, g0, g1, raw);
+}
+void NmTiledT(const NmWeight* w, int64_t r0, int64_t r1, const float* xt, int64_t c0,
+              int64_t c1, float* scratch) {
+  NmTiled(*w, r0, r1, xt, c0, c1, scratch);
+}
+void ScgTiledT(const ScgWeight* w, int64_t g0, int64_t g1, const float* xt, int64_t kc0,
+               int64_t kc1, int64_t* cursor, float* scratch) {
+  ScgTiled(*w, g0, g1, xt, kc0, kc1, cursor, scratch);
+}
+int64_t TileWidthT(int g) { return TileWidth(g); }
+const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace sparq::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "sparq/checked.h"
+
+namespace sparq::cpu {
+
+HWY_EXPORT(NmDecodeT);
+HWY_EXPORT(ScgDecodeT);
+HWY_EXPORT(NmTiledT);
+HWY_EXPORT(ScgTiledT);
+HWY_EXPORT(TileWidthT);
+HWY_EXPORT(TargetNameT);
+
+namespace {
+
+// Up to this many tokens the decode (gather) kernels run; above, the tiled (X^T) kernels.
+// The gather kernels stream the weights once but gather X once per token; the tiled ones pay a
+// transpose of X but one FMA per kept weight covers a whole vector of tokens.
+constexpr int64_t kDecodeMaxN = 1;
+// Fewest multiply-adds per task: below, thread hand-off costs more than it saves.
+constexpr int64_t kMinTaskWork = 1 << 16;
+// Most tasks per call: enough to balance 2..8 threads, few enough to keep per-task setup small.
+constexpr int64_t kMaxTasks = 64;
+// Bytes of the X^T slice of one k block: it should stay in L1 (48 KiB here) with room for weights.
+constexpr int64_t kXtBlockBytes = 32 * 1024;
+
+// Per-thread reusable buffers (calls on one LinearWeight may run concurrently from many threads,
+// so buffers belong to threads, not to the weight).
+float* ThreadBuffer(int slot, size_t floats) {
+  thread_local std::vector<float> bufs[3];
+  auto& b = bufs[slot];
+  if (b.size() < floats) b.resize(floats);
+  return b.data();
+}
+
+// Splits [0, units) into tasks balanced by cost prefix `cum` (cum[i] = cost of units < i).
+std::vector<int64_t> SplitTasks(const std::vector<int64_t>& cum, int64_t n) {
+  const int64_t units = static_cast<int64_t>(cum.size()) - 1;
+  const int64_t total = cum.back();
+  int64_t tasks = std::clamp<int64_t>(total * std::max<int64_t>(n, 1) / kMinTaskWork, 1, kMaxTasks);
+  tasks = std::min(tasks, std::max<int64_t>(units, 1));
+  std::vector<int64_t> bounds{0};
+  int64_t u = 0;
+  for (int64_t t = 1; t < tasks; ++t) {
+    const int64_t target = total * t / tasks;
+    while (u < units && cum[u] < target) ++u;
+    if (u > bounds.back()) bounds.push_back(u);
+  }
+  if (units > bounds.back() || bounds.size() == 1) bounds.push_back(units);
+  return bounds;
+}
+
+void ParallelTasks(ThreadPool* pool, int64_t tasks, const std::function<void(int64_t, int)>& fn) {
+  if (pool == nullptr || pool->num_threads() == 1) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t, 0);
+  } else {
+    pool->ParallelFor(tasks, fn);
+  }
+}
+
+std::vector<int64_t> RowCost(const PackedWeight& w) {
+  if (w.kind == PackedKind::kNm) {
+    std::vector<int64_t> cum(w.rows + 1);
+    for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * w.nm.chunks * kNmChunk;
+    return cum;
+  }
+  const ScgWeight& s = w.scg;
+  std::vector<int64_t> cum(s.groups() + 1);
+  // Each group costs its columns times g, plus a little per row (setup and write-out).
+  for (int64_t i = 0; i <= s.groups(); ++i) cum[i] = s.group_ptr[i] * s.g + s.group_row[i] * 8;
+  return cum;
+}
+
+// Writes raw sums [n][r1 - r0] (row-major over the task's rows) to Y with the epilogue.
+void WriteRaw(const float* raw, int64_t n, int64_t r0, int64_t r1, const SpmmArgs& a,
+              int64_t m) {
+  const int64_t rows = r1 - r0;
+  for (int64_t t = 0; t < n; ++t) {
+    float* y = a.y + t * a.ldy;
+    for (int64_t r = r0; r < r1; ++r) y[r] = ApplyEpilogue(raw[t * rows + r - r0], t, r, m, a.ep);
+  }
+}
+
+void RunDenseBlas(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool) {
+  const int threads = pool ? pool->num_threads() : 1;
+  openblas_set_num_threads(threads);  // process-global: the last caller's count wins
+  const float* wd = w.dense.data_as<float>();
+  if (w.rows > 0 && a.n > 0) {
+    if (w.cols == 0) {
+      for (int64_t t = 0; t < a.n; ++t) std::fill(a.y + t * a.ldy, a.y + t * a.ldy + w.rows, 0.0f);
+    } else if (a.n == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, w.rows, w.cols, 1.0f, wd, w.cols, a.x, 1, 0.0f,
+                  a.y, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.n, w.rows, w.cols, 1.0f, a.x, a.ldx,
+                  wd, w.cols, 0.0f, a.y, a.ldy);
+    }
+  }
+  if (a.ep.bias || a.ep.residual || a.ep.act != Activation::kNone) {
+    for (int64_t t = 0; t < a.n; ++t) {
+      for (int64_t r = 0; r < w.rows; ++r) {
+        a.y[t * a.ldy + r] = ApplyEpilogue(a.y[t * a.ldy + r], t, r, w.rows, a.ep);
+      }
+    }
+  }
+}
+
+void RunNmDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const NmWeight& w = pw.nm;
+  float* xpad = ThreadBuffer(0, a.n * w.k_pad);
+  for (int64_t t = 0; t < a.n; ++t) {
+    std::memcpy(xpad + t * w.k_pad, a.x + t * a.ldx, w.cols * sizeof(float));
+    std::fill(xpad + t * w.k_pad + w.cols, xpad + (t + 1) * w.k_pad, 0.0f);
+  }
+  const auto bounds = SplitTasks(RowCost(pw), a.n);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    const int64_t r0 = bounds[task], r1 = bounds[task + 1];
+    float* raw = ThreadBuffer(1, a.n * (r1 - r0));
+    HWY_DYNAMIC_DISPATCH(NmDecodeT)(&w, xpad, a.n, r0, r1, raw);
+    WriteRaw(raw, a.n, r0, r1, a, w.rows);
+  });
+}
+
+void RunScgDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const ScgWeight& w = pw.scg;
+  const float* x = a.x;
+  int64_t ldx = a.ldx;
+  if (w.implicit_cols) {  // dense bf16: each x repeated 4 times, matching the [col][4] values
+    float* xrep = ThreadBuffer(0, a.n * w.cols * 4);
+    for (int64_t t = 0; t < a.n; ++t) {
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const float v = a.x[t * a.ldx + c];
+        float* d = xrep + (t * w.cols + c) * 4;
+        d[0] = d[1] = d[2] = d[3] = v;
+      }
+    }
+    x = xrep;
+    ldx = w.cols * 4;
+  }
+  const auto bounds = SplitTasks(RowCost(pw), a.n);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    const int64_t g0 = bounds[task], g1 = bounds[task + 1];
+    const int64_t r0 = w.group_row[g0], r1 = w.group_row[g1];
+    float* raw = ThreadBuffer(1, a.n * (r1 - r0));
+    HWY_DYNAMIC_DISPATCH(ScgDecodeT)(&w, x, ldx, a.n, g0, g1, raw);
+    WriteRaw(raw, a.n, r0, r1, a, w.rows);
+  });
+}
+
+// X^T tiles: xt[tile][c][j] = X[tile * nt + j][c] (zero for padded tokens and c >= cols).
+float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, ThreadPool* pool) {
+  const int64_t tiles = CeilDiv(a.n, nt);
+  float* xt = ThreadBuffer(0, tiles * k_rows * nt);
+  constexpr int64_t kCb = 64;  // columns per transpose block (cache friendly both ways)
+  const int64_t cblocks = CeilDiv(k_rows, kCb);
+  ParallelTasks(pool, tiles * cblocks, [&](int64_t task, int) {
+    const int64_t tile = task / cblocks, c0 = (task % cblocks) * kCb;
+    const int64_t c1 = std::min(k_rows, c0 + kCb);
+    float* dst = xt + tile * k_rows * nt;
+    for (int64_t c = c0; c < c1; ++c) std::fill(dst + c * nt, dst + (c + 1) * nt, 0.0f);
+    const int64_t cx = std::min(c1, cols);
+    for (int64_t j = 0; j < nt && tile * nt + j < a.n; ++j) {
+      const float* src = a.x + (tile * nt + j) * a.ldx;
+      for (int64_t c = c0; c < cx; ++c) dst[c * nt + j] = src[c];
+    }
+  });
+  return xt;
+}
+
+void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const NmWeight& w = pw.nm;
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(1);  // N:M rows are groups of one
+  const float* xt = BuildXt(a, w.cols, w.k_pad, nt, pool);
+  const int64_t chunk_cols = (kNmChunk / w.n) * w.m;
+  const int64_t kb_chunks = std::max<int64_t>(1, kXtBlockBytes / (nt * 4) / chunk_cols);
+  const auto bounds = SplitTasks(RowCost(pw), a.n);
+  const int64_t tiles = CeilDiv(a.n, nt);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    const int64_t r0 = bounds[task], r1 = bounds[task + 1];
+    float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const float* xtt = xt + tile * w.k_pad * nt;
+      for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
+        HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, r0, r1, xtt, c0, std::min(w.chunks, c0 + kb_chunks),
+                                       scratch);
+      }
+      const int64_t t1 = std::min(a.n, (tile + 1) * nt);
+      for (int64_t t = tile * nt; t < t1; ++t) {
+        float* y = a.y + t * a.ldy;
+        for (int64_t r = r0; r < r1; ++r) {
+          y[r] = ApplyEpilogue(scratch[(r - r0) * nt + t - tile * nt], t, r, w.rows, a.ep);
+        }
+      }
+    }
+  });
+}
+
+void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const ScgWeight& w = pw.scg;
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g);
+  const float* xt = BuildXt(a, w.cols, w.cols, nt, pool);
+  const int64_t kb = std::max<int64_t>(16, kXtBlockBytes / (nt * 4));
+  const auto bounds = SplitTasks(RowCost(pw), a.n);
+  const int64_t tiles = CeilDiv(a.n, nt);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    const int64_t g0 = bounds[task], g1 = bounds[task + 1];
+    float* scratch = ThreadBuffer(1, (g1 - g0) * w.g * nt);
+    int64_t* cursor = reinterpret_cast<int64_t*>(ThreadBuffer(2, (g1 - g0) * 2));
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const float* xtt = xt + tile * w.cols * nt;
+      for (int64_t kc0 = 0; kc0 == 0 || kc0 < w.cols; kc0 += kb) {
+        HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, g0, g1, xtt, kc0, std::min(w.cols, kc0 + kb), cursor,
+                                        scratch);
+      }
+      const int64_t t1 = std::min(a.n, (tile + 1) * nt);
+      for (int64_t gi = g0; gi < g1; ++gi) {
+        const float* s = scratch + (gi - g0) * w.g * nt;
+        for (int64_t r = w.group_row[gi]; r < w.group_row[gi + 1]; ++r) {
+          const float* sr = s + (r - w.group_row[gi]) * nt - tile * nt;
+          for (int64_t t = tile * nt; t < t1; ++t) {
+            a.y[t * a.ldy + r] = ApplyEpilogue(sr[t], t, r, w.rows, a.ep);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+float ApplyEpilogue(float v, int64_t t, int64_t r, int64_t m, const Epilogue& ep) {
+  if (ep.bias) v += ep.bias[r];
+  switch (ep.act) {
+    case Activation::kNone: break;
+    case Activation::kRelu: v = v > 0.0f ? v : 0.0f; break;
+    case Activation::kGelu: v = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); break;
+    case Activation::kSilu: v = v / (1.0f + std::exp(-v)); break;
+  }
+  if (ep.residual) v += ep.residual[t * (ep.ld_residual ? ep.ld_residual : m) + r];
+  return v;
+}
+
+const std::vector<SpmmKernel>& SpmmRegistry() {
+  static const std::vector<SpmmKernel> kKernels = {
+      {"DenseF32Blas", PackedKind::kDenseF32, 0, INT64_MAX, false, RunDenseBlas},
+      {"SpmmNm_decode", PackedKind::kNm, 0, kDecodeMaxN, true, RunNmDecode},
+      {"SpmmNm_tiled", PackedKind::kNm, kDecodeMaxN + 1, INT64_MAX, true, RunNmTiled},
+      {"SpmmScg_decode", PackedKind::kScg, 0, kDecodeMaxN, true, RunScgDecode},
+      {"SpmmScg_tiled", PackedKind::kScg, kDecodeMaxN + 1, INT64_MAX, true, RunScgTiled},
+  };
+  return kKernels;
+}
+
+const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n) {
+  ApplyMaxIsaFromEnv();
+  for (const auto& k : SpmmRegistry()) {
+    if (k.kind == w.kind && n >= k.min_n && n <= k.max_n) return k;
+  }
+  return SpmmRegistry().front();  // unreachable: every kind has rows covering all n
+}
+
+std::string ApplyMaxIsaFromEnv() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("SPARQ_MAX_ISA");
+    if (!env || !*env) return;
+    const std::string s(env);
+    int64_t cap = 0;
+    if (s == "AVX3" || s == "AVX512") cap = HWY_AVX3;
+    if (s == "AVX2") cap = HWY_AVX2;
+    if (s == "SSE4") cap = HWY_SSE4;
+    if (s == "SSSE3") cap = HWY_SSSE3;
+    if (s == "EMU128" || s == "SCALAR") cap = HWY_EMU128 | HWY_SCALAR;
+    if (cap == 0) {
+      std::fprintf(stderr, "sparq: SPARQ_MAX_ISA=%s not recognised (AVX3, AVX2, SSE4, SSSE3, SCALAR)\n",
+                   env);
+      return;
+    }
+    const int64_t lowest = cap & -cap;
+    int64_t allowed = 0;
+    for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+      if (t >= lowest) allowed |= t;
+    }
+    if (allowed) hwy::SetSupportedTargetsForTest(allowed);
+  });
+  std::string out;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) out += std::string(hwy::TargetName(t)) + " ";
+  return out + "(running " + HWY_DYNAMIC_DISPATCH(TargetNameT)() + ")";
+}
+
+}  // namespace sparq::cpu
+#endif  // HWY_ONCE

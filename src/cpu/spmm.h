@@ -1,0 +1,54 @@
+// Sparse (and dense) weight x dense activation products: the kernel registry.
+//
+//   Y[t, r] = epilogue( sum_c X[t, c] * W[r, c] )     t < n tokens, r < m = rows, c < k = cols
+//
+// X, Y are f32 row-major with leading dimensions ldx >= k, ldy >= m. W is a PackedWeight
+// (spmm_packed.h). One table of kernels (SpmmRegistry) feeds dispatch (ChooseKernel), the tests
+// and the benchmarks. Every SIMD kernel is compiled for all Highway targets and dispatched at run
+// time (SPARQ_MAX_ISA caps the target: "AVX3", "AVX2", "SSE4", "SSSE3", "EMU128"/"SCALAR").
+// Threads: each kernel splits the rows into a fixed set of tasks (balanced by stored weights, not
+// dependent on the thread count) and every output element is summed by one task in a fixed order,
+// so results are bitwise identical for any number of threads and for repeated calls.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparq/linear.h"
+#include "sparq/thread_pool.h"
+#include "src/cpu/spmm_packed.h"
+
+namespace sparq::cpu {
+
+struct SpmmArgs {
+  const float* x = nullptr;
+  int64_t n = 0, ldx = 0;  // ldx >= cols
+  float* y = nullptr;
+  int64_t ldy = 0;         // ldy >= rows
+  Epilogue ep;
+};
+
+struct SpmmKernel {
+  const char* name;  // "SpmmNm_decode", ...
+  PackedKind kind;
+  // Smallest / largest n the dispatcher picks this kernel for (every kernel is correct for all n).
+  int64_t min_n, max_n;
+  bool simd;  // runs through Highway dispatch (tests run it for every compiled target)
+  void (*run)(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
+};
+
+// All kernels; dispatch picks the first row whose kind matches and whose [min_n, max_n] holds n.
+const std::vector<SpmmKernel>& SpmmRegistry();
+const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n);
+
+// The plain reference: loops over the packed layout, sums in double. For tests and as a fallback.
+void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
+
+// Applies bias, activation and residual to a raw sum (scalar; shared by every kernel).
+float ApplyEpilogue(float v, int64_t t, int64_t r, int64_t m, const Epilogue& ep);
+
+// Applies SPARQ_MAX_ISA (once per process; idempotent). Returns the list of targets enabled.
+std::string ApplyMaxIsaFromEnv();
+
+}  // namespace sparq::cpu

@@ -1,0 +1,510 @@
+// Packing: validate a SparseMatrix part by part and re-lay it out for the kernels (spmm_packed.h).
+// Everything here reads data that may come from a file, so every index is checked before use and
+// every error names the tensor part and position.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sparq/checked.h"
+#include "src/cpu/spmm_packed.h"
+
+namespace sparq::cpu {
+namespace {
+
+std::string Pos(const std::string& name, const char* part, int64_t i) {
+  return name + "." + part + "[" + std::to_string(i) + "]";
+}
+
+Status CheckDims(const std::string& name, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) {
+    return InvalidInput(name + ": negative shape " + std::to_string(rows) + "x" +
+                        std::to_string(cols));
+  }
+  if (rows > (int64_t{1} << 40) || cols > (int64_t{1} << 31)) {
+    return InvalidInput(name + ": shape " + std::to_string(rows) + "x" + std::to_string(cols) +
+                        " too large");
+  }
+  return Status::Ok();
+}
+
+Status CheckValues(const std::string& name, const Tensor& v, uint64_t numel) {
+  if (v.dtype() != DType::kF32 && v.dtype() != DType::kBF16 && v.dtype() != DType::kF16) {
+    return InvalidInput(name + ".values: dtype " + std::string(DTypeName(v.dtype())) +
+                        " (want f32, bf16 or f16)");
+  }
+  if (v.numel() != numel || (numel > 0 && v.data() == nullptr)) {
+    return InvalidInput(name + ".values: " + std::to_string(v.numel()) + " elements, want " +
+                        std::to_string(numel));
+  }
+  return Status::Ok();
+}
+
+Status CheckIndexTensor(const std::string& name, const char* part, const Tensor& t,
+                        uint64_t numel, bool allow_u16) {
+  const bool ok_type = t.dtype() == DType::kU32 || (allow_u16 && t.dtype() == DType::kU16);
+  if (!ok_type) {
+    return InvalidInput(name + "." + part + ": dtype " + std::string(DTypeName(t.dtype())) +
+                        (allow_u16 ? " (want u16 or u32)" : " (want u32)"));
+  }
+  if (t.numel() != numel || (numel > 0 && t.data() == nullptr)) {
+    return InvalidInput(name + "." + part + ": " + std::to_string(t.numel()) +
+                        " elements, want " + std::to_string(numel));
+  }
+  return Status::Ok();
+}
+
+uint64_t IndexAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kU16 ? t.data_as<uint16_t>()[i] : t.data_as<uint32_t>()[i];
+}
+
+// Source value p as f32 (any of f32 / bf16 / f16).
+float SourceValue(const Tensor& v, int64_t p) {
+  switch (v.dtype()) {
+    case DType::kBF16: return BF16ToF32(v.data_as<uint16_t>()[p]);
+    case DType::kF16: return F16ToF32(v.data_as<uint16_t>()[p]);
+    default: return v.data_as<float>()[p];
+  }
+}
+
+// Packed value dtype: bf16 stays bf16 (widened in registers); f16 is widened here.
+DType PackedValueType(DType source) { return source == DType::kBF16 ? DType::kBF16 : DType::kF32; }
+
+void StoreValue(Tensor& dst, int64_t p, const Tensor& src, int64_t q) {
+  if (dst.dtype() == DType::kBF16) {
+    dst.mutable_data_as<uint16_t>()[p] = src.data_as<uint16_t>()[q];
+  } else {
+    dst.mutable_data_as<float>()[p] = SourceValue(src, q);
+  }
+}
+
+// Reads index j of a bit stream (LSB-first) of `bits`-bit fields.
+int ReadBits(const uint8_t* stream, int64_t j, int bits) {
+  int v = 0;
+  for (int b = 0; b < bits; ++b) {
+    const int64_t bit = j * bits + b;
+    v |= ((stream[bit >> 3] >> (bit & 7)) & 1) << b;
+  }
+  return v;
+}
+
+int IndexBits(int m) {
+  int bits = 1;
+  while ((1 << bits) < m) ++bits;
+  return bits;
+}
+
+// Decodes and checks the N:M positions of one row (or slab): out[j] = column of value j
+// (may be >= cols only in the padded tail group, where the value must be zero: checked by caller).
+Status DecodeNmPositions(const std::string& name, const uint8_t* stream, int64_t groups, int n,
+                         int m, int64_t row, std::vector<int64_t>& out) {
+  const int bits = IndexBits(m);
+  out.resize(groups * n);
+  for (int64_t g = 0; g < groups; ++g) {
+    int prev = -1;
+    for (int i = 0; i < n; ++i) {
+      const int idx = ReadBits(stream, g * n + i, bits);
+      if (idx >= m || idx <= prev) {
+        return InvalidInput(name + ".meta: row " + std::to_string(row) + " group " +
+                            std::to_string(g) + ": index " + std::to_string(idx) +
+                            " not ascending or not < " + std::to_string(m));
+      }
+      prev = idx;
+      out[g * n + i] = g * m + idx;
+    }
+  }
+  return Status::Ok();
+}
+
+// Builds a ScgWeight from per-group column lists and a value getter value(group, col_pos, q).
+struct ScgBuilder {
+  ScgWeight w;
+  std::vector<int64_t> cols;  // concatenated
+  template <typename ValueFn>
+  Result<ScgWeight> Finish(const std::string& name, DType vt, ValueFn value) {
+    w.value_dtype = vt;
+    w.idx16 = w.cols <= 65536;
+    const int64_t total = static_cast<int64_t>(cols.size());
+    if (!w.implicit_cols) {
+      SPARQ_ASSIGN_OR_RETURN(w.col_idx, Tensor::TryAlloc(w.idx16 ? DType::kU16 : DType::kU32,
+                                                         {total}, name + ".col_idx"));
+      for (int64_t p = 0; p < total; ++p) {
+        if (w.idx16) {
+          w.col_idx.mutable_data_as<uint16_t>()[p] = static_cast<uint16_t>(cols[p]);
+        } else {
+          w.col_idx.mutable_data_as<uint32_t>()[p] = static_cast<uint32_t>(cols[p]);
+        }
+      }
+    }
+    const int64_t ncols = w.group_ptr.back();
+    SPARQ_ASSIGN_OR_RETURN(w.values, Tensor::TryAlloc(vt, {ncols * w.g}, name + ".values"));
+    for (int64_t gi = 0; gi < w.groups(); ++gi) {
+      const int64_t nrows = w.group_row[gi + 1] - w.group_row[gi];
+      for (int64_t p = w.group_ptr[gi]; p < w.group_ptr[gi + 1]; ++p) {
+        for (int q = 0; q < nrows; ++q) value(gi, p, q, w.values, p * w.g + q);
+      }
+    }
+    return std::move(w);
+  }
+};
+
+Result<PackedWeight> PackDense(const DenseMatrix& d, const std::string& name, PackedWeight pw) {
+  SPARQ_RETURN_IF_ERROR(CheckValues(name, d.values, uint64_t(d.rows) * uint64_t(d.cols)));
+  const int64_t rows = d.rows, cols = d.cols;
+  if (d.values.dtype() != DType::kBF16) {
+    pw.kind = PackedKind::kDenseF32;
+    pw.source = "dense f32";
+    if (d.values.dtype() == DType::kF32) {
+      pw.dense = d.values;  // shares the buffer
+    } else {
+      SPARQ_ASSIGN_OR_RETURN(pw.dense, ToF32(d.values));
+    }
+    pw.weight_bytes = uint64_t(rows) * cols * 4;
+    pw.stored = rows * cols;
+    return pw;
+  }
+  // Dense bf16: groups of 4 rows, implicit columns, values [col][row in group].
+  pw.kind = PackedKind::kScg;
+  pw.source = "dense bf16";
+  ScgBuilder b;
+  b.w.rows = rows;
+  b.w.cols = cols;
+  b.w.g = 4;
+  b.w.implicit_cols = true;
+  for (int64_t r = 0; r < rows; r += 4) {
+    b.w.group_row.push_back(r);
+    b.w.group_ptr.push_back((r / 4) * cols);
+  }
+  b.w.group_row.push_back(rows);
+  b.w.group_ptr.push_back(CeilDiv(rows, 4) * cols);
+  const Tensor& src = d.values;
+  SPARQ_ASSIGN_OR_RETURN(pw.scg, b.Finish(name, DType::kBF16,
+                                          [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
+                                            const int64_t r = gi * 4 + q, c = p - gi * cols;
+                                            StoreValue(dst, at, src, r * cols + c);
+                                          }));
+  pw.weight_bytes = uint64_t(rows) * cols * 2;
+  pw.stored = rows * cols;
+  return pw;
+}
+
+// CSR-like input (CSR directly, COO converted): row_start[r]..row_start[r+1] into col/value
+// arrays given by accessors.
+Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, PackedWeight pw) {
+  if (s.row_ptr.dtype() != DType::kI64 || s.row_ptr.numel() != uint64_t(s.rows) + 1 ||
+      s.row_ptr.data() == nullptr) {
+    return InvalidInput(name + ".row_ptr: want i64 [" + std::to_string(s.rows + 1) + "], got " +
+                        s.row_ptr.ShapeString());
+  }
+  const int64_t* rp = s.row_ptr.data_as<int64_t>();
+  const uint64_t nnz = s.values.numel();
+  SPARQ_RETURN_IF_ERROR(CheckValues(name, s.values, nnz));
+  SPARQ_RETURN_IF_ERROR(CheckIndexTensor(name, "col_idx", s.col_idx, nnz, true));
+  if (rp[0] != 0) return InvalidInput(Pos(name, "row_ptr", 0) + " = " + std::to_string(rp[0]) + ", want 0");
+  for (int64_t r = 0; r < s.rows; ++r) {
+    if (rp[r + 1] < rp[r] || rp[r + 1] > int64_t(nnz)) {
+      return InvalidInput(Pos(name, "row_ptr", r + 1) + " = " + std::to_string(rp[r + 1]) +
+                          ": not non-decreasing within [0, nnz=" + std::to_string(nnz) + "]");
+    }
+    for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+      const uint64_t c = IndexAt(s.col_idx, p);
+      if (c >= uint64_t(s.cols) || (p > rp[r] && c <= IndexAt(s.col_idx, p - 1))) {
+        return InvalidInput(Pos(name, "col_idx", p) + " = " + std::to_string(c) + " (row " +
+                            std::to_string(r) + "): not ascending or >= cols " +
+                            std::to_string(s.cols));
+      }
+    }
+  }
+  if (rp[s.rows] != int64_t(nnz)) {
+    return InvalidInput(Pos(name, "row_ptr", s.rows) + " = " + std::to_string(rp[s.rows]) +
+                        ", want nnz " + std::to_string(nnz));
+  }
+  pw.kind = PackedKind::kScg;
+  ScgBuilder b;
+  b.w.rows = s.rows;
+  b.w.cols = s.cols;
+  b.w.g = 1;
+  b.cols.resize(nnz);
+  for (uint64_t p = 0; p < nnz; ++p) b.cols[p] = int64_t(IndexAt(s.col_idx, p));
+  for (int64_t r = 0; r <= s.rows; ++r) {
+    b.w.group_row.push_back(r);
+    b.w.group_ptr.push_back(rp[r]);
+  }
+  const DType vt = PackedValueType(s.values.dtype());
+  SPARQ_ASSIGN_OR_RETURN(pw.scg, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst,
+                                                        int64_t at) { StoreValue(dst, at, s.values, p); }));
+  pw.source = std::string("csr ") + std::string(DTypeName(vt)) + (pw.scg.idx16 ? " u16" : " u32");
+  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
+  pw.stored = int64_t(nnz);
+  return pw;
+}
+
+Result<PackedWeight> PackCoo(const CooMatrix& s, const std::string& name, PackedWeight pw) {
+  const uint64_t nnz = s.values.numel();
+  SPARQ_RETURN_IF_ERROR(CheckValues(name, s.values, nnz));
+  SPARQ_RETURN_IF_ERROR(CheckIndexTensor(name, "row_idx", s.row_idx, nnz, false));
+  SPARQ_RETURN_IF_ERROR(CheckIndexTensor(name, "col_idx", s.col_idx, nnz, false));
+  CsrMatrix csr;
+  csr.rows = s.rows;
+  csr.cols = s.cols;
+  SPARQ_ASSIGN_OR_RETURN(csr.row_ptr, Tensor::TryAlloc(DType::kI64, {s.rows + 1}, name + ".row_ptr"));
+  int64_t* rp = csr.row_ptr.mutable_data_as<int64_t>();
+  const uint32_t* ri = s.row_idx.data_as<uint32_t>();
+  const uint32_t* ci = s.col_idx.data_as<uint32_t>();
+  for (uint64_t p = 0; p < nnz; ++p) {
+    const bool sorted = p == 0 || ri[p] > ri[p - 1] || (ri[p] == ri[p - 1] && ci[p] > ci[p - 1]);
+    if (ri[p] >= uint64_t(s.rows) || ci[p] >= uint64_t(s.cols) || !sorted) {
+      return InvalidInput(Pos(name, "row_idx", p) + " = (" + std::to_string(ri[p]) + ", " +
+                          std::to_string(ci[p]) + "): out of range, unsorted or duplicate");
+    }
+    ++rp[ri[p] + 1];
+  }
+  for (int64_t r = 0; r < s.rows; ++r) rp[r + 1] += rp[r];
+  csr.col_idx = s.col_idx;
+  csr.values = s.values;
+  return PackCsr(csr, name, std::move(pw));
+}
+
+Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, PackedWeight pw) {
+  if (s.bh < 1 || s.bw < 1 || s.bh > 1024 || s.bw > 1024) {
+    return InvalidInput(name + ": block " + std::to_string(s.bh) + "x" + std::to_string(s.bw) +
+                        " out of range");
+  }
+  const int64_t brows = CeilDiv(s.rows, s.bh), bcols = CeilDiv(s.cols, s.bw);
+  if (s.row_ptr.dtype() != DType::kI64 || s.row_ptr.numel() != uint64_t(brows) + 1 ||
+      s.row_ptr.data() == nullptr) {
+    return InvalidInput(name + ".row_ptr: want i64 [" + std::to_string(brows + 1) + "], got " +
+                        s.row_ptr.ShapeString());
+  }
+  const int64_t* rp = s.row_ptr.data_as<int64_t>();
+  const uint64_t nb = s.col_idx.numel();
+  SPARQ_RETURN_IF_ERROR(CheckIndexTensor(name, "col_idx", s.col_idx, nb, true));
+  SPARQ_ASSIGN_OR_RETURN(uint64_t nvals, CheckedNumel({int64_t(nb), s.bh, s.bw}, name + ".values"));
+  SPARQ_RETURN_IF_ERROR(CheckValues(name, s.values, nvals));
+  if (rp[0] != 0 || rp[brows] != int64_t(nb)) {
+    return InvalidInput(name + ".row_ptr: first must be 0 and last nblocks " + std::to_string(nb));
+  }
+  for (int64_t br = 0; br < brows; ++br) {
+    if (rp[br + 1] < rp[br] || rp[br + 1] > int64_t(nb)) {
+      return InvalidInput(Pos(name, "row_ptr", br + 1) + ": not non-decreasing");
+    }
+    for (int64_t p = rp[br]; p < rp[br + 1]; ++p) {
+      const uint64_t c = IndexAt(s.col_idx, p);
+      if (c >= uint64_t(bcols) || (p > rp[br] && c <= IndexAt(s.col_idx, p - 1))) {
+        return InvalidInput(Pos(name, "col_idx", p) + " = " + std::to_string(c) +
+                            ": not ascending or >= block columns " + std::to_string(bcols));
+      }
+    }
+  }
+  pw.kind = PackedKind::kScg;
+  ScgBuilder b;
+  b.w.rows = s.rows;
+  b.w.cols = s.cols;
+  b.w.g = s.bh == 1 ? 1 : s.bh == 2 ? 2 : 4;
+  const int g = b.w.g;
+  // Per group: the block row, the first row within the block, and per column its (block, j).
+  std::vector<int64_t> g_block_row, g_row_in_block;
+  std::vector<std::pair<int64_t, int>> col_src;  // (block p, column j in block)
+  for (int64_t br = 0; br < brows; ++br) {
+    const int64_t r0 = br * s.bh, r1 = std::min(s.rows, r0 + s.bh);
+    for (int64_t r = r0; r < r1; r += g) {
+      b.w.group_row.push_back(r);
+      b.w.group_ptr.push_back(int64_t(b.cols.size()));
+      g_block_row.push_back(br);
+      g_row_in_block.push_back(r - r0);
+      for (int64_t p = rp[br]; p < rp[br + 1]; ++p) {
+        const int64_t c0 = int64_t(IndexAt(s.col_idx, p)) * s.bw;
+        for (int j = 0; j < s.bw && c0 + j < s.cols; ++j) {
+          b.cols.push_back(c0 + j);
+          col_src.emplace_back(p, j);
+        }
+      }
+    }
+  }
+  // Groups are contiguous, so a group ends where the next starts: never past its block row.
+  b.w.group_row.push_back(s.rows);
+  b.w.group_ptr.push_back(int64_t(b.cols.size()));
+  const int64_t bh = s.bh, bw = s.bw;
+  const DType vt = PackedValueType(s.values.dtype());
+  SPARQ_ASSIGN_OR_RETURN(
+      pw.scg, b.Finish(name, vt, [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
+        const int64_t row_in_block = g_row_in_block[gi] + q;
+        const auto [blk, j] = col_src[p];
+        StoreValue(dst, at, s.values, (blk * bh + row_in_block) * bw + j);
+      }));
+  pw.source = std::string("bsr ") + std::to_string(s.bh) + "x" + std::to_string(s.bw) + " " +
+              std::string(DTypeName(vt));
+  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes() + 8 * (uint64_t(brows) + 1);
+  pw.stored = int64_t(nvals);
+  return pw;
+}
+
+Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWeight pw) {
+  if (s.n < 1 || s.m > 16 || s.n >= s.m) {
+    return InvalidInput(name + ": N:M " + std::to_string(s.n) + ":" + std::to_string(s.m) +
+                        " out of range (1 <= n < m <= 16)");
+  }
+  const int64_t groups = CeilDiv(s.cols, s.m);
+  const int bits = IndexBits(s.m);
+  const int64_t row_bytes = CeilDiv(groups * s.n * bits, 8);
+  SPARQ_RETURN_IF_ERROR(CheckValues(name, s.values, uint64_t(s.rows) * groups * s.n));
+  if (s.meta.dtype() != DType::kU8 || s.meta.numel() != uint64_t(s.rows) * row_bytes ||
+      (row_bytes * s.rows > 0 && s.meta.data() == nullptr)) {
+    return InvalidInput(name + ".meta: want u8 [" + std::to_string(s.rows) + ", " +
+                        std::to_string(row_bytes) + "], got " + s.meta.ShapeString());
+  }
+  const DType vt = PackedValueType(s.values.dtype());
+  const int64_t per_row = groups * s.n;
+  std::vector<int64_t> pos;
+  const bool chunkable = kNmChunk % s.n == 0;
+  if (chunkable) {
+    NmWeight& w = pw.nm;
+    w.rows = s.rows;
+    w.cols = s.cols;
+    w.n = s.n;
+    w.m = s.m;
+    w.bits = s.m <= 4 ? 2 : 4;
+    w.value_dtype = vt;
+    w.chunks = CeilDiv(per_row, kNmChunk);
+    w.k_pad = std::max<int64_t>(w.chunks * (kNmChunk / s.n) * s.m, 1);
+    SPARQ_ASSIGN_OR_RETURN(w.values, Tensor::TryAlloc(vt, {s.rows, w.chunks * kNmChunk}, name + ".values"));
+    SPARQ_ASSIGN_OR_RETURN(w.meta, Tensor::TryAlloc(DType::kU32, {s.rows, w.chunks * w.words_per_chunk()},
+                                                    name + ".meta"));
+  }
+  ScgBuilder b;
+  b.w.rows = s.rows;
+  b.w.cols = s.cols;
+  b.w.g = 1;
+  std::vector<std::pair<int64_t, int64_t>> src;  // fallback: (row, value index)
+  for (int64_t r = 0; r < s.rows; ++r) {
+    SPARQ_RETURN_IF_ERROR(DecodeNmPositions(name, s.meta.data_as<uint8_t>() + r * row_bytes,
+                                            groups, s.n, s.m, r, pos));
+    for (int64_t j = 0; j < per_row; ++j) {
+      if (pos[j] >= s.cols && SourceValue(s.values, r * per_row + j) != 0.0f) {
+        return InvalidInput(Pos(name, "values", r * per_row + j) +
+                            ": nonzero value in the padded tail group");
+      }
+    }
+    if (chunkable) {
+      NmWeight& w = pw.nm;
+      uint32_t* meta = w.meta.mutable_data_as<uint32_t>() + r * w.chunks * w.words_per_chunk();
+      for (int64_t j = 0; j < per_row; ++j) {
+        StoreValue(w.values, r * w.chunks * kNmChunk + j, s.values, r * per_row + j);
+        const int64_t idx = pos[j] % s.m;
+        const int64_t c = j / kNmChunk, lane = j % kNmChunk;
+        const int bit = w.bits * int(lane);
+        meta[c * w.words_per_chunk() + bit / 32] |= uint32_t(idx) << (bit % 32);
+      }
+    } else {
+      b.w.group_row.push_back(r);
+      b.w.group_ptr.push_back(int64_t(b.cols.size()));
+      for (int64_t j = 0; j < per_row; ++j) {
+        if (pos[j] >= s.cols) continue;
+        b.cols.push_back(pos[j]);
+        src.emplace_back(r, j);
+      }
+    }
+  }
+  const std::string nm = std::to_string(s.n) + ":" + std::to_string(s.m);
+  if (chunkable) {
+    pw.kind = PackedKind::kNm;
+    pw.source = "nm " + nm + " " + std::string(DTypeName(vt));
+    pw.weight_bytes = pw.nm.values.nbytes() + pw.nm.meta.nbytes();
+    pw.stored = s.rows * per_row;
+    return pw;
+  }
+  b.w.group_row.push_back(s.rows);
+  b.w.group_ptr.push_back(int64_t(b.cols.size()));
+  SPARQ_ASSIGN_OR_RETURN(pw.scg, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst, int64_t at) {
+                           StoreValue(dst, at, s.values, src[p].first * per_row + src[p].second);
+                         }));
+  pw.kind = PackedKind::kScg;
+  pw.source = "nm " + nm + " as csr " + std::string(DTypeName(vt));
+  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
+  pw.stored = int64_t(b.cols.size());
+  return pw;
+}
+
+Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, PackedWeight pw) {
+  if (s.n < 1 || s.m > 16 || s.n >= s.m || s.v < 1 || s.v > 1024) {
+    return InvalidInput(name + ": V:N:M " + std::to_string(s.v) + ":" + std::to_string(s.n) +
+                        ":" + std::to_string(s.m) + " out of range");
+  }
+  const int64_t groups = CeilDiv(s.cols, s.m), slabs = CeilDiv(s.rows, s.v);
+  const int bits = IndexBits(s.m);
+  const int64_t row_bytes = CeilDiv(groups * s.n * bits, 8);
+  const int64_t per_row = groups * s.n;
+  SPARQ_RETURN_IF_ERROR(CheckValues(name, s.values, uint64_t(s.rows) * per_row));
+  if (s.meta.dtype() != DType::kU8 || s.meta.numel() != uint64_t(slabs) * row_bytes ||
+      (row_bytes * slabs > 0 && s.meta.data() == nullptr)) {
+    return InvalidInput(name + ".meta: want u8 [" + std::to_string(slabs) + ", " +
+                        std::to_string(row_bytes) + "], got " + s.meta.ShapeString());
+  }
+  pw.kind = PackedKind::kScg;
+  ScgBuilder b;
+  b.w.rows = s.rows;
+  b.w.cols = s.cols;
+  b.w.g = s.v == 1 ? 1 : s.v == 2 ? 2 : 4;
+  const int g = b.w.g;
+  std::vector<int64_t> pos, col_j;  // col_j[p]: value index within the row for column p
+  std::vector<int64_t> group_first_row;
+  for (int64_t sl = 0; sl < slabs; ++sl) {
+    SPARQ_RETURN_IF_ERROR(DecodeNmPositions(name, s.meta.data_as<uint8_t>() + sl * row_bytes,
+                                            groups, s.n, s.m, sl, pos));
+    const int64_t r0 = sl * s.v, r1 = std::min(s.rows, r0 + s.v);
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < per_row; ++j) {
+        if (pos[j] >= s.cols && SourceValue(s.values, r * per_row + j) != 0.0f) {
+          return InvalidInput(Pos(name, "values", r * per_row + j) +
+                              ": nonzero value in the padded tail group");
+        }
+      }
+    }
+    for (int64_t r = r0; r < r1; r += g) {
+      b.w.group_row.push_back(r);
+      b.w.group_ptr.push_back(int64_t(b.cols.size()));
+      group_first_row.push_back(r);
+      for (int64_t j = 0; j < per_row; ++j) {
+        if (pos[j] >= s.cols) continue;
+        b.cols.push_back(pos[j]);
+        col_j.push_back(j);
+      }
+    }
+  }
+  b.w.group_row.push_back(s.rows);
+  b.w.group_ptr.push_back(int64_t(b.cols.size()));
+  const int64_t v = s.v;
+  const DType vt = PackedValueType(s.values.dtype());
+  SPARQ_ASSIGN_OR_RETURN(
+      pw.scg, b.Finish(name, vt, [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
+        const int64_t r = group_first_row[gi] + q;
+        if ((r / v) != (group_first_row[gi] / v)) return;  // row of the next slab: padding
+        StoreValue(dst, at, s.values, r * per_row + col_j[p]);
+      }));
+  pw.source = "vnm " + std::to_string(s.v) + ":" + std::to_string(s.n) + ":" +
+              std::to_string(s.m) + " " + std::string(DTypeName(vt));
+  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes();
+  pw.stored = s.rows * per_row;
+  return pw;
+}
+
+}  // namespace
+
+Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name) {
+  PackedWeight pw;
+  std::visit([&](const auto& s) { pw.rows = s.rows; pw.cols = s.cols; }, matrix);
+  SPARQ_RETURN_IF_ERROR(CheckDims(name, pw.rows, pw.cols));
+  return std::visit(
+      [&](const auto& s) -> Result<PackedWeight> {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, DenseMatrix>) return PackDense(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, CsrMatrix>) return PackCsr(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, CooMatrix>) return PackCoo(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, BsrMatrix>) return PackBsr(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, NmMatrix>) return PackNm(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, VnmMatrix>) return PackVnm(s, name, std::move(pw));
+      },
+      matrix);
+}
+
+}  // namespace sparq::cpu

@@ -1,0 +1,92 @@
+// Internal packed weight layouts for the sparse x dense products (Y[n, m] = X[n, k] W[m, k]^T).
+//
+// Every format of format.h is packed at load time into one of three layouts, each with its own
+// kernels (spmm-inl.h) and a plain reference (spmm_ref.cc):
+//  - kDenseF32: the f32 matrix as is; runs through OpenBLAS (sgemv for n = 1, sgemm otherwise).
+//  - kNm:  N:M with n in {1, 2, 4, 8, 16} (so a chunk of 16 kept values holds whole groups) and
+//          m <= 16. Values stay compressed ([rows, chunks * 16], padded with zeros); the position
+//          indices are re-packed per chunk of 16 values into one u32 (2-bit indices, m <= 4:
+//          0.5 bit per weight for 2:4, as in the source format) or two u32 (4-bit, m <= 16).
+//  - kScg: "shared-column groups": groups of g (1, 2 or 4) consecutive rows share one ascending
+//          column list; values are interleaved [col][row-in-group] so that one load of X (or of
+//          a row of X^T) feeds g rows. CSR / COO / other N:M are g = 1; BSR and V:N:M share
+//          columns across the rows of a block row / slab; dense bf16 is g = 4 with implicit
+//          columns 0..k-1 (no index bytes).
+// Values are f32 or bf16 (f16 is widened to f32 at pack time: correct, not fast).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparq/dtype.h"
+#include "sparq/format.h"
+#include "sparq/status.h"
+#include "sparq/tensor.h"
+
+namespace sparq::cpu {
+
+// Kept values per N:M chunk: one AVX-512 vector of f32, and 16 two-bit indices in one u32.
+inline constexpr int kNmChunk = 16;
+
+struct NmWeight {
+  int64_t rows = 0, cols = 0;
+  int n = 0, m = 0;
+  int bits = 0;                      // 2 (m <= 4) or 4 (m <= 16): bits per index in `meta`
+  DType value_dtype = DType::kF32;   // kF32 or kBF16
+  int64_t chunks = 0;                // chunks per row
+  int64_t k_pad = 0;                 // chunks * (kNmChunk / n) * m >= cols: X is zero-padded to it
+  Tensor values;                     // [rows, chunks * kNmChunk]
+  Tensor meta;                       // u32 [rows, chunks * bits / 2]; lane j in bits [b*j, b*j+b)
+                                     // of word j*b/32 (b = bits)
+  int words_per_chunk() const { return bits / 2; }
+  // Column of value j (0 <= j < kNmChunk) of chunk c of row r.
+  int64_t Col(int64_t r, int64_t c, int j) const {
+    const uint32_t* w = meta.data_as<uint32_t>() + (r * chunks + c) * words_per_chunk();
+    const int bit = bits * j;
+    const uint32_t idx = (w[bit / 32] >> (bit % 32)) & ((1u << bits) - 1);
+    return c * (kNmChunk / n) * m + (j / n) * m + idx;
+  }
+};
+
+struct ScgWeight {
+  int64_t rows = 0, cols = 0;
+  int g = 1;                         // rows per group: 1, 2 or 4
+  DType value_dtype = DType::kF32;   // kF32 or kBF16
+  bool implicit_cols = false;        // dense: every group holds all columns 0..cols-1
+  bool idx16 = true;                 // col_idx is u16 (else u32)
+  std::vector<int64_t> group_row;    // [groups + 1]: group i covers rows [group_row[i], [i+1])
+  std::vector<int64_t> group_ptr;    // [groups + 1]: its columns are [group_ptr[i], [i+1])
+  Tensor col_idx;                    // u16/u32 [columns]; empty if implicit_cols
+  Tensor values;                     // f32/bf16 [columns * g], [col][row in group]; zero padded
+  int64_t groups() const { return static_cast<int64_t>(group_row.size()) - 1; }
+  int64_t Col(int64_t p) const {
+    if (implicit_cols) return p % cols;
+    return idx16 ? col_idx.data_as<uint16_t>()[p] : col_idx.data_as<uint32_t>()[p];
+  }
+};
+
+enum class PackedKind : uint8_t { kDenseF32, kNm, kScg };
+
+struct PackedWeight {
+  PackedKind kind = PackedKind::kDenseF32;
+  int64_t rows = 0, cols = 0;
+  std::string source;     // "nm 2:4 f32", "csr bf16 u16", ... (for names and logs)
+  Tensor dense;           // kDenseF32: f32 [rows, cols]
+  NmWeight nm;
+  ScgWeight scg;
+  uint64_t weight_bytes = 0;  // bytes a product streams: values + indices/metadata
+  int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
+};
+
+// Validates `matrix` (shapes, dtypes, index ranges, N:M metadata) and packs it. Errors name
+// `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").
+Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name);
+
+// Value of weight p of an f32/bf16 value array, widened to f32.
+inline float ValueAt(const Tensor& values, int64_t p) {
+  return values.dtype() == DType::kBF16 ? BF16ToF32(values.data_as<uint16_t>()[p])
+                                        : values.data_as<float>()[p];
+}
+
+}  // namespace sparq::cpu

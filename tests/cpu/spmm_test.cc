@@ -1,0 +1,353 @@
+// Every kernel of the registry against the densified double reference, on every compiled Highway
+// target: shape sweeps around the tile sizes, all formats and value types, epilogues, misaligned
+// pointers, guard bytes, and bitwise thread-count invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "src/cpu/spmm.h"
+#include "tests/cpu/spmm_testutil.h"
+
+namespace sparq {
+namespace {
+
+using cpu::PackedWeight;
+using cpu::SpmmArgs;
+using testing_cpu::ForEachTarget;
+using testing_cpu::RandomVector;
+
+struct Case {
+  FormatKind format;
+  std::string pattern;
+  DType dtype;
+};
+
+std::string Name(const Case& c) {
+  return std::string(FormatName(c.format)) + " " + c.pattern + " " + std::string(DTypeName(c.dtype));
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    cases.push_back({FormatKind::kDense, "dense", dt});
+    cases.push_back({FormatKind::kNM, "2:4", dt});
+    cases.push_back({FormatKind::kCsr, "unstructured:0.7", dt});
+    cases.push_back({FormatKind::kBsr, "block:4x4:0.5", dt});
+    cases.push_back({FormatKind::kVNM, "vnm:8:2:4", dt});
+  }
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    cases.push_back({FormatKind::kNM, "1:4", dt});
+    cases.push_back({FormatKind::kNM, "4:8", dt});
+    cases.push_back({FormatKind::kNM, "8:16", dt});
+    cases.push_back({FormatKind::kNM, "3:8", dt});  // packed as CSR (3 does not divide 16)
+    cases.push_back({FormatKind::kCoo, "unstructured:0.9", dt});
+    cases.push_back({FormatKind::kCsr, "unstructured:0.0", dt});
+    cases.push_back({FormatKind::kCsr, "unstructured:1.0", dt});
+    cases.push_back({FormatKind::kBsr, "block:1x8:0.5", dt});
+    cases.push_back({FormatKind::kBsr, "block:8x1:0.5", dt});
+    cases.push_back({FormatKind::kBsr, "block:2x3:0.5", dt});
+    cases.push_back({FormatKind::kBsr, "block:3x2:0.5", dt});
+    cases.push_back({FormatKind::kBsr, "block:16x16:0.7", dt});
+    cases.push_back({FormatKind::kVNM, "vnm:2:2:4", dt});
+    cases.push_back({FormatKind::kVNM, "vnm:6:1:4", dt});
+  }
+  return cases;
+}
+
+struct Built {
+  std::vector<float> dense;  // what the format stores, as f32
+  PackedWeight packed;
+};
+
+Built Build(const Case& c, int64_t m, int64_t k, uint64_t seed) {
+  auto p = Pattern::Parse(c.pattern);
+  EXPECT_TRUE(p.ok()) << c.pattern;
+  std::vector<float> w = testing_cpu::PatternWeights(*p, m, k, seed);
+  auto s = Encode(w, m, k, c.format, *p, c.dtype);
+  EXPECT_TRUE(s.ok()) << Name(c) << ": " << s.status().ToString();
+  Built b;
+  b.dense = testing_cpu::Densify(*s);
+  auto pw = cpu::Pack(*s, "w");
+  EXPECT_TRUE(pw.ok()) << Name(c) << ": " << pw.status().ToString();
+  b.packed = std::move(pw).value();
+  return b;
+}
+
+// Tolerance: the kernels sum k products in f32 in some order; each rounding is at most eps/2
+// relative to a partial sum bounded by sum|w x|, so |error| <= k * eps * sum|w x| (+ a few eps for
+// bias, activation and residual, whose slopes are <= 1.13). Values are exact in both (bf16 / f16
+// are widened exactly), so that bound, with a factor 2 margin, is the tolerance.
+void ExpectClose(const std::vector<double>& want, const std::vector<double>& abs_sum,
+                 const float* y, int64_t n, int64_t m, int64_t ldy, int64_t k,
+                 const std::string& what) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  int bad = 0;
+  for (int64_t t = 0; t < n && bad < 5; ++t) {
+    for (int64_t r = 0; r < m && bad < 5; ++r) {
+      const double tol = 2.0 * (k + 4) * eps * abs_sum[t * m + r] + 1e-30;
+      const double got = y[t * ldy + r];
+      if (!(std::fabs(got - want[t * m + r]) <= tol)) {
+        ADD_FAILURE() << what << ": y[" << t << "][" << r << "] = " << got << ", want "
+                      << want[t * m + r] << " (tol " << tol << ")";
+        ++bad;
+      }
+    }
+  }
+}
+
+constexpr float kGuard = -12345.0f;
+
+// Runs kernel `kern` with X misaligned by one float and Y inside a guarded buffer.
+void RunAndCheck(const cpu::SpmmKernel& kern, const Built& b, int64_t m, int64_t k, int64_t n,
+                 const Epilogue& ep, ThreadPool* pool, const std::string& what) {
+  const int64_t ldx = k + 3, ldy = m + 2;
+  std::vector<float> xbuf = RandomVector(size_t(n * ldx + 1), 7 + n);
+  const float* x = xbuf.data() + 1;
+  std::vector<float> ybuf(size_t(n * ldy + 2 * 16 + 1), kGuard);
+  float* y = ybuf.data() + 17;
+  SpmmArgs a;
+  a.x = x;
+  a.n = n;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.ep = ep;
+  kern.run(b.packed, a, pool);
+  std::vector<double> want, abs_sum;
+  testing_cpu::ReferenceForward(b.dense, m, k, x, n, ldx, ep, want, abs_sum);
+  ExpectClose(want, abs_sum, y, n, m, ldy, k, what);
+  for (int64_t i = 0; i < 17; ++i) ASSERT_EQ(ybuf[i], kGuard) << what << ": write before Y";
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = m; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], kGuard) << what << ": write past row";
+  }
+  for (size_t i = 17 + n * ldy; i < ybuf.size(); ++i) ASSERT_EQ(ybuf[i], kGuard) << what << ": write after Y";
+}
+
+TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
+  const int64_t ms[] = {1, 5, 33};
+  const int64_t ks[] = {1, 7, 64, 65, 300};
+  const int64_t ns[] = {1, 2, 17, 65};
+  ThreadPool pool(2);
+  uint64_t seed = 1;
+  for (const Case& c : AllCases()) {
+    for (int64_t m : ms) {
+      for (int64_t k : ks) {
+        const Built b = Build(c, m, k, seed++);
+        for (const auto& kern : cpu::SpmmRegistry()) {
+          if (kern.kind != b.packed.kind) continue;
+          for (int64_t n : ns) {
+            const std::string what = Name(c) + " " + kern.name + " m=" + std::to_string(m) +
+                                     " k=" + std::to_string(k) + " n=" + std::to_string(n);
+            RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool, what);
+          }
+        }
+        // The reference walks the packed layout: checks packing independently of the kernels.
+        RunAndCheck({"reference", b.packed.kind, 0, 0, false, cpu::SpmmReference}, b, m, k, 3,
+                    Epilogue{}, nullptr, Name(c) + " reference");
+      }
+    }
+  }
+}
+
+TEST(SpmmTest, AllTargetsAroundTileSizes) {
+  // Shapes one below / at / above the vector widths (4, 8, 16 lanes), the 16-value N:M chunk,
+  // the token tiles (16..64) and the k blocks (128..512 columns).
+  const int64_t ms[] = {4, 9};
+  const int64_t ks[] = {15, 16, 17, 129, 513};
+  const int64_t ns[] = {1, 3, 15, 16, 31, 33, 64, 66};
+  const Case cases[] = {{FormatKind::kNM, "2:4", DType::kF32},
+                        {FormatKind::kNM, "2:4", DType::kBF16},
+                        {FormatKind::kNM, "4:8", DType::kF32},
+                        {FormatKind::kCsr, "unstructured:0.9", DType::kBF16},
+                        {FormatKind::kCsr, "unstructured:0.5", DType::kF32},
+                        {FormatKind::kBsr, "block:4x4:0.5", DType::kF32},
+                        {FormatKind::kVNM, "vnm:4:2:4", DType::kBF16},
+                        {FormatKind::kDense, "dense", DType::kBF16}};
+  int targets_run = 0;
+  ForEachTarget([&](const std::string& target) {
+    // The dispatcher really runs the mocked target (not the best one).
+    EXPECT_NE(cpu::ApplyMaxIsaFromEnv().find("(running " + target + ")"), std::string::npos);
+    ++targets_run;
+    uint64_t seed = 100;
+    for (const Case& c : cases) {
+      for (int64_t m : ms) {
+        for (int64_t k : ks) {
+          const Built b = Build(c, m, k, seed++);
+          for (const auto& kern : cpu::SpmmRegistry()) {
+            if (kern.kind != b.packed.kind || !kern.simd) continue;
+            for (int64_t n : ns) {
+              RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
+                          target + " " + Name(c) + " " + kern.name + " m=" + std::to_string(m) +
+                              " k=" + std::to_string(k) + " n=" + std::to_string(n));
+            }
+          }
+        }
+      }
+    }
+  });
+  EXPECT_GE(targets_run, 2);  // at least one SIMD target and the emulated/scalar one
+}
+
+TEST(SpmmTest, EpilogueBiasActivationResidual) {
+  const int64_t m = 19, k = 40;
+  const std::vector<float> bias = RandomVector(m, 3);
+  const std::vector<float> residual = RandomVector(70 * (m + 5), 4);
+  for (const Case& c : {Case{FormatKind::kNM, "2:4", DType::kF32},
+                        Case{FormatKind::kDense, "dense", DType::kF32},
+                        Case{FormatKind::kDense, "dense", DType::kBF16},
+                        Case{FormatKind::kCsr, "unstructured:0.8", DType::kBF16},
+                        Case{FormatKind::kBsr, "block:2x2:0.5", DType::kF32}}) {
+    const Built b = Build(c, m, k, 9);
+    for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu, Activation::kSilu}) {
+      for (bool with_bias : {false, true}) {
+        for (bool with_res : {false, true}) {
+          Epilogue ep;
+          ep.act = act;
+          ep.bias = with_bias ? bias.data() : nullptr;
+          ep.residual = with_res ? residual.data() : nullptr;
+          ep.ld_residual = with_res ? m + 5 : 0;
+          for (const auto& kern : cpu::SpmmRegistry()) {
+            if (kern.kind != b.packed.kind) continue;
+            for (int64_t n : {1, 5, 70}) {
+              RunAndCheck(kern, b, m, k, n, ep, nullptr,
+                          Name(c) + " " + kern.name + " act=" + std::to_string(int(act)) +
+                              " bias=" + std::to_string(with_bias) + " res=" + std::to_string(with_res));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
+  const int64_t m = 150, k = 200;
+  ThreadPool p1(1), p2(2), p3(3);
+  for (const Case& c : {Case{FormatKind::kNM, "2:4", DType::kF32},
+                        Case{FormatKind::kCsr, "unstructured:0.9", DType::kBF16},
+                        Case{FormatKind::kBsr, "block:16x16:0.5", DType::kF32},
+                        Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
+                        Case{FormatKind::kDense, "dense", DType::kBF16}}) {
+    const Built b = Build(c, m, k, 11);
+    for (const auto& kern : cpu::SpmmRegistry()) {
+      if (kern.kind != b.packed.kind) continue;
+      for (int64_t n : {1, 8, 100}) {
+        const std::vector<float> x = RandomVector(n * k, 12);
+        std::vector<float> ys[4];
+        ThreadPool* pools[4] = {&p1, &p2, &p3, &p3};
+        for (int i = 0; i < 4; ++i) {
+          ys[i].assign(n * m, 0.0f);
+          SpmmArgs a;
+          a.x = x.data();
+          a.n = n;
+          a.ldx = k;
+          a.y = ys[i].data();
+          a.ldy = m;
+          kern.run(b.packed, a, pools[i]);
+        }
+        for (int i = 1; i < 4; ++i) {
+          EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[i].data(), ys[0].size() * 4))
+              << Name(c) << " " << kern.name << " n=" << n << " run " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
+  const int64_t m = 40, k = 64;
+  std::vector<float> w = testing_cpu::PatternWeights(Pattern::NM(2, 4), m, k, 5);
+  auto s = NmMatrix::FromDense(w, m, k, 2, 4, DType::kF32);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto lw = LinearWeight::FromMatrix(std::move(s).value(), "blk.0.ffn_up");
+  ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+  EXPECT_EQ(lw->rows(), m);
+  EXPECT_EQ(lw->cols(), k);
+  EXPECT_EQ(lw->weight_bytes(), uint64_t(m) * 32 * 4 + uint64_t(m) * 2 * 4);  // values + meta
+  EXPECT_EQ(lw->kernel_name(1), "SpmmNm_decode(nm 2:4 f32)");
+  EXPECT_EQ(lw->kernel_name(512), "SpmmNm_tiled(nm 2:4 f32)");
+  for (int64_t n : {1, 7}) {
+    const std::vector<float> x = RandomVector(n * k, 6);
+    std::vector<float> y(n * m);
+    ThreadPool pool(2);
+    lw->Forward(x.data(), n, y.data(), &pool);
+    std::vector<double> want, abs_sum;
+    testing_cpu::ReferenceForward(w, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
+    ExpectClose(want, abs_sum, y.data(), n, m, m, k, "LinearWeight");
+  }
+}
+
+TEST(LinearWeightTest, MalformedInputsAreErrorsNamingThePart) {
+  CsrMatrix csr;
+  csr.rows = 2;
+  csr.cols = 4;
+  csr.row_ptr = Tensor::Alloc(DType::kI64, {3});
+  csr.row_ptr.mutable_data_as<int64_t>()[1] = 1;
+  csr.row_ptr.mutable_data_as<int64_t>()[2] = 2;
+  csr.col_idx = Tensor::Alloc(DType::kU16, {2});
+  csr.col_idx.mutable_data_as<uint16_t>()[1] = 9;  // >= cols
+  csr.values = Tensor::Alloc(DType::kF32, {2});
+  auto r = LinearWeight::FromMatrix(csr, "layer.w");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("layer.w.col_idx[1]"), std::string::npos) << r.status().message();
+
+  csr.col_idx.mutable_data_as<uint16_t>()[1] = 1;
+  csr.row_ptr.mutable_data_as<int64_t>()[1] = 5;  // beyond nnz
+  r = LinearWeight::FromMatrix(csr, "layer.w");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("row_ptr"), std::string::npos) << r.status().message();
+
+  NmMatrix nm;
+  nm.rows = 1;
+  nm.cols = 4;
+  nm.n = 2;
+  nm.m = 4;
+  nm.values = Tensor::Alloc(DType::kF32, {1, 2});
+  nm.meta = Tensor::Alloc(DType::kU8, {1, 1});
+  nm.meta.mutable_data_as<uint8_t>()[0] = 0x05;  // indices 1, 1: not ascending
+  auto q = LinearWeight::FromMatrix(nm, "nm.w");
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("nm.w.meta"), std::string::npos) << q.status().message();
+
+  nm.meta = Tensor::Alloc(DType::kU8, {1, 3});  // wrong size
+  q = LinearWeight::FromMatrix(nm, "nm.w");
+  ASSERT_FALSE(q.ok());
+
+  BsrMatrix bsr;
+  bsr.rows = 4;
+  bsr.cols = 4;
+  bsr.bh = 2;
+  bsr.bw = 2;
+  bsr.row_ptr = Tensor::Alloc(DType::kI64, {3});
+  bsr.row_ptr.mutable_data_as<int64_t>()[1] = 1;
+  bsr.row_ptr.mutable_data_as<int64_t>()[2] = 1;
+  bsr.col_idx = Tensor::Alloc(DType::kU32, {1});
+  bsr.col_idx.mutable_data_as<uint32_t>()[0] = 2;  // >= 2 block columns
+  bsr.values = Tensor::Alloc(DType::kF32, {1, 2, 2});
+  auto b = LinearWeight::FromMatrix(bsr, "bsr.w");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("bsr.w.col_idx[0]"), std::string::npos) << b.status().message();
+}
+
+TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
+  const int64_t m = 3, k = 70000;
+  std::vector<float> w = testing_cpu::PatternWeights(Pattern::Unstructured(0.999), m, k, 8);
+  auto s = CsrMatrix::FromDense(w, m, k, DType::kF32);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->col_idx.dtype(), DType::kU32);
+  auto lw = LinearWeight::FromMatrix(std::move(s).value());
+  ASSERT_TRUE(lw.ok());
+  for (int64_t n : {1, 4}) {
+    const std::vector<float> x = RandomVector(n * k, 9);
+    std::vector<float> y(n * m);
+    lw->Forward(x.data(), n, y.data(), nullptr);
+    std::vector<double> want, abs_sum;
+    testing_cpu::ReferenceForward(w, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
+    ExpectClose(want, abs_sum, y.data(), n, m, m, k, "csr u32");
+  }
+}
+
+}  // namespace
+}  // namespace sparq

@@ -1,0 +1,30 @@
+// Helpers for the kernel tests: seeded pattern-satisfying weights, the densified double reference
+// and the all-targets loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sparq/format.h"
+#include "sparq/linear.h"
+#include "sparq/pattern.h"
+
+namespace sparq::testing_cpu {
+
+// Seeded weights in [-1, 1) pruned to `pattern` (magnitude), rows x cols.
+std::vector<float> PatternWeights(const Pattern& p, int64_t rows, int64_t cols, uint64_t seed);
+// Seeded values in [-1, 1).
+std::vector<float> RandomVector(size_t n, uint64_t seed);
+// Dense f32 of what `s` stores (values rounded to its dtype), via the format's own ToDense.
+std::vector<float> Densify(const SparseMatrix& s);
+// Y = epilogue(X W^T) summed in double; also returns per-output sum |w||x| for the tolerance.
+void ReferenceForward(const std::vector<float>& w, int64_t m, int64_t k, const float* x,
+                      int64_t n, int64_t ldx, const Epilogue& ep, std::vector<double>& y,
+                      std::vector<double>& abs_sum);
+// Runs fn once per compiled and supported Highway target (mocking the supported set), then
+// restores the real set. fn receives the target's name.
+void ForEachTarget(const std::function<void(const std::string&)>& fn);
+
+}  // namespace sparq::testing_cpu
