@@ -1,0 +1,110 @@
+// Internal helpers shared by the format implementations (not part of the public API).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparq/checked.h"
+#include "sparq/dtype.h"
+#include "sparq/status.h"
+#include "sparq/tensor.h"
+
+namespace sparq::formats_internal {
+
+// Value codecs: how an f32 is stored in each value dtype, and back. Bits() gives the raw storage
+// bits so that "stored" tests are exact: +0 is all-zero bits, -0 is the sign bit alone.
+struct F32Codec {
+  using Storage = float;
+  static constexpr DType kDType = DType::kF32;
+  static constexpr uint32_t kSignBit = 0x80000000u;
+  static Storage Enc(float x) { return x; }
+  static float Dec(Storage s) { return s; }
+  static uint32_t Bits(Storage s) { return F32Bits(s); }
+};
+struct BF16Codec {
+  using Storage = uint16_t;
+  static constexpr DType kDType = DType::kBF16;
+  static constexpr uint32_t kSignBit = 0x8000u;
+  static Storage Enc(float x) { return F32ToBF16(x); }
+  static float Dec(Storage s) { return BF16ToF32(s); }
+  static uint32_t Bits(Storage s) { return s; }
+};
+struct F16Codec {
+  using Storage = uint16_t;
+  static constexpr DType kDType = DType::kF16;
+  static constexpr uint32_t kSignBit = 0x8000u;
+  static Storage Enc(float x) { return F32ToF16(x); }
+  static float Dec(Storage s) { return F16ToF32(s); }
+  static uint32_t Bits(Storage s) { return s; }
+};
+
+inline bool IsValueDType(DType t) {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+}
+
+// Calls fn(Codec{}) for a value dtype; precondition: IsValueDType(t).
+template <typename Fn>
+decltype(auto) DispatchValue(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kBF16: return fn(BF16Codec{});
+    case DType::kF16: return fn(F16Codec{});
+    default: return fn(F32Codec{});
+  }
+}
+
+// Index types of CSR / BSR: u16 whenever the indexed extent fits, else u32.
+inline DType IndexDTypeFor(int64_t extent) { return extent <= 65536 ? DType::kU16 : DType::kU32; }
+inline bool IsIndexDType(DType t) { return t == DType::kU16 || t == DType::kU32; }
+
+// Calls fn(T{}) with T = uint16_t or uint32_t; precondition: IsIndexDType(t).
+template <typename Fn>
+decltype(auto) DispatchIndex(DType t, Fn&& fn) {
+  if (t == DType::kU16) return fn(uint16_t{});
+  return fn(uint32_t{});
+}
+
+// Checks that part `t` has one of `dtypes` and exactly `shape`, and that its data is present
+// when it has bytes. `what` is "<name>.<part>"; the message says what was expected and found.
+Status CheckPart(const Tensor& t, const std::string& what, std::initializer_list<DType> dtypes,
+                 const std::vector<int64_t>& shape);
+
+// Common checks of (rows, cols) for Validate: non-negative, rows * cols * 4 fits in int64.
+Status CheckDims(int64_t rows, int64_t cols, const std::string& name);
+
+// FromDense precondition: w.size() == rows * cols, dims >= 0, value dtype supported.
+Status CheckDenseInput(std::span<const float> w, int64_t rows, int64_t cols, DType value_dtype,
+                       const char* what);
+
+// Dense f32 [rows, cols], zero-filled.
+inline Tensor ZeroDense(int64_t rows, int64_t cols) {
+  return Tensor::Alloc(DType::kF32, {rows, cols});
+}
+
+// ---- N:M bit streams (LSB-first, little-endian; see format.h) ---------------------------------
+inline int IndexBitsFor(int m) {
+  int bits = 1;
+  while ((1 << bits) < m) ++bits;
+  return bits;
+}
+
+inline uint32_t ReadBits(const uint8_t* row, int64_t bit_offset, int bits) {
+  uint32_t v = 0;
+  for (int b = 0; b < bits; ++b) {
+    const int64_t pos = bit_offset + b;
+    v |= static_cast<uint32_t>((row[pos >> 3] >> (pos & 7)) & 1u) << b;
+  }
+  return v;
+}
+
+inline void WriteBits(uint8_t* row, int64_t bit_offset, int bits, uint32_t value) {
+  for (int b = 0; b < bits; ++b) {
+    const int64_t pos = bit_offset + b;
+    row[pos >> 3] |= static_cast<uint8_t>(((value >> b) & 1u) << (pos & 7));
+  }
+}
+
+}  // namespace sparq::formats_internal
