@@ -7,6 +7,7 @@
 
 #include "sparq/checked.h"
 #include "src/io/atomic_write.h"
+#include "src/io/json_strict.h"
 #include "src/io/mmap_file.h"
 
 namespace sparq {
@@ -15,8 +16,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int kMaxJsonDepth = 64;  // sparq's headers nest 3 deep; this only stops abuse
-
 std::string Quote(std::string_view s) {
   std::string q;
   q.reserve(s.size() + 2);
@@ -24,60 +23,6 @@ std::string Quote(std::string_view s) {
   q += s;
   q += '\'';
   return q;
-}
-
-// Deepest [ / { nesting outside strings; cheap guard before handing the text to nlohmann.
-int JsonDepth(const char* p, size_t n) {
-  int depth = 0, max_depth = 0;
-  bool in_str = false;
-  for (size_t i = 0; i < n; ++i) {
-    const char c = p[i];
-    if (in_str) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
-// Parses JSON, reporting the first key that appears twice in one object (nlohmann would silently
-// keep the last one).
-Result<json> ParseHeaderJson(const char* p, size_t n, const std::string& file) {
-  if (JsonDepth(p, n) > kMaxJsonDepth) {
-    return InvalidInput(file + ": header JSON nests deeper than " + std::to_string(kMaxJsonDepth));
-  }
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    switch (ev) {
-      case json::parse_event_t::object_start: keys.emplace_back(); break;
-      case json::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!keys.empty() && parsed.is_string()) {
-          const auto& k = parsed.get_ref<const std::string&>();
-          if (!keys.back().insert(k).second && duplicate.empty()) duplicate = k;
-        }
-        break;
-      default: break;
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(p, p + n, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    return InvalidInput(file + ": header is not valid JSON: " + e.what());
-  }
-  if (!duplicate.empty()) return InvalidInput(file + ": duplicate key " + Quote(duplicate) + " in header");
-  return j;
 }
 
 Result<int64_t> ReadDim(const json& d, const std::string& what, size_t axis) {
@@ -144,7 +89,7 @@ Result<SafetensorsFile> SafetensorsFile::FromSource(const io::ByteSource& src) {
   }
   f.header_size_ = n;
   const char* text = reinterpret_cast<const char*>(src.data + 8);
-  SPARQ_ASSIGN_OR_RETURN(json header, ParseHeaderJson(text, n, file));
+  SPARQ_ASSIGN_OR_RETURN(json header, io::ParseStrictJson(text, n, file + ": header"));
   if (!header.is_object()) return InvalidInput(file + ": header is not a JSON object");
 
   const uint64_t data_start = 8 + n;

@@ -172,7 +172,7 @@ TEST(SafetensorsMalformedTest, HeaderNotJson) {
 TEST(SafetensorsMalformedTest, DuplicateKeys) {
   const std::string h = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                         R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
-  EXPECT_THAT(ErrorOf(MakeSafetensors(h, Bytes(8))), HasSubstr("duplicate key 'a' in header"));
+  EXPECT_THAT(ErrorOf(MakeSafetensors(h, Bytes(8))), HasSubstr("header: duplicate key 'a'"));
   const std::string h2 = R"({"a":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})";
   EXPECT_THAT(ErrorOf(MakeSafetensors(h2, Bytes(4))), HasSubstr("duplicate key 'dtype'"));
 }

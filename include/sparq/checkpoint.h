@@ -1,0 +1,70 @@
+// The sparq checkpoint: a safetensors file (so any safetensors tool opens it) holding
+//   * matrices: 2-D weights in any format of format.h. A sparse matrix `<name>` is stored as its
+//     parts `<name>.<part>`, part names being the member names of its struct (values, col_idx,
+//     row_ptr, row_idx, meta); a DenseMatrix is stored plain under `<name>` itself;
+//   * plain tensors of any rank under their own names (embeddings, norms, biases, ...);
+//   * __metadata__: key "sparq" holds a JSON string
+//       {"format_version": 1,
+//        "tensors": {"<name>": {"format": "nm", "pattern": "2:4", "shape": [m, k],
+//                               "dtype": "bf16", "n": 2, "m": 4}, ...}}
+//     with "bh"/"bw" for bsr and "v"/"n"/"m" for vnm, "n"/"m" for nm; every other __metadata__
+//     entry is free-form (Checkpoint::metadata: model configuration, tokenizer, ...).
+// A tensor that is not listed under "sparq" is a plain tensor, so a plain safetensors file reads
+// as a checkpoint without matrices.
+//
+// Reading maps the file; every part is a zero-copy view (see safetensors.h) kept alive by the
+// mapping. Each matrix's parts must exist with the dtypes and shapes its metadata implies, and
+// the matrix must pass Validate(name) (format.h), before it is returned: a hostile file gives an
+// error naming the file, the tensor and the field, never a crash.
+// Writing is atomic (temporary file + rename) and deterministic (same input, same bytes).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sparq/format.h"
+#include "sparq/pattern.h"
+#include "sparq/safetensors.h"
+#include "sparq/status.h"
+
+namespace sparq {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr char kCheckpointMetadataKey[] = "sparq";
+
+struct CheckpointTensor {
+  std::string name;       // logical name, e.g. "blk.0.attn_q.weight"
+  SparseMatrix matrix;    // any format; its parts are stored as `<name>.<part>`
+  Pattern pattern;        // the pattern the matrix was pruned to (Pattern::Dense() if none)
+};
+
+struct Checkpoint {
+  std::vector<CheckpointTensor> matrices;
+  std::vector<NamedTensor> tensors;              // plain tensors (any rank and safetensors dtype)
+  std::map<std::string, std::string> metadata;   // free-form; the key "sparq" is reserved
+
+  const CheckpointTensor* FindMatrix(const std::string& name) const;
+  const NamedTensor* FindTensor(const std::string& name) const;
+};
+
+// The safetensors tensors (parts and plain tensors) and __metadata__ a checkpoint is stored as.
+// Errors: duplicate names (a part colliding with a plain tensor too), the reserved metadata key.
+Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tensors,
+                         std::map<std::string, std::string>* metadata);
+
+Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
+Result<std::vector<uint8_t>> SerializeCheckpoint(const Checkpoint& ckpt);
+
+Result<Checkpoint> ReadCheckpoint(const std::string& path);
+// From a parsed safetensors file (views stay valid as long as the file's mapping, which they hold).
+Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file);
+// From a caller-owned buffer that must outlive the result's views (fuzzers, tests).
+Result<Checkpoint> ReadCheckpointFromMemory(const void* data, uint64_t size,
+                                            const std::string& name = "<memory>");
+
+// True if the file's __metadata__ marks it as a sparq checkpoint.
+bool IsSparqCheckpoint(const SafetensorsFile& file);
+
+}  // namespace sparq

@@ -1,0 +1,303 @@
+// The sparq checkpoint (see include/sparq/checkpoint.h for the layout).
+#include "sparq/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <variant>
+
+#include "sparq/checked.h"
+#include "src/io/json_strict.h"
+#include "src/io/mmap_file.h"
+
+namespace sparq {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+// Parts of a matrix as (suffix, tensor); suffix "" means the tensor is stored under the name.
+std::vector<std::pair<std::string, const Tensor*>> PartsOf(const SparseMatrix& s) {
+  struct V {
+    std::vector<std::pair<std::string, const Tensor*>> operator()(const DenseMatrix& x) const {
+      return {{"", &x.values}};
+    }
+    std::vector<std::pair<std::string, const Tensor*>> operator()(const CooMatrix& x) const {
+      return {{"row_idx", &x.row_idx}, {"col_idx", &x.col_idx}, {"values", &x.values}};
+    }
+    std::vector<std::pair<std::string, const Tensor*>> operator()(const CsrMatrix& x) const {
+      return {{"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
+    }
+    std::vector<std::pair<std::string, const Tensor*>> operator()(const BsrMatrix& x) const {
+      return {{"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
+    }
+    std::vector<std::pair<std::string, const Tensor*>> operator()(const NmMatrix& x) const {
+      return {{"values", &x.values}, {"meta", &x.meta}};
+    }
+    std::vector<std::pair<std::string, const Tensor*>> operator()(const VnmMatrix& x) const {
+      return {{"values", &x.values}, {"meta", &x.meta}};
+    }
+  };
+  return std::visit(V{}, s);
+}
+
+std::string PartName(const std::string& name, const std::string& suffix) {
+  return suffix.empty() ? name : name + "." + suffix;
+}
+
+json MatrixJson(const CheckpointTensor& t) {
+  json j = json::object();
+  j["format"] = std::string(FormatName(KindOf(t.matrix)));
+  j["pattern"] = t.pattern.ToString();
+  j["shape"] = {Rows(t.matrix), Cols(t.matrix)};
+  j["dtype"] = std::string(DTypeName(ValueDType(t.matrix)));
+  if (const auto* b = std::get_if<BsrMatrix>(&t.matrix)) {
+    j["bh"] = b->bh;
+    j["bw"] = b->bw;
+  } else if (const auto* nm = std::get_if<NmMatrix>(&t.matrix)) {
+    j["n"] = nm->n;
+    j["m"] = nm->m;
+  } else if (const auto* v = std::get_if<VnmMatrix>(&t.matrix)) {
+    j["v"] = v->v;
+    j["n"] = v->n;
+    j["m"] = v->m;
+  }
+  return j;
+}
+
+// Reads a small integer field of a matrix entry.
+Result<int> IntField(const json& e, const char* key, const std::string& what) {
+  auto it = e.find(key);
+  if (it == e.end() || !it->is_number_integer()) {
+    return InvalidInput(what + ": missing or non-integer field \"" + key + "\"");
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < 0 || v > 1 << 20) {
+    return InvalidInput(what + ": field \"" + std::string(key) + "\" = " + std::to_string(v) +
+                        " out of range");
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+const CheckpointTensor* Checkpoint::FindMatrix(const std::string& name) const {
+  for (const auto& m : matrices)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+const NamedTensor* Checkpoint::FindTensor(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tensors,
+                         std::map<std::string, std::string>* metadata) {
+  tensors->clear();
+  *metadata = ckpt.metadata;
+  if (metadata->count(kCheckpointMetadataKey)) {
+    return InvalidInput(std::string("checkpoint metadata key '") + kCheckpointMetadataKey +
+                        "' is reserved");
+  }
+  json entries = json::object();
+  std::set<std::string> names;
+  for (const auto& m : ckpt.matrices) {
+    if (m.name.empty()) return InvalidInput("checkpoint: matrix with an empty name");
+    if (entries.contains(m.name)) return InvalidInput("checkpoint: duplicate matrix " + Quote(m.name));
+    SPARQ_RETURN_IF_ERROR(Validate(m.matrix, m.name));
+    entries[m.name] = MatrixJson(m);
+    for (const auto& [suffix, part] : PartsOf(m.matrix)) {
+      const std::string pn = PartName(m.name, suffix);
+      if (!names.insert(pn).second) return InvalidInput("checkpoint: duplicate tensor name " + Quote(pn));
+      tensors->push_back({pn, *part});
+    }
+  }
+  for (const auto& t : ckpt.tensors) {
+    if (!names.insert(t.name).second) return InvalidInput("checkpoint: duplicate tensor name " + Quote(t.name));
+    tensors->push_back(t);
+  }
+  json doc = json::object();
+  doc["format_version"] = kCheckpointFormatVersion;
+  doc["tensors"] = std::move(entries);
+  (*metadata)[kCheckpointMetadataKey] = doc.dump();
+  return Status::Ok();
+}
+
+Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt) {
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  Status st = FlattenCheckpoint(ckpt, &tensors, &metadata);
+  if (!st.ok()) return st.WithContext(path);
+  return WriteSafetensors(path, tensors, metadata);
+}
+
+Result<std::vector<uint8_t>> SerializeCheckpoint(const Checkpoint& ckpt) {
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  SPARQ_RETURN_IF_ERROR(FlattenCheckpoint(ckpt, &tensors, &metadata));
+  return SerializeSafetensors(tensors, metadata);
+}
+
+bool IsSparqCheckpoint(const SafetensorsFile& file) {
+  return file.metadata().count(kCheckpointMetadataKey) > 0;
+}
+
+Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
+  const std::string& path = file.path();
+  Checkpoint ck;
+  std::set<std::string> claimed;
+  for (const auto& [k, v] : file.metadata()) {
+    if (k != kCheckpointMetadataKey) ck.metadata[k] = v;
+  }
+  auto it = file.metadata().find(kCheckpointMetadataKey);
+  if (it != file.metadata().end()) {
+    const std::string& text = it->second;
+    SPARQ_ASSIGN_OR_RETURN(json doc, io::ParseStrictJson(text.data(), text.size(),
+                                                         path + ": metadata 'sparq'"));
+    const std::string where = path + ": metadata 'sparq'";
+    if (!doc.is_object()) return InvalidInput(where + " is not a JSON object");
+    auto ver = doc.find("format_version");
+    if (ver == doc.end() || !ver->is_number_integer()) {
+      return InvalidInput(where + ": missing or non-integer format_version");
+    }
+    if (ver->get<int64_t>() < 1 || ver->get<int64_t>() > kCheckpointFormatVersion) {
+      return Unsupported(where + ": format_version " + std::to_string(ver->get<int64_t>()) +
+                         " (this sparq reads up to " + std::to_string(kCheckpointFormatVersion) + ")");
+    }
+    auto ents = doc.find("tensors");
+    if (ents == doc.end() || !ents->is_object()) return InvalidInput(where + ": missing \"tensors\" object");
+    for (const auto& [name, e] : ents->items()) {
+      const std::string what = path + ": matrix " + Quote(name);
+      if (!e.is_object()) return InvalidInput(what + ": metadata entry is not a JSON object");
+      auto fmt_it = e.find("format");
+      auto pat_it = e.find("pattern");
+      auto dt_it = e.find("dtype");
+      auto shape_it = e.find("shape");
+      if (fmt_it == e.end() || !fmt_it->is_string()) return InvalidInput(what + ": missing \"format\"");
+      if (pat_it == e.end() || !pat_it->is_string()) return InvalidInput(what + ": missing \"pattern\"");
+      if (dt_it == e.end() || !dt_it->is_string()) return InvalidInput(what + ": missing \"dtype\"");
+      const auto kind = ParseFormatName(fmt_it->get<std::string>());
+      if (!kind) return InvalidInput(what + ": unknown format " + Quote(fmt_it->get<std::string>()));
+      auto pattern = Pattern::Parse(pat_it->get<std::string>());
+      if (!pattern.ok()) return pattern.status().WithContext(what);
+      const auto dtype = ParseDType(dt_it->get<std::string>());
+      if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kBF16 && *dtype != DType::kF16)) {
+        return InvalidInput(what + ": value dtype " + Quote(dt_it->get<std::string>()) +
+                            " is not f32, bf16 or f16");
+      }
+      if (shape_it == e.end() || !shape_it->is_array() || shape_it->size() != 2 ||
+          !(*shape_it)[0].is_number_integer() || !(*shape_it)[1].is_number_integer()) {
+        return InvalidInput(what + ": \"shape\" must be [rows, cols]");
+      }
+      const int64_t rows = (*shape_it)[0].get<int64_t>();
+      const int64_t cols = (*shape_it)[1].get<int64_t>();
+      if (rows < 0 || cols < 0) {
+        return InvalidInput(what + ": negative shape [" + std::to_string(rows) + ", " +
+                            std::to_string(cols) + "]");
+      }
+      SPARQ_RETURN_IF_ERROR(CheckedNumel({rows, cols, 4}, what + ": shape").status());
+
+      auto part = [&](const std::string& suffix) -> Result<Tensor> {
+        const std::string pn = PartName(name, suffix);
+        const SafetensorsEntry* t = file.Find(pn);
+        if (!t) return InvalidInput(what + ": part " + Quote(pn) + " is missing");
+        if (!claimed.insert(pn).second) {
+          return InvalidInput(what + ": part " + Quote(pn) + " belongs to two matrices");
+        }
+        return t->tensor;
+      };
+      SparseMatrix mat;
+      switch (*kind) {
+        case FormatKind::kDense: {
+          DenseMatrix d{rows, cols, {}};
+          SPARQ_ASSIGN_OR_RETURN(d.values, part(""));
+          mat = std::move(d);
+          break;
+        }
+        case FormatKind::kCoo: {
+          CooMatrix c;
+          c.rows = rows, c.cols = cols;
+          SPARQ_ASSIGN_OR_RETURN(c.row_idx, part("row_idx"));
+          SPARQ_ASSIGN_OR_RETURN(c.col_idx, part("col_idx"));
+          SPARQ_ASSIGN_OR_RETURN(c.values, part("values"));
+          mat = std::move(c);
+          break;
+        }
+        case FormatKind::kCsr: {
+          CsrMatrix c;
+          c.rows = rows, c.cols = cols;
+          SPARQ_ASSIGN_OR_RETURN(c.row_ptr, part("row_ptr"));
+          SPARQ_ASSIGN_OR_RETURN(c.col_idx, part("col_idx"));
+          SPARQ_ASSIGN_OR_RETURN(c.values, part("values"));
+          mat = std::move(c);
+          break;
+        }
+        case FormatKind::kBsr: {
+          BsrMatrix b;
+          b.rows = rows, b.cols = cols;
+          SPARQ_ASSIGN_OR_RETURN(b.bh, IntField(e, "bh", what));
+          SPARQ_ASSIGN_OR_RETURN(b.bw, IntField(e, "bw", what));
+          SPARQ_ASSIGN_OR_RETURN(b.row_ptr, part("row_ptr"));
+          SPARQ_ASSIGN_OR_RETURN(b.col_idx, part("col_idx"));
+          SPARQ_ASSIGN_OR_RETURN(b.values, part("values"));
+          mat = std::move(b);
+          break;
+        }
+        case FormatKind::kNM: {
+          NmMatrix x;
+          x.rows = rows, x.cols = cols;
+          SPARQ_ASSIGN_OR_RETURN(x.n, IntField(e, "n", what));
+          SPARQ_ASSIGN_OR_RETURN(x.m, IntField(e, "m", what));
+          SPARQ_ASSIGN_OR_RETURN(x.values, part("values"));
+          SPARQ_ASSIGN_OR_RETURN(x.meta, part("meta"));
+          mat = std::move(x);
+          break;
+        }
+        case FormatKind::kVNM: {
+          VnmMatrix x;
+          x.rows = rows, x.cols = cols;
+          SPARQ_ASSIGN_OR_RETURN(x.v, IntField(e, "v", what));
+          SPARQ_ASSIGN_OR_RETURN(x.n, IntField(e, "n", what));
+          SPARQ_ASSIGN_OR_RETURN(x.m, IntField(e, "m", what));
+          SPARQ_ASSIGN_OR_RETURN(x.values, part("values"));
+          SPARQ_ASSIGN_OR_RETURN(x.meta, part("meta"));
+          mat = std::move(x);
+          break;
+        }
+      }
+      if (ValueDType(mat) != *dtype) {
+        return InvalidInput(what + ": values have dtype " + std::string(DTypeName(ValueDType(mat))) +
+                            " but the metadata says " + std::string(DTypeName(*dtype)));
+      }
+      if (const auto* d = std::get_if<DenseMatrix>(&mat)) {
+        if (d->values.shape() != std::vector<int64_t>{rows, cols}) {
+          return InvalidInput(what + ": dense tensor has shape " + d->values.ShapeString() +
+                              ", metadata says [" + std::to_string(rows) + ", " +
+                              std::to_string(cols) + "]");
+        }
+      }
+      Status st = Validate(mat, name);
+      if (!st.ok()) return st.WithContext(path);
+      ck.matrices.push_back({name, std::move(mat), *pattern});
+    }
+  }
+  for (const auto& t : file.tensors()) {
+    if (!claimed.count(t.name)) ck.tensors.push_back({t.name, t.tensor});
+  }
+  return ck;
+}
+
+Result<Checkpoint> ReadCheckpoint(const std::string& path) {
+  SPARQ_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+  return CheckpointFromSafetensors(f);
+}
+
+Result<Checkpoint> ReadCheckpointFromMemory(const void* data, uint64_t size, const std::string& name) {
+  SPARQ_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::FromMemory(data, size, name));
+  return CheckpointFromSafetensors(f);
+}
+
+}  // namespace sparq
