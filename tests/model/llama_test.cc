@@ -1,0 +1,199 @@
+// Llama runtime tests on SmolLM2-135M: configuration facts, logits against an independent NumPy
+// forward pass (tests/model/make_reference.py), incremental decode vs batched prefill, thread
+// independence, perplexity on a WikiText slice, and error paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/model_testutil.h"
+#include "sparq/gguf.h"
+#include "sparq/model.h"
+
+namespace sparq {
+namespace {
+
+class SmolLmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = testing::SmolLmPath();
+    if (path.empty()) return;
+    auto m = LlamaModel::FromGguf(path);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = new LlamaModel(std::move(*m));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  void SetUp() override {
+    if (model_ == nullptr) GTEST_SKIP() << testing::kModelMissing;
+  }
+  static std::vector<float> AllLogits(std::span<const int32_t> ids, ThreadPool* pool) {
+    auto cache = KvCache::Create(model_->config(), static_cast<int64_t>(ids.size()));
+    EXPECT_TRUE(cache.ok());
+    std::vector<float> logits(ids.size() * model_->config().n_vocab);
+    Status st = model_->Forward(ids, &*cache, logits.data(), true, pool);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return logits;
+  }
+  static LlamaModel* model_;
+};
+LlamaModel* SmolLmTest::model_ = nullptr;
+
+TEST_F(SmolLmTest, ConfigFromGgufMetadata) {
+  const LlamaConfig& c = model_->config();
+  EXPECT_EQ(c.n_layer, 30);
+  EXPECT_EQ(c.n_embd, 576);
+  EXPECT_EQ(c.n_head, 9);
+  EXPECT_EQ(c.n_head_kv, 3);
+  EXPECT_EQ(c.n_ff, 1536);
+  EXPECT_EQ(c.n_vocab, 49152);
+  EXPECT_EQ(c.rope_dim, 64);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 100000.0);
+  EXPECT_TRUE(c.tied_output);
+  auto back = LlamaConfig::FromJson(c.ToJson(), "x");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->ToJson(), c.ToJson());
+}
+
+// Logits vs the float64 NumPy reference. Tolerance: sparq computes in f32 over 30 blocks; the
+// reference's logits are O(10-30) and f32 forward passes of this model agree with f64 to ~1e-3
+// relative, so 0.05 absolute is loose enough for accumulation order and tight enough to catch
+// a wrong rope pairing, GQA mapping or norm (each of those moves logits by whole units).
+TEST_F(SmolLmTest, LogitsMatchNumpyReference) {
+  const nlohmann::json ref = testing::LoadTestJson("smollm2_reference.json");
+  ThreadPool pool(2);
+  const int64_t vocab = model_->config().n_vocab;
+  for (const auto& c : ref["cases"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    auto mine = model_->tokenizer().Encode(c["text"].get<std::string>());
+    ASSERT_TRUE(mine.ok());
+    EXPECT_EQ(*mine, ids);
+    const std::vector<float> logits = AllLogits(ids, &pool);
+    double max_err = 0.0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto& pos = c["positions"][i];
+      const auto top = pos["top_ids"].get<std::vector<int32_t>>();
+      const auto val = pos["top_logits"].get<std::vector<double>>();
+      const float* row = logits.data() + i * vocab;
+      for (size_t t = 0; t < top.size(); ++t) {
+        max_err = std::max(max_err, std::abs(row[top[t]] - val[t]));
+        EXPECT_NEAR(row[top[t]], val[t], 0.05) << "position " << i << " token " << top[t];
+      }
+      if (val[0] - val[1] > 0.1) EXPECT_EQ(Argmax({row, static_cast<size_t>(vocab)}), top[0]);
+    }
+    std::printf("max |logit - reference| = %.5f over %zu positions\n", max_err, ids.size());
+  }
+}
+
+TEST_F(SmolLmTest, DecodeMatchesPrefillAndThreadsDoNotChangeBits) {
+  auto ids = model_->tokenizer().Encode("The quick brown fox jumps over the lazy dog. It was");
+  ASSERT_TRUE(ids.ok());
+  const int64_t n = static_cast<int64_t>(ids->size()), vocab = model_->config().n_vocab;
+  ThreadPool pool1(1), pool2(2);
+  const std::vector<float> full = AllLogits(*ids, &pool2);
+  EXPECT_EQ(AllLogits(*ids, &pool2), full);  // bitwise, same call twice
+  // 1 vs 2 threads: the runtime's own code is thread-independent, but the dense f32 LinearWeight
+  // kernel currently splits rows into OpenBLAS calls of thread-dependent shapes, which changes
+  // the last bits for 2 <= n < 64 (reported to the kernels owner). Until that is fixed, check
+  // closeness only.
+  const std::vector<float> one = AllLogits(*ids, &pool1);
+  for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(one[i], full[i], 1e-3) << i;
+  // Prefill 5 tokens, then one at a time: last-token logits agree with the batched pass (the
+  // batched attention sums in another order, hence a tolerance).
+  auto cache = KvCache::Create(model_->config(), n);
+  ASSERT_TRUE(cache.ok());
+  std::vector<float> last(vocab);
+  ASSERT_TRUE(model_->Forward(std::span(*ids).first(5), &*cache, last.data(), false, &pool2).ok());
+  for (int64_t i = 5; i < n; ++i) {
+    ASSERT_TRUE(model_->Forward(std::span(*ids).subspan(i, 1), &*cache, last.data(), false, &pool2)
+                    .ok());
+    for (int64_t j = 0; j < vocab; j += 97) {
+      ASSERT_NEAR(last[j], full[i * vocab + j], 2e-3) << "position " << i << " vocab " << j;
+    }
+  }
+  EXPECT_EQ(cache->length(), n);
+}
+
+TEST_F(SmolLmTest, PerplexityOnWikiTextSlice) {
+  const std::string wiki = testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
+  if (wiki.empty()) GTEST_SKIP() << "wikitext missing";
+  auto ids = model_->tokenizer().Encode(wiki.substr(0, 40000));
+  ASSERT_TRUE(ids.ok());
+  ids->resize(2048);
+  ThreadPool pool(2);
+  auto r = Perplexity(*model_, *ids, 512, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->windows, 4);
+  EXPECT_EQ(r->tokens, 4 * 511);
+  std::printf("perplexity(2048 tokens, ctx 512) = %.4f\n", r->perplexity);
+  // SmolLM2-135M on WikiText-2 is around 20 at ctx 512; a broken model is in the thousands.
+  EXPECT_GT(r->perplexity, 5.0);
+  EXPECT_LT(r->perplexity, 40.0);
+}
+
+TEST_F(SmolLmTest, GreedyGenerationIsDeterministic) {
+  auto ids = model_->tokenizer().Encode("The capital of France is");
+  ASSERT_TRUE(ids.ok());
+  ThreadPool pool(2);
+  GenerateOptions opt;
+  opt.max_new = 4;
+  auto a = Generate(*model_, *ids, opt, &pool);
+  auto b = Generate(*model_, *ids, opt, &pool);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(model_->tokenizer().Decode(std::span(a->tokens).first(1)), " Paris");
+}
+
+TEST_F(SmolLmTest, ForwardRejectsBadTokensAndFullCache) {
+  auto cache = KvCache::Create(model_->config(), 4);
+  ASSERT_TRUE(cache.ok());
+  std::vector<int32_t> bad = {1, 49152};
+  Status st = model_->Forward(bad, &*cache, nullptr, false, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+  EXPECT_NE(st.message().find("token 1 has id 49152"), std::string::npos) << st.message();
+  std::vector<int32_t> five = {1, 2, 3, 4, 5};
+  st = model_->Forward(five, &*cache, nullptr, false, nullptr);
+  EXPECT_NE(st.message().find("exceed the KV cache capacity 4"), std::string::npos);
+  EXPECT_FALSE(Perplexity(*model_, std::vector<int32_t>{1}, 512, nullptr).ok());
+}
+
+TEST(LlamaConfigTest, ValidateNamesTheProblem) {
+  LlamaConfig c;
+  c.n_vocab = 10, c.n_embd = 10, c.n_layer = 1, c.n_head = 3, c.n_head_kv = 1, c.n_ff = 4;
+  c.rope_dim = 2;
+  Status st = c.Validate("m.gguf");
+  EXPECT_EQ(st.message(), "m.gguf: n_embd 10 is not a multiple of n_head 3");
+  c.n_head = 2, c.n_head_kv = 3;
+  EXPECT_NE(c.Validate("m").message().find("not a multiple of n_head_kv"), std::string::npos);
+  c.n_head_kv = 1, c.rope_dim = 7;
+  EXPECT_NE(c.Validate("m").message().find("rope dimension 7"), std::string::npos);
+  c.rope_dim = 2, c.n_ff = -1;
+  EXPECT_NE(c.Validate("m").message().find("n_ff = -1"), std::string::npos);
+  EXPECT_FALSE(LlamaConfig::FromJson("{}", "x").ok());
+}
+
+TEST(LlamaLoadTest, MissingAndTruncatedFiles) {
+  auto r = LlamaModel::Load("/nonexistent/model.gguf");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("/nonexistent/model.gguf"), std::string::npos);
+  const std::string path = testing::SmolLmPath();
+  if (path.empty()) GTEST_SKIP() << testing::kModelMissing;
+  // A truncated copy: the GGUF reader rejects it with a message naming the file.
+  const std::string bytes = testing::ReadFileOrEmpty(path);
+  const std::string cut = ::testing::TempDir() + "/truncated.gguf";
+  {
+    FILE* f = std::fopen(cut.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size() / 2, f);
+    std::fclose(f);
+  }
+  auto t = LlamaModel::Load(cut);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("truncated.gguf"), std::string::npos)
+      << t.status().message();
+  std::remove(cut.c_str());
+}
+
+}  // namespace
+}  // namespace sparq
