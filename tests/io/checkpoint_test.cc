@@ -1,0 +1,278 @@
+// The sparq checkpoint: every format round-trips bit-exactly through a file (zero-copy views),
+// plain tensors and metadata are kept, and malformed checkpoints give errors naming the tensor.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "io/io_testutil.h"
+#include "sparq/checkpoint.h"
+
+namespace sparq {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Random weights masked to `p` (so every format can hold them).
+std::vector<float> MaskedWeights(const Pattern& p, int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> w(m * k);
+  for (auto& x : w) x = dist(rng);
+  EXPECT_TRUE(MagnitudePrune(p, w, m, k).ok());
+  return w;
+}
+
+struct Case {
+  const char* pattern;
+  FormatKind format;
+  DType dtype;
+};
+
+const Case kCases[] = {
+    {"2:4", FormatKind::kNM, DType::kBF16},        {"1:8", FormatKind::kNM, DType::kF32},
+    {"vnm:4:2:4", FormatKind::kVNM, DType::kF16},  {"block:4x8:0.5", FormatKind::kBsr, DType::kF32},
+    {"unstructured:0.9", FormatKind::kCsr, DType::kBF16},
+    {"unstructured:0.7", FormatKind::kCoo, DType::kF32},
+    {"2:4", FormatKind::kDense, DType::kBF16},     {"rows:0.25", FormatKind::kCsr, DType::kF16},
+};
+
+Checkpoint MakeCheckpoint(int64_t m, int64_t k) {
+  Checkpoint ck;
+  uint32_t seed = 1;
+  for (const Case& c : kCases) {
+    auto p = Pattern::Parse(c.pattern);
+    EXPECT_TRUE(p.ok()) << c.pattern;
+    auto w = MaskedWeights(*p, m, k, seed++);
+    auto enc = Encode(w, m, k, c.format, *p, c.dtype);
+    EXPECT_TRUE(enc.ok()) << c.pattern << ": " << enc.status().ToString();
+    ck.matrices.push_back({"layer" + std::to_string(seed) + "." + std::string(FormatName(c.format)),
+                           std::move(*enc), *p});
+  }
+  Tensor norm = Tensor::Alloc(DType::kF32, {k});
+  for (int64_t i = 0; i < k; ++i) norm.mutable_data_as<float>()[i] = 0.5f + i;
+  ck.tensors.push_back({"norm.weight", norm});
+  ck.tensors.push_back({"ids", Tensor::Alloc(DType::kI64, {3})});
+  ck.metadata["config"] = R"({"hidden": 64})";
+  ck.metadata["tokenizer"] = std::string(1000, 'x');
+  return ck;
+}
+
+TEST(CheckpointTest, EveryFormatRoundTripsThroughAFile) {
+  const int64_t m = 26, k = 42;  // neither a multiple of 4 or 8: tail groups, partial blocks and slabs
+  Checkpoint ck = MakeCheckpoint(m, k);
+  const std::string path = testing::TempDir() + "/ck.sparq";
+  ASSERT_TRUE(WriteCheckpoint(path, ck).ok());
+  auto r = ReadCheckpoint(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->matrices.size(), ck.matrices.size());
+  for (const auto& want : ck.matrices) {
+    const CheckpointTensor* got = r->FindMatrix(want.name);
+    ASSERT_NE(got, nullptr) << want.name;
+    EXPECT_EQ(KindOf(got->matrix), KindOf(want.matrix)) << want.name;
+    EXPECT_EQ(got->pattern, want.pattern) << want.name;
+    EXPECT_EQ(ValueDType(got->matrix), ValueDType(want.matrix)) << want.name;
+    EXPECT_EQ(ByteSize(got->matrix), ByteSize(want.matrix)) << want.name;
+    Tensor a = ToDense(want.matrix), b = ToDense(got->matrix);
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << want.name;
+    const bool is_view = std::visit([](const auto& x) { return !x.values.owned(); }, got->matrix);
+    EXPECT_TRUE(is_view) << want.name << ": parts should be views into the mapping";
+  }
+  ASSERT_EQ(r->tensors.size(), 2u);
+  const NamedTensor* norm = r->FindTensor("norm.weight");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->tensor.data_as<float>()[3], 3.5f);
+  EXPECT_EQ(r->metadata, ck.metadata);  // the reserved "sparq" key is not part of it
+  // A dense matrix is stored plain under its own name: any safetensors reader sees it.
+  auto st = SafetensorsFile::Open(path);
+  ASSERT_TRUE(st.ok());
+  for (const auto& mtx : ck.matrices) {
+    if (KindOf(mtx.matrix) == FormatKind::kDense) EXPECT_NE(st->Find(mtx.name), nullptr);
+    if (KindOf(mtx.matrix) == FormatKind::kNM) {
+      EXPECT_NE(st->Find(mtx.name + ".values"), nullptr);
+      EXPECT_NE(st->Find(mtx.name + ".meta"), nullptr);
+    }
+    if (KindOf(mtx.matrix) == FormatKind::kCsr) EXPECT_NE(st->Find(mtx.name + ".row_ptr"), nullptr);
+    if (KindOf(mtx.matrix) == FormatKind::kCoo) EXPECT_NE(st->Find(mtx.name + ".row_idx"), nullptr);
+  }
+  auto doc = nlohmann::json::parse(st->metadata().at("sparq"));
+  EXPECT_EQ(doc["format_version"], kCheckpointFormatVersion);
+  const auto& e = doc["tensors"]["layer2.nm"];
+  EXPECT_EQ(e["format"], "nm");
+  EXPECT_EQ(e["pattern"], "2:4");
+  EXPECT_EQ(e["dtype"], "bf16");
+  EXPECT_EQ(e["shape"], nlohmann::json({m, k}));
+  EXPECT_EQ(e["n"], 2);
+  EXPECT_EQ(e["m"], 4);
+}
+
+TEST(CheckpointTest, DeterministicBytes) {
+  auto a = SerializeCheckpoint(MakeCheckpoint(8, 16));
+  auto b = SerializeCheckpoint(MakeCheckpoint(8, 16));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  auto r = ReadCheckpointFromMemory(a->data(), a->size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->matrices.size(), std::size(kCases));
+}
+
+TEST(CheckpointTest, EmptyAndAllZeroMatrices) {
+  Checkpoint ck;
+  std::vector<float> zeros(6 * 8, 0.0f);
+  for (FormatKind f : {FormatKind::kCsr, FormatKind::kCoo, FormatKind::kBsr, FormatKind::kNM}) {
+    auto enc = Encode(zeros, 6, 8, f, f == FormatKind::kBsr ? Pattern::Block(2, 4, 0.5) : Pattern::NM(2, 4),
+                      DType::kF32);
+    ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+    ck.matrices.push_back({"z." + std::string(FormatName(f)), std::move(*enc), Pattern::NM(2, 4)});
+  }
+  auto bytes = SerializeCheckpoint(ck);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& m : r->matrices) {
+    Tensor d = ToDense(m.matrix);
+    for (uint64_t i = 0; i < d.numel(); ++i) ASSERT_EQ(d.data_as<float>()[i], 0.0f);
+  }
+}
+
+TEST(CheckpointTest, PlainSafetensorsReadsAsCheckpointWithoutMatrices) {
+  std::vector<NamedTensor> ts = {{"a", Tensor::Alloc(DType::kF16, {2, 2})}};
+  auto bytes = SerializeSafetensors(ts, {{"k", "v"}});
+  ASSERT_TRUE(bytes.ok());
+  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size());
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->matrices.empty());
+  ASSERT_EQ(r->tensors.size(), 1u);
+  EXPECT_EQ(r->metadata.at("k"), "v");
+}
+
+TEST(CheckpointTest, WriterRejectsCollisionsAndReservedKey) {
+  Checkpoint ck = MakeCheckpoint(8, 16);
+  ck.metadata["sparq"] = "x";
+  EXPECT_THAT(SerializeCheckpoint(ck).status().message(), HasSubstr("'sparq' is reserved"));
+  ck = MakeCheckpoint(8, 16);
+  ck.tensors.push_back({ck.matrices[0].name + ".values", Tensor::Alloc(DType::kF32, {1})});
+  EXPECT_THAT(SerializeCheckpoint(ck).status().message(), HasSubstr("duplicate tensor name"));
+  ck = MakeCheckpoint(8, 16);
+  ck.matrices.push_back(ck.matrices[0]);
+  EXPECT_THAT(SerializeCheckpoint(ck).status().message(), HasSubstr("duplicate matrix"));
+}
+
+// ---- malformed checkpoints: edit the flattened file and read it back -------------------------
+
+struct Flat {
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> meta;
+  nlohmann::json doc;
+};
+
+Flat FlatOf(const Checkpoint& ck) {
+  Flat f;
+  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta).ok());
+  f.doc = nlohmann::json::parse(f.meta["sparq"]);
+  return f;
+}
+
+std::string ErrorOf(Flat f) {
+  f.meta["sparq"] = f.doc.dump();
+  auto bytes = SerializeSafetensors(f.tensors, f.meta);
+  EXPECT_TRUE(bytes.ok());
+  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.status().message();
+}
+
+Checkpoint OneNm() {
+  Checkpoint ck;
+  auto w = MaskedWeights(Pattern::NM(2, 4), 4, 8, 7);
+  auto enc = Encode(w, 4, 8, FormatKind::kNM, Pattern::NM(2, 4), DType::kF32);
+  EXPECT_TRUE(enc.ok());
+  ck.matrices.push_back({"w", std::move(*enc), Pattern::NM(2, 4)});
+  return ck;
+}
+
+TEST(CheckpointMalformedTest, MissingPart) {
+  Flat f = FlatOf(OneNm());
+  std::erase_if(f.tensors, [](const NamedTensor& t) { return t.name == "w.meta"; });
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.sparq: matrix 'w': part 'w.meta' is missing"));
+}
+
+TEST(CheckpointMalformedTest, DtypeDisagreesWithMetadata) {
+  Flat f = FlatOf(OneNm());
+  f.doc["tensors"]["w"]["dtype"] = "bf16";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w': values have dtype f32 but the metadata says bf16"));
+}
+
+TEST(CheckpointMalformedTest, ShapeDisagreesWithParts) {
+  Flat f = FlatOf(OneNm());
+  f.doc["tensors"]["w"]["shape"] = {4, 12};
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.sparq: w"));
+  f.doc["tensors"]["w"]["shape"] = {4, -1};
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w': negative shape"));
+  f.doc["tensors"]["w"]["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
+  EXPECT_THAT(ErrorOf(f), HasSubstr("overflows"));
+}
+
+TEST(CheckpointMalformedTest, BadIndicesFailValidate) {
+  Checkpoint ck;
+  std::vector<float> w = {1, 0, 2, 0, 0, 3, 0, 0};
+  auto enc = Encode(w, 2, 4, FormatKind::kCsr, Pattern::Unstructured(0.5), DType::kF32);
+  ASSERT_TRUE(enc.ok());
+  ck.matrices.push_back({"c", std::move(*enc), Pattern::Unstructured(0.5)});
+  Flat f = FlatOf(ck);
+  for (auto& t : f.tensors) {
+    if (t.name == "c.col_idx") {
+      Tensor bad = t.tensor.Clone();
+      if (bad.dtype() == DType::kU16) bad.mutable_data_as<uint16_t>()[0] = 9;
+      else bad.mutable_data_as<uint32_t>()[0] = 9;
+      t.tensor = bad;
+    }
+  }
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.col_idx[0] = 9"));
+}
+
+TEST(CheckpointMalformedTest, BadMetadataDocument) {
+  Flat f = FlatOf(OneNm());
+  f.doc["tensors"]["w"]["format"] = "zip";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w': unknown format 'zip'"));
+  f = FlatOf(OneNm());
+  f.doc["tensors"]["w"]["pattern"] = "3:2";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w'"));
+  f = FlatOf(OneNm());
+  f.doc["tensors"]["w"].erase("n");
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w': missing or non-integer field \"n\""));
+  f = FlatOf(OneNm());
+  f.doc["tensors"]["w"]["m"] = 17;
+  EXPECT_THAT(ErrorOf(f), HasSubstr("w"));
+  f = FlatOf(OneNm());
+  f.doc.erase("tensors");
+  EXPECT_THAT(ErrorOf(f), HasSubstr("missing \"tensors\" object"));
+  f = FlatOf(OneNm());
+  f.doc["format_version"] = 99;
+  auto fb = f;
+  fb.meta["sparq"] = fb.doc.dump();
+  auto bytes = SerializeSafetensors(fb.tensors, fb.meta);
+  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  Flat g = FlatOf(OneNm());
+  g.meta["sparq"] = "{not json";
+  auto gb = SerializeSafetensors(g.tensors, g.meta);
+  auto gr = ReadCheckpointFromMemory(gb->data(), gb->size(), "c.sparq");
+  ASSERT_FALSE(gr.ok());
+  EXPECT_THAT(gr.status().message(), HasSubstr("c.sparq: metadata 'sparq' is not valid JSON"));
+}
+
+TEST(CheckpointMalformedTest, PartClaimedTwice) {
+  Checkpoint ck = OneNm();
+  Flat f = FlatOf(ck);
+  // A dense matrix named "w.values" would reuse the nm matrix's part.
+  f.doc["tensors"]["w.values"] = {{"format", "dense"}, {"pattern", "dense"}, {"shape", {4, 4}}, {"dtype", "f32"}};
+  EXPECT_THAT(ErrorOf(f), HasSubstr("belongs to two matrices"));
+}
+
+}  // namespace
+}  // namespace sparq
