@@ -1,0 +1,64 @@
+// `sparq eval MODEL --text FILE [--ctx 512] [--max-tokens N] [--json]`: perplexity over
+// non-overlapping windows (see Perplexity in sparq/model.h).
+#include <cblas.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "sparq/model.h"
+#include "src/model/progress.h"
+#include "tools/command.h"
+
+namespace sparq::cli {
+namespace {
+
+struct EvalOptions {
+  std::string model, text;
+  int64_t ctx = 512;
+  int64_t max_tokens = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+Status RunEval(const EvalOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  openblas_set_num_threads(threads);
+  ThreadPool pool(threads);
+  SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.text));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));
+  SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.tokenizer().Encode(text));
+  if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
+  ProgressBar bar("eval", (static_cast<int64_t>(ids.size()) + o.ctx - 1) / o.ctx);
+  SPARQ_ASSIGN_OR_RETURN(PerplexityResult r,
+                         Perplexity(model, ids, o.ctx, &pool,
+                                    [&](int64_t done, int64_t) { bar.Update(done); }));
+  if (o.json) {
+    nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens", r.tokens}, {"ctx", r.ctx},
+                        {"windows", r.windows},       {"seconds", r.seconds},
+                        {"model", o.model},           {"threads", threads}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("perplexity %.4f over %lld predicted tokens (%lld windows of ctx %lld) in %.1f s\n",
+                r.perplexity, static_cast<long long>(r.tokens), static_cast<long long>(r.windows),
+                static_cast<long long>(r.ctx), r.seconds);
+  }
+  return Status::Ok();
+}
+
+Registrar reg("eval", "Perplexity of a model (GGUF or .sparq) on a text file",
+              [](CLI::App& sub) -> RunFn {
+                auto o = std::make_shared<EvalOptions>();
+                sub.add_option("model", o->model, "Model: .gguf or .sparq")->required();
+                sub.add_option("--text", o->text, "UTF-8 text file")->required();
+                sub.add_option("--ctx", o->ctx, "Window (context) length in tokens")
+                    ->capture_default_str()
+                    ->check(CLI::Range(int64_t{2}, int64_t{1} << 16));
+                sub.add_option("--max-tokens", o->max_tokens,
+                               "Use only the first N tokens of the text (0: all)");
+                sub.add_option("--threads", o->threads, "Threads (default: SPARQ_NUM_THREADS or all)");
+                sub.add_flag("--json", o->json, "Print {\"perplexity\", \"tokens\", \"ctx\", ...}");
+                return [o]() { return RunEval(*o); };
+              });
+
+}  // namespace
+}  // namespace sparq::cli
