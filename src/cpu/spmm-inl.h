@@ -20,6 +20,7 @@
 #define SPARQ_CPU_SPMM_INL_H_
 #endif
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -99,43 +100,87 @@ HWY_INLINE hn::Vec<DI> NmColumns(const uint32_t* words, const NmLaneTables& t, s
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode, N:M: raw[t][r - r0] = sum over kept weights of row r, gathered from xpad[t] (k_pad
-// floats, zero beyond cols).
-template <int kBits, bool kBf16>
-HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, int64_t r0,
-                               int64_t r1, float* raw) {
+// Two-table permutation: lane j gets (idx[j] < L ? lo : hi)[idx[j] % L], idx in [0, 2L).
+HWY_INLINE hn::Vec<DF> Permute2(DF d, hn::Vec<DF> lo, hn::Vec<DF> hi, hn::Vec<DI> idx) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  (void)d;
+  return hn::Vec<DF>{_mm512_permutex2var_ps(lo.raw, idx.raw, hi.raw)};
+#else
+  const DI di;
+  const int32_t L = static_cast<int32_t>(hn::Lanes(d));
+  const auto lane = hn::IndicesFromVec(d, hn::And(idx, hn::Set(di, L - 1)));
+  const auto use_hi = hn::RebindMask(d, hn::Ne(hn::And(idx, hn::Set(di, L)), hn::Zero(di)));
+  return hn::IfThenElse(use_hi, hn::TableLookupLanes(hi, lane), hn::TableLookupLanes(lo, lane));
+#endif
+}
+
+// Bytes ahead of the current position that the decode kernels prefetch in each weight stream
+// (several streams in flight hide this VM's memory latency better than the hardware prefetcher).
+inline constexpr int kPrefetchBytes = 1024;
+
+// Decode, N:M: raw[t][r - r0] = sum over kept weights of row r times xpad[t] (k_pad floats, zero
+// beyond cols). R rows run in lockstep (R weight streams, and one X window serves all R rows).
+// kPerm (m == 2n, L % n == 0): the L kept values of a vector come from a window of 2L columns,
+// so X is loaded as two vectors and permuted by the decoded positions (one vpermt2ps on AVX-512)
+// instead of gathered; otherwise X is gathered.
+template <int kBits, bool kBf16, bool kPerm, int R>
+HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
+                             int64_t n, int64_t r, int64_t r0, int64_t r1, float* raw) {
   const DF df;
   const size_t L = hn::Lanes(df);
-  const size_t per_chunk = kNmChunk / L;  // vectors per chunk (16 / L)
-  const NmLaneTables tab(w.n, w.m, w.bits);
+  const size_t per_chunk = kNmChunk / L;
   const int32_t chunk_cols = (kNmChunk / w.n) * w.m;
   const int words = w.words_per_chunk();
-  const size_t vbytes = kBf16 ? 2 : 4;
+  const size_t vb = kBf16 ? 2 : 4;
   const int64_t row_vals = w.chunks * kNmChunk;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vbytes;
-    const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* x = xpad + t * w.k_pad;
-      auto acc0 = hn::Zero(df);
-      auto acc1 = hn::Zero(df);
-      for (int64_t c = 0; c < w.chunks; ++c) {
-        const uint32_t* wd = meta + c * words;
-        const int32_t col0 = static_cast<int32_t>(c * chunk_cols);
-        for (size_t p = 0; p < per_chunk; ++p) {
-          const auto cols = NmColumns<kBits>(wd, tab, p, col0);
-          const auto v = LoadValues<kBf16>(df, vals + (c * kNmChunk + p * L) * vbytes);
-          const auto xv = hn::GatherIndex(df, x, cols);
-          if ((c + p) & 1) {
-            acc1 = hn::MulAdd(v, xv, acc1);
-          } else {
-            acc0 = hn::MulAdd(v, xv, acc0);
-          }
-        }
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
+  const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* x = xpad + t * w.k_pad;
+    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
+    for (int64_t c = 0; c < w.chunks; ++c) {
+      const int32_t col0 = static_cast<int32_t>(c * chunk_cols);
+      for (int q = 0; q < R; ++q) {
+        hwy::Prefetch(vals + (q * row_vals + c * kNmChunk) * vb + kPrefetchBytes);
       }
-      raw[t * (r1 - r0) + (r - r0)] = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-    }
+      for (size_t p = 0; p < per_chunk; ++p) {
+        hn::Vec<DF> xlo, xhi;
+        int32_t wcol = col0;
+        if constexpr (kPerm) {
+          wcol = col0 + static_cast<int32_t>(2 * p * L);
+          xlo = hn::LoadU(df, x + wcol);
+          xhi = hn::LoadU(df, x + wcol + L);
+        }
+#define SPARQ_NM_ROW(q)                                                                       \
+  if constexpr (R > q) {                                                                      \
+    const auto cols = NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p,             \
+                                       kPerm ? col0 - wcol : col0);                           \
+    const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);  \
+    const auto xv = kPerm ? Permute2(df, xlo, xhi, cols) : hn::GatherIndex(df, x, cols);      \
+    acc##q = hn::MulAdd(v, xv, acc##q);                                                       \
   }
+        SPARQ_NM_ROW(0)
+        SPARQ_NM_ROW(1)
+        SPARQ_NM_ROW(2)
+        SPARQ_NM_ROW(3)
+#undef SPARQ_NM_ROW
+      }
+    }
+    float* out = raw + t * (r1 - r0) + (r - r0);
+    out[0] = hn::GetLane(hn::SumOfLanes(df, acc0));
+    if constexpr (R > 1) out[1] = hn::GetLane(hn::SumOfLanes(df, acc1));
+    if constexpr (R > 2) out[2] = hn::GetLane(hn::SumOfLanes(df, acc2));
+    if constexpr (R > 3) out[3] = hn::GetLane(hn::SumOfLanes(df, acc3));
+  }
+}
+
+template <int kBits, bool kBf16, bool kPerm>
+HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, int64_t r0,
+                               int64_t r1, float* raw) {
+  const NmLaneTables tab(w.n, w.m, w.bits);
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) NmDecodeRows<kBits, kBf16, kPerm, 4>(w, tab, xpad, n, r, r0, r1, raw);
+  for (; r < r1; ++r) NmDecodeRows<kBits, kBf16, kPerm, 1>(w, tab, xpad, n, r, r0, r1, raw);
 }
 
 // Decode, shared-column groups. g = 1 with explicit columns: gather X by the column indices.
@@ -156,6 +201,9 @@ HWY_NOINLINE void ScgDecodeG1Impl(const ScgWeight& w, const float* x, int64_t ld
       auto acc1 = hn::Zero(df);
       int64_t p = p0;
       for (; p + static_cast<int64_t>(2 * L) <= p1; p += 2 * L) {
+        hwy::Prefetch(static_cast<const uint8_t*>(values) + p * (kBf16 ? 2 : 4) + kPrefetchBytes);
+        hwy::Prefetch(static_cast<const uint8_t*>(w.col_idx.data()) + p * (kIdx16 ? 2 : 4) +
+                      kPrefetchBytes);
         hn::Vec<DI> c0, c1;
         if constexpr (kIdx16) {
           const hn::Rebind<uint16_t, DF> d16;
@@ -202,6 +250,7 @@ HWY_NOINLINE void ScgDecodeDenseImpl(const ScgWeight& w, const float* xrep, int6
       float s[4] = {0, 0, 0, 0};
       if (L % 4 == 0) {  // lane i of a vector starting at p (a multiple of 4) is row i % 4
         for (; p + static_cast<int64_t>(2 * L) <= len; p += 2 * L) {
+          hwy::Prefetch(vals + p * vb + kPrefetchBytes);
           acc0 = hn::MulAdd(LoadValues<kBf16>(df, vals + p * vb), hn::LoadU(df, xr + p), acc0);
           acc1 = hn::MulAdd(LoadValues<kBf16>(df, vals + (p + L) * vb), hn::LoadU(df, xr + p + L),
                             acc1);
@@ -273,51 +322,110 @@ HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t
 #define SPARQ_FOR_V(M, q) M(q, 0); M(q, 1); M(q, 2); M(q, 3)
 #define SPARQ_FOR_QV(M) SPARQ_FOR_V(M, 0); SPARQ_FOR_V(M, 1); SPARQ_FOR_V(M, 2); SPARQ_FOR_V(M, 3)
 
-// One row of N:M over chunks [c0, c1).
-template <int kBits, bool kBf16, int NV>
-HWY_INLINE void NmTiledRow(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
-                           int64_t c1, const float* xt, float* scr, bool first) {
+// R (1 or 2) rows of N:M over chunks [c0, c1); scr points at the first row's NT partial sums
+// (the second row's follow). Two rows give 2 * NV independent FMA chains: with NV = 4, four
+// chains of 4-cycle FMAs would only fill half of the two FMA ports.
+template <int kBits, bool kBf16, int NV, int R>
+HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
+                            int64_t c1, const float* xt, float* scr, bool first) {
   const DF df;
   const DI di;
-  constexpr int G = 1;
+  constexpr int G = R;
   const size_t L = hn::Lanes(df);
   const int NT = static_cast<int>(NV * L);
   const size_t per_chunk = kNmChunk / L;
   const int32_t chunk_cols = (kNmChunk / w.n) * w.m;
   const int words = w.words_per_chunk();
   const size_t vb = kBf16 ? 2 : 4;
-  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * w.chunks * kNmChunk * vb;
+  const int64_t row_vals = w.chunks * kNmChunk;
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
   const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
-  alignas(64) int32_t off[kNmChunk];
-  alignas(64) float wv[kNmChunk];
+  alignas(64) int32_t off[2 * kNmChunk];
+  alignas(64) float wv[2 * kNmChunk];
   SPARQ_ACC_ROW(0);
+  SPARQ_ACC_ROW(1);
   SPARQ_FOR_V(SPARQ_ACC_LOAD, 0);
+  SPARQ_FOR_V(SPARQ_ACC_LOAD, 1);
   for (int64_t c = c0; c < c1; ++c) {
-    for (size_t p = 0; p < per_chunk; ++p) {
-      const auto cols = NmColumns<kBits>(meta + c * words, tab, p, static_cast<int32_t>(c * chunk_cols));
-      hn::Store(hn::Mul(cols, hn::Set(di, NT)), di, off + p * L);
-      hn::Store(LoadValues<kBf16>(df, vals + (c * kNmChunk + p * L) * vb), df, wv + p * L);
+    for (int q = 0; q < R; ++q) {
+      for (size_t p = 0; p < per_chunk; ++p) {
+        const auto cols = NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p,
+                                           static_cast<int32_t>(c * chunk_cols));
+        hn::Store(hn::Mul(cols, hn::Set(di, NT)), di, off + q * kNmChunk + p * L);
+        hn::Store(LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb), df,
+                  wv + q * kNmChunk + p * L);
+      }
     }
     for (int j = 0; j < kNmChunk; ++j) {
-      const float* xp = xt + off[j];
-      const auto w0 = hn::Set(df, wv[j]);
-      const auto x0 = hn::LoadU(df, xp);
-      a00 = hn::MulAdd(w0, x0, a00);
-      if constexpr (NV > 1) {
-        const auto x1 = hn::LoadU(df, xp + L);
-        a01 = hn::MulAdd(w0, x1, a01);
+      {
+        const float* xp = xt + off[j];
+        const auto w0 = hn::Set(df, wv[j]);
+        a00 = hn::MulAdd(w0, hn::LoadU(df, xp), a00);
+        if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xp + L), a01);
+        if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xp + 2 * L), a02);
+        if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xp + 3 * L), a03);
       }
-      if constexpr (NV > 2) {
-        const auto x2 = hn::LoadU(df, xp + 2 * L);
-        a02 = hn::MulAdd(w0, x2, a02);
-      }
-      if constexpr (NV > 3) {
-        const auto x3 = hn::LoadU(df, xp + 3 * L);
-        a03 = hn::MulAdd(w0, x3, a03);
+      if constexpr (R > 1) {
+        const float* xp = xt + off[kNmChunk + j];
+        const auto w1 = hn::Set(df, wv[kNmChunk + j]);
+        a10 = hn::MulAdd(w1, hn::LoadU(df, xp), a10);
+        if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xp + L), a11);
+        if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xp + 2 * L), a12);
+        if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xp + 3 * L), a13);
       }
     }
   }
   SPARQ_FOR_V(SPARQ_ACC_STORE, 0);
+  SPARQ_FOR_V(SPARQ_ACC_STORE, 1);
+}
+
+// Two CSR rows (g = 1 groups) at once, columns [pa0, pa1) and [pb0, pb1): the common length runs
+// with 2 * NV chains, the longer row's rest alone.
+template <int NV, bool kBf16>
+HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64_t pb0,
+                             int64_t pb1, const float* xt, float* scr, bool first) {
+  const DF df;
+  constexpr int G = 2;
+  const size_t L = hn::Lanes(df);
+  const int64_t NT = NV * static_cast<int64_t>(L);
+  const void* vals = w.values.data();
+  SPARQ_ACC_ROW(0);
+  SPARQ_ACC_ROW(1);
+  SPARQ_FOR_V(SPARQ_ACC_LOAD, 0);
+  SPARQ_FOR_V(SPARQ_ACC_LOAD, 1);
+  const int64_t common = std::min(pa1 - pa0, pb1 - pb0);
+  for (int64_t i = 0; i < common; ++i) {
+    const float* xa = xt + w.Col(pa0 + i) * NT;
+    const float* xb = xt + w.Col(pb0 + i) * NT;
+    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals, pa0 + i));
+    const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals, pb0 + i));
+    a00 = hn::MulAdd(w0, hn::LoadU(df, xa), a00);
+    a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
+    if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xa + L), a01);
+    if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xb + L), a11);
+    if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xa + 2 * L), a02);
+    if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
+    if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
+    if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
+  }
+  for (int64_t p = pa0 + common; p < pa1; ++p) {
+    const float* xa = xt + w.Col(p) * NT;
+    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals, p));
+    a00 = hn::MulAdd(w0, hn::LoadU(df, xa), a00);
+    if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xa + L), a01);
+    if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xa + 2 * L), a02);
+    if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
+  }
+  for (int64_t p = pb0 + common; p < pb1; ++p) {
+    const float* xb = xt + w.Col(p) * NT;
+    const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals, p));
+    a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
+    if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xb + L), a11);
+    if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
+    if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
+  }
+  SPARQ_FOR_V(SPARQ_ACC_STORE, 0);
+  SPARQ_FOR_V(SPARQ_ACC_STORE, 1);
 }
 
 // One group of G rows sharing columns; columns [p0, p1) (all < the k block's end).
@@ -348,27 +456,40 @@ HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const 
   SPARQ_FOR_QV(SPARQ_ACC_STORE);
 }
 
-// Columns of k block [kc0, kc1) in a group: advance a cursor (columns ascending).
+// Columns [p0, p1) of group gi inside k block [kc0, kc1): advance a cursor (columns ascending).
+HWY_INLINE void ScgBlockRange(const ScgWeight& w, int64_t gi, int64_t kc0, int64_t kc1,
+                              int64_t& cur, int64_t& p0, int64_t& p1) {
+  if (w.implicit_cols) {
+    p0 = w.group_ptr[gi] + kc0;
+    p1 = w.group_ptr[gi] + kc1;
+    return;
+  }
+  if (kc0 == 0) cur = w.group_ptr[gi];
+  p0 = cur;
+  p1 = p0;
+  const int64_t end = w.group_ptr[gi + 1];
+  while (p1 < end && w.Col(p1) < kc1) ++p1;
+  cur = p1;
+}
+
 template <int G, int NV, bool kBf16>
 HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
                                int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const bool first = kc0 == 0;
-  for (int64_t gi = g0; gi < g1; ++gi) {
+  int64_t gi = g0;
+  if constexpr (G == 1 && 2 * NV <= kMaxAcc) {
+    for (; gi + 1 < g1; gi += 2) {
+      int64_t pa0, pa1, pb0, pb1;
+      ScgBlockRange(w, gi, kc0, kc1, cursor[gi - g0], pa0, pa1);
+      ScgBlockRange(w, gi + 1, kc0, kc1, cursor[gi + 1 - g0], pb0, pb1);
+      CsrTiledPair<NV, kBf16>(w, pa0, pa1, pb0, pb1, xt, scratch + (gi - g0) * NT, first);
+    }
+  }
+  for (; gi < g1; ++gi) {
     float* scr = scratch + (gi - g0) * G * NT;  // [group][G][NT]: padded rows stay inside
     int64_t p0, p1;
-    if (w.implicit_cols) {
-      p0 = w.group_ptr[gi] + kc0;
-      p1 = w.group_ptr[gi] + kc1;
-    } else {
-      int64_t& cur = cursor[gi - g0];
-      if (first) cur = w.group_ptr[gi];
-      p0 = cur;
-      p1 = p0;
-      const int64_t end = w.group_ptr[gi + 1];
-      while (p1 < end && w.Col(p1) < kc1) ++p1;
-      cur = p1;
-    }
+    ScgBlockRange(w, gi, kc0, kc1, cursor[gi - g0], p0, p1);
     ScgTiledGroup<G, NV, kBf16>(w, p0, p1, xt, scr, first);
   }
 }
@@ -378,8 +499,14 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
                               int64_t c0, int64_t c1, float* scratch) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const NmLaneTables tab(w.n, w.m, w.bits);
-  for (int64_t r = r0; r < r1; ++r) {
-    NmTiledRow<kBits, kBf16, NV>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
+  int64_t r = r0;
+  if constexpr (2 * NV <= kMaxAcc) {
+    for (; r + 1 < r1; r += 2) {
+      NmTiledRows<kBits, kBf16, NV, 2>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
+    }
+  }
+  for (; r < r1; ++r) {
+    NmTiledRows<kBits, kBf16, NV, 1>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
   }
 }
 
@@ -401,10 +528,21 @@ inline int64_t LanesF32() { return static_cast<int64_t>(hn::Lanes(DF())); }
 inline void NmDecode(const NmWeight& w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
                      float* raw) {
   const bool bf = w.value_dtype == DType::kBF16;
+  const bool perm = w.m == 2 * w.n && hn::Lanes(DF()) % w.n == 0;
   if (w.bits == 2) {
-    bf ? NmDecodeImpl<2, true>(w, xpad, n, r0, r1, raw) : NmDecodeImpl<2, false>(w, xpad, n, r0, r1, raw);
+    if (perm) {
+      bf ? NmDecodeImpl<2, true, true>(w, xpad, n, r0, r1, raw)
+         : NmDecodeImpl<2, false, true>(w, xpad, n, r0, r1, raw);
+    } else {
+      bf ? NmDecodeImpl<2, true, false>(w, xpad, n, r0, r1, raw)
+         : NmDecodeImpl<2, false, false>(w, xpad, n, r0, r1, raw);
+    }
+  } else if (perm) {
+    bf ? NmDecodeImpl<4, true, true>(w, xpad, n, r0, r1, raw)
+       : NmDecodeImpl<4, false, true>(w, xpad, n, r0, r1, raw);
   } else {
-    bf ? NmDecodeImpl<4, true>(w, xpad, n, r0, r1, raw) : NmDecodeImpl<4, false>(w, xpad, n, r0, r1, raw);
+    bf ? NmDecodeImpl<4, true, false>(w, xpad, n, r0, r1, raw)
+       : NmDecodeImpl<4, false, false>(w, xpad, n, r0, r1, raw);
   }
 }
 

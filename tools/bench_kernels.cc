@@ -1,0 +1,351 @@
+// `sparq bench kernels`: sparq's products against the best dense library and the sparse peers,
+// same shapes, same run, interleaved, medians over repeats; table, JSON and plot.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "sparq/format.h"
+#include "sparq/linear.h"
+#include "sparq/pattern.h"
+#include "src/cpu/machine.h"
+#include "tools/bench_hooks.h"
+#include "tools/bench_peers.h"
+
+namespace sparq::cli {
+namespace {
+
+using nlohmann::json;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One timing sample of fn: repeats the call until at least 2 ms have passed (calls of a few
+// microseconds are otherwise dominated by the clock), returns seconds per call.
+template <typename Fn>
+double Sample(Fn&& fn) {
+  const double t0 = Now();
+  int calls = 0;
+  double t;
+  do {
+    fn();
+    ++calls;
+    t = Now() - t0;
+  } while (t < 2e-3);
+  return t / calls;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+template <typename T>
+Result<std::vector<T>> ParseList(const std::string& s, const char* what) {
+  std::vector<T> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    if constexpr (std::is_same_v<T, std::string>) {
+      out.push_back(item);
+    } else {
+      char* end = nullptr;
+      const long long v = std::strtoll(item.c_str(), &end, 10);
+      if (*end || v <= 0) return InvalidInput(std::string(what) + ": bad value '" + item + "'");
+      out.push_back(static_cast<T>(v));
+    }
+  }
+  if (out.empty()) return InvalidInput(std::string(what) + ": empty list");
+  return out;
+}
+
+double Sparsity(const Pattern& p) {
+  switch (p.kind) {
+    case PatternKind::kNM:
+    case PatternKind::kVNM: return 1.0 - double(p.n) / p.m;
+    case PatternKind::kDense: return 0.0;
+    default: return p.fraction;
+  }
+}
+
+struct Options {
+  std::string json_path, plot_path, shapes, ns, patterns, threads, values, py_peers;
+  int repeats = 5;
+};
+
+// Runs the Python sparse peers (scipy / torch CSR) once for all rows; returns their medians keyed
+// by "m,k,n,threads,pattern" -> {peer: seconds}.
+std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Options& o) {
+  std::map<std::string, std::map<std::string, double>> out;
+  if (o.py_peers.empty()) return out;
+  if (!std::ifstream(o.py_peers).good()) {
+    std::fprintf(stderr, "sparse peers script %s not found: scipy/torch peers skipped\n", o.py_peers.c_str());
+    return out;
+  }
+  const std::string cmd = "python3 " + o.py_peers + " --shapes " + o.shapes + " --n " + o.ns +
+                          " --patterns " + o.patterns + " --threads " + o.threads +
+                          " --repeats " + std::to_string(o.repeats);
+  std::fprintf(stderr, "running sparse peers: %s\n", cmd.c_str());
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  std::string text;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
+  pclose(f);
+  try {
+    for (const auto& r : json::parse(text)) {
+      const std::string key = std::to_string(r["m"].get<int64_t>()) + "," + std::to_string(r["k"].get<int64_t>()) +
+                              "," + std::to_string(r["n"].get<int64_t>()) + "," +
+                              std::to_string(r["threads"].get<int>()) + "," + r["pattern"].get<std::string>();
+      out[key][r["peer"].get<std::string>()] = r["median_s"].get<double>();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sparse peers output not understood (%s): skipped\n", e.what());
+  }
+  return out;
+}
+
+Status WritePlot(const json& rows, const std::string& path, const std::string& script_dir) {
+  const std::string tmp = path + ".rows.json";
+  std::ofstream(tmp) << rows.dump();
+  const std::string cmd = "python3 " + script_dir + "/plot_speedup.py " + tmp + " " + path;
+  const int rc = std::system(cmd.c_str());
+  std::remove(tmp.c_str());
+  if (rc != 0) return IoError("--plot: '" + cmd + "' failed (needs python3 with matplotlib)");
+  return Status::Ok();
+}
+
+Status RunKernels(const Options& o) {
+  SPARQ_ASSIGN_OR_RETURN(auto shape_list, ParseList<std::string>(o.shapes, "--shapes"));
+  SPARQ_ASSIGN_OR_RETURN(auto ns, ParseList<int64_t>(o.ns, "--n"));
+  SPARQ_ASSIGN_OR_RETURN(auto pattern_list, ParseList<std::string>(o.patterns, "--patterns"));
+  SPARQ_ASSIGN_OR_RETURN(auto threads_list, ParseList<int>(o.threads, "--threads"));
+  SPARQ_ASSIGN_OR_RETURN(auto value_list, ParseList<std::string>(o.values, "--values"));
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& s : shape_list) {
+    long long m = 0, k = 0;
+    char x = 0;
+    if (std::sscanf(s.c_str(), "%lld%c%lld", &m, &x, &k) != 3 || x != 'x' || m <= 0 || k <= 0 ||
+        m > (1 << 20) || k > (1 << 20)) {
+      return InvalidInput("--shapes: bad shape '" + s + "' (want MxK, e.g. 4096x4096)");
+    }
+    shapes.emplace_back(m, k);
+  }
+  std::vector<Pattern> patterns;
+  for (const auto& s : pattern_list) {
+    auto p = Pattern::Parse(s);
+    if (!p.ok()) return p.status().WithContext("--patterns");
+    patterns.push_back(*p);
+  }
+  std::vector<DType> dtypes;
+  for (const auto& v : value_list) {
+    if (v == "f32") dtypes.push_back(DType::kF32);
+    else if (v == "bf16") dtypes.push_back(DType::kBF16);
+    else return InvalidInput("--values: '" + v + "' (want f32 or bf16)");
+  }
+  const int64_t nmax = *std::max_element(ns.begin(), ns.end());
+
+  std::map<int, double> peak, bw;
+  for (int t : threads_list) {
+    peak[t] = cpu::MeasurePeakFmaGflops(t);
+    bw[t] = cpu::MeasureReadGbps(t, int64_t{64} << 20);
+    std::printf("machine, %d thread(s): peak FMA %.1f GFLOP/s, read bandwidth %.1f GB/s\n", t, peak[t], bw[t]);
+  }
+  const auto py = RunPythonPeers(o);
+  auto peers = MakeDensePeers();
+  std::map<int, std::unique_ptr<ThreadPool>> pools;
+  for (int t : threads_list) pools[t] = std::make_unique<ThreadPool>(t);
+  auto set_threads = [&](int t) { for (auto& p : peers) p->SetThreads(t); };
+
+  json rows = json::array();
+  std::printf("%6s %6s %4s %2s %-18s %-4s %-30s %9s %7s %6s %-8s %9s %7s %-6s %9s %7s\n", "m", "k", "n", "T",
+              "pattern", "val", "kernel", "ms", "GFLOP/s", "GB/s", "peer", "peer ms", "speedup",
+              "sparse", "sp ms", "vs sp");
+  std::mt19937_64 rng(42);
+  for (auto [m, k] : shapes) {
+    std::vector<float> w0(size_t(m * k)), x(size_t(nmax * k)), y(size_t(nmax * m)), yref(size_t(nmax * m));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& v : w0) v = u(rng);
+    for (auto& v : x) v = u(rng);
+    // Dense peers: check each against OpenBLAS once, then medians per (n, threads).
+    std::map<std::pair<int64_t, int>, std::pair<std::string, DensePeer*>> best;
+    std::map<std::pair<int64_t, int>, std::map<std::string, double>> peer_s;
+    for (int64_t n : ns) {
+      for (int t : threads_list) {
+        set_threads(t);
+        std::map<std::string, std::vector<double>> samples;
+        peers[0]->Run(w0.data(), x.data(), yref.data(), m, k, n);
+        std::vector<DensePeer*> ok;
+        for (auto& p : peers) {
+          p->Run(w0.data(), x.data(), y.data(), m, k, n);
+          double err = 0;
+          for (int64_t i = 0; i < n * m; ++i) err = std::max<double>(err, std::fabs(y[i] - yref[i]));
+          if (err < 1e-2) ok.push_back(p.get());
+          else std::fprintf(stderr, "peer %s disagrees with openblas (max err %g): skipped\n", p->name().c_str(), err);
+        }
+        for (int rep = 0; rep < o.repeats; ++rep) {
+          for (DensePeer* p : ok) samples[p->name()].push_back(Sample([&] { p->Run(w0.data(), x.data(), y.data(), m, k, n); }));
+        }
+        double bt = 1e30;
+        for (DensePeer* p : ok) {
+          const double med = Median(samples[p->name()]);
+          peer_s[{n, t}][p->name()] = med;
+          if (med < bt) bt = med, best[{n, t}] = {p->name(), p};
+        }
+      }
+    }
+    // Our own bf16 dense kernel (the fair baseline for bf16 sparse).
+    std::map<std::pair<int64_t, int>, double> bf16_dense;
+    if (std::find(dtypes.begin(), dtypes.end(), DType::kBF16) != dtypes.end()) {
+      auto d = DenseMatrix::FromDense(w0, m, k, DType::kBF16);
+      if (!d.ok()) return d.status();
+      auto lw = LinearWeight::FromMatrix(std::move(d).value(), "dense_bf16");
+      if (!lw.ok()) return lw.status();
+      for (int64_t n : ns) {
+        for (int t : threads_list) {
+          std::vector<double> s;
+          for (int rep = 0; rep < o.repeats; ++rep) s.push_back(Sample([&] { lw->Forward(x.data(), n, y.data(), pools[t].get()); }));
+          bf16_dense[{n, t}] = Median(s);
+        }
+      }
+    }
+    for (size_t pi = 0; pi < patterns.size(); ++pi) {
+      const Pattern& p = patterns[pi];
+      std::vector<float> w = w0;
+      if (p.kind != PatternKind::kDense) SPARQ_RETURN_IF_ERROR(MagnitudePrune(p, w, m, k, "bench weights"));
+      int64_t nnz = 0;
+      for (float v : w) nnz += v != 0.0f;
+      const bool eigen_row = p.kind == PatternKind::kUnstructured || (p.kind == PatternKind::kNM && p.n == 2 && p.m == 4);
+      std::unique_ptr<EigenSparsePeer> eigen;
+      if (eigen_row) eigen = std::make_unique<EigenSparsePeer>(w.data(), m, k);
+      std::map<int64_t, double> eigen_s;  // single-threaded: measured once per n
+      for (DType dt : dtypes) {
+        const double tp0 = Now();
+        auto s = Encode(w, m, k, PickFormat(p), p, dt);
+        if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
+        auto lw = LinearWeight::FromMatrix(std::move(s).value(), "bench");
+        if (!lw.ok()) return lw.status();
+        const double pack_s = Now() - tp0;
+        for (int64_t n : ns) {
+          for (int t : threads_list) {
+            set_threads(t);
+            DensePeer* bp = best[{n, t}].second;
+            std::vector<double> ts, tp;
+            lw->Forward(x.data(), n, y.data(), pools[t].get());  // warm up
+            for (int rep = 0; rep < o.repeats; ++rep) {
+              ts.push_back(Sample([&] { lw->Forward(x.data(), n, y.data(), pools[t].get()); }));
+              if (bp) tp.push_back(Sample([&] { bp->Run(w0.data(), x.data(), yref.data(), m, k, n); }));
+            }
+            const double med = Median(ts), pmed = bp ? Median(tp) : 0;
+            json r;
+            r["m"] = m; r["k"] = k; r["n"] = n; r["threads"] = t;
+            r["pattern"] = pattern_list[pi]; r["values"] = std::string(DTypeName(dt));
+            r["kernel"] = lw->kernel_name(n);
+            r["median_s"] = med;
+            r["nnz"] = nnz;
+            r["gflops"] = 2.0 * n * nnz / med * 1e-9;
+            r["weight_bytes"] = lw->weight_bytes();
+            r["weight_gbps"] = lw->weight_bytes() / med * 1e-9;
+            r["pack_s"] = pack_s;
+            r["peer"] = bp ? best[{n, t}].first : "";
+            r["peer_median_s"] = pmed;
+            r["speedup"] = pmed / med;
+            r["dense_peers_median_s"] = peer_s[{n, t}];
+            r["peak_fma_gflops"] = peak[t];
+            r["read_gbps"] = bw[t];
+            r["frac_peak_fma"] = 2.0 * n * nnz / med * 1e-9 / peak[t];
+            r["frac_read_bw"] = lw->weight_bytes() / med * 1e-9 / bw[t];
+            if (dt == DType::kBF16) {
+              r["bf16_dense_median_s"] = bf16_dense[{n, t}];
+              r["speedup_vs_bf16_dense"] = bf16_dense[{n, t}] / med;
+            }
+            // Sparse peers: Eigen (one thread; measured once per n), scipy / torch (script).
+            std::string sp;
+            double spt = 0;
+            if (eigen) {
+              if (!eigen_s.count(n)) {
+                std::vector<double> es;
+                const int reps = n >= 128 ? 1 : std::min(o.repeats, 3);
+                for (int rep = 0; rep < reps; ++rep) es.push_back(Sample([&] { eigen->Run(x.data(), yref.data(), n); }));
+                eigen_s[n] = Median(es);
+              }
+              sp = "eigen", spt = eigen_s[n];
+              r["eigen_median_s"] = spt;
+            }
+            const std::string key = std::to_string(m) + "," + std::to_string(k) + "," + std::to_string(n) + "," +
+                                    std::to_string(t) + "," + pattern_list[pi];
+            if (auto it = py.find(key); it != py.end()) {
+              for (auto& [name, sec] : it->second) {
+                r[name + "_median_s"] = sec;
+                if (sp.empty() || sec < spt) sp = name, spt = sec;
+              }
+            }
+            if (!sp.empty()) {
+              r["sparse_peer"] = sp;
+              r["sparse_peer_median_s"] = spt;
+              r["speedup_vs_sparse_peer"] = spt / med;
+            }
+            std::printf("%6lld %6lld %4lld %2d %-18s %-4s %-30.30s %9.4f %7.1f %6.1f %-8s %9.4f %6.2fx %-6s %9.4f %6.1fx\n",
+                        (long long)m, (long long)k, (long long)n, t, pattern_list[pi].c_str(),
+                        std::string(DTypeName(dt)).c_str(), r["kernel"].get<std::string>().c_str(), med * 1e3,
+                        r["gflops"].get<double>(), r["weight_gbps"].get<double>(), r["peer"].get<std::string>().c_str(),
+                        pmed * 1e3, pmed / med, sp.c_str(), spt * 1e3, sp.empty() ? 0.0 : spt / med);
+            std::fflush(stdout);
+            rows.push_back(r);
+          }
+        }
+      }
+    }
+  }
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    if (!f) return IoError(o.json_path + ": cannot write");
+    f << rows.dump(1) << "\n";
+  }
+  if (!o.plot_path.empty()) {
+    std::string dir = o.py_peers.empty() ? "bench/peers" : o.py_peers.substr(0, o.py_peers.rfind('/'));
+    SPARQ_RETURN_IF_ERROR(WritePlot(rows, o.plot_path, dir));
+  }
+  return Status::Ok();
+}
+
+BenchRegistrar kernels(
+    "kernels", "Time sparse products against dense (OpenBLAS, oneDNN, BLIS) and sparse peers",
+    [](CLI::App& sub) -> RunFn {
+      auto o = std::make_shared<Options>();
+      o->shapes = "4096x4096,11008x4096,4096x11008,576x576,1536x576,576x1536";
+      o->ns = "1,4,16,32,128,512";
+      o->patterns =
+          "2:4,4:8,1:4,vnm:8:2:4,vnm:16:2:4,vnm:32:2:4,unstructured:0.5,unstructured:0.7,"
+          "unstructured:0.8,unstructured:0.9,unstructured:0.95,unstructured:0.99,"
+          "block:16x16:0.5,block:16x16:0.7,block:16x16:0.9,block:32x32:0.5,block:32x32:0.7,"
+          "block:32x32:0.9";
+      o->threads = "1,2";
+      o->values = "f32";
+      o->py_peers = "bench/peers/sparse_peers.py";
+      sub.add_option("--json", o->json_path, "Write the rows as JSON to FILE");
+      sub.add_option("--plot", o->plot_path, "Draw speedup vs sparsity per n to FILE (.png or .svg)");
+      sub.add_option("--shapes", o->shapes, "Comma-separated MxK shapes")->capture_default_str();
+      sub.add_option("--n", o->ns, "Comma-separated token counts")->capture_default_str();
+      sub.add_option("--patterns", o->patterns, "Comma-separated patterns")->capture_default_str();
+      sub.add_option("--threads", o->threads, "Comma-separated thread counts")->capture_default_str();
+      sub.add_option("--values", o->values, "Comma-separated value types (f32, bf16)")->capture_default_str();
+      sub.add_option("--repeats", o->repeats, "Timing samples per row (median)")->capture_default_str();
+      sub.add_option("--py-peers", o->py_peers, "scipy/torch peer script ('' to skip)")->capture_default_str();
+      return [o]() -> Status {
+        if (o->repeats < 1) return InvalidInput("--repeats must be >= 1");
+        return RunKernels(*o);
+      };
+    });
+
+}  // namespace
+}  // namespace sparq::cli

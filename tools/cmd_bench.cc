@@ -1,0 +1,54 @@
+// `sparq bench <kernels|machine|...>`: timing tables users run on their own machine. The
+// sub-subcommands come from BenchSubcommands() (bench_hooks.h); `kernels` lives in
+// bench_kernels.cc, `machine` here.
+#include <cstdio>
+#include <map>
+
+#include "src/cpu/machine.h"
+#include "tools/bench_hooks.h"
+
+namespace sparq::cli {
+
+std::vector<CommandInfo>& BenchSubcommands() {
+  static std::vector<CommandInfo> subs;
+  return subs;
+}
+
+void RegisterBenchSubcommand(std::string name, std::string help, SetupFn setup) {
+  BenchSubcommands().push_back({std::move(name), std::move(help), std::move(setup)});
+}
+
+namespace {
+
+Registrar reg("bench", "Benchmarks: `bench kernels` (sparse vs dense products), `bench machine`",
+              [](CLI::App& sub) -> RunFn {
+                sub.require_subcommand(1);
+                auto runs = std::make_shared<std::map<CLI::App*, RunFn>>();
+                for (auto& c : BenchSubcommands()) {
+                  CLI::App* s = sub.add_subcommand(c.name, c.help);
+                  (*runs)[s] = c.setup(*s);
+                }
+                return [runs]() -> Status {
+                  for (auto& [s, run] : *runs) {
+                    if (s->parsed()) return run();
+                  }
+                  return InvalidInput("bench: choose a subcommand");
+                };
+              });
+
+BenchRegistrar machine("machine", "Measure peak f32 FMA rate and read bandwidth (1 and 2 threads)",
+                       [](CLI::App& sub) -> RunFn {
+                         return []() -> Status {
+                           for (int t : {1, 2}) {
+                             std::printf("threads %d: peak FMA %.1f GFLOP/s, read bandwidth %.1f GB/s "
+                                         "(64 MiB) %.1f GB/s (1 GiB)\n",
+                                         t, cpu::MeasurePeakFmaGflops(t),
+                                         cpu::MeasureReadGbps(t, int64_t{64} << 20),
+                                         cpu::MeasureReadGbps(t, int64_t{1} << 30));
+                           }
+                           return Status::Ok();
+                         };
+                       });
+
+}  // namespace
+}  // namespace sparq::cli
