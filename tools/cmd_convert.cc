@@ -123,7 +123,7 @@ Status Run(const Options& o) {
       s.plain = {t.name, std::move(*d)};
       return;
     }
-    if (t.plain_index >= 0 && !to_dense) {
+    if (t.plain_index >= 0) {
       s.plain = src.ckpt->tensors[t.plain_index];  // any dtype, unchanged (a view)
       return;
     }

@@ -128,6 +128,7 @@ std::string SmolLm2Path() {
 }
 
 int RunCommand(const std::string& cmd, std::string* out) {
+  if (out) out->clear();
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return -1;
   char buf[4096];

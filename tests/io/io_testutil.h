@@ -52,7 +52,7 @@ Bytes ReadFile(const std::string& path);
 // Where scripts/fetch_model.sh puts SmolLM2 (SPARQ_SMOLLM2_GGUF overrides); "" if absent.
 std::string SmolLm2Path();
 
-// Runs `cmd` through the shell; returns the exit status and captures stdout (+stderr if asked).
+// Runs `cmd` through the shell; returns the exit status and replaces *out with its stdout.
 int RunCommand(const std::string& cmd, std::string* out);
 
 }  // namespace sparq::testing

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Writes the hand-built seed corpora for the io fuzzers (fuzz/corpus/{safetensors,gguf,
+checkpoint}): small valid files of each kind plus a few broken ones. Standard library only.
+The checkpoint seeds come from `sparq convert` (pass the CLI path) on the safetensors seeds.
+
+  python3 scripts/make_fuzz_seeds.py [path/to/sparq]
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus")
+
+
+def st(tensors, metadata=None, pad=True):
+    header, data = {}, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    if pad:
+        h += b" " * (-(8 + len(h)) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def gguf_str(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf(kvs, tensors, version=3, alignment=32):
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, vtype, payload in kvs:
+        out += gguf_str(key) + struct.pack("<I", vtype) + payload
+    offs, nxt = [], 0
+    for name, ne, ttype, raw in tensors:
+        offs.append(nxt)
+        nxt = (nxt + len(raw) + alignment - 1) // alignment * alignment
+        out += gguf_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        out += struct.pack("<IQ", ttype, offs[-1])
+    out += b"\0" * (-len(out) % alignment)
+    data = bytearray()
+    for (name, ne, ttype, raw), off in zip(tensors, offs):
+        data += b"\0" * (off - len(data)) + raw
+    return out + bytes(data)
+
+
+def write(kind, name, data):
+    os.makedirs(os.path.join(ROOT, kind), exist_ok=True)
+    with open(os.path.join(ROOT, kind, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+    w = f32(*[((i * 37) % 11 - 5) * 0.25 for i in range(8 * 12)])
+    model = st({"blk.0.attn_q.weight": ("F32", [8, 12], w), "norm": ("F32", [4], f32(1, 2, 3, 4)),
+                "ids": ("I64", [2], struct.pack("<2q", 7, -1)), "h": ("F16", [2], b"\x00\x3c\x00\xc0"),
+                "b": ("BF16", [1, 2], b"\x80\x3f\x00\x40"), "e": ("U8", [0, 3], b"")},
+               {"config": "{\"hidden\": 12}"})
+    write("safetensors", "model.safetensors", model)
+    write("safetensors", "empty.safetensors", st({}))
+    write("safetensors", "unpadded_misaligned.safetensors",
+          st({"u": ("U8", [3], b"abc"), "f": ("F32", [1], f32(1.5))}, pad=False))
+    overlap = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                          "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode()
+    write("safetensors", "broken_overlap.safetensors", struct.pack("<Q", len(overlap)) + overlap + b"\0" * 12)
+    write("safetensors", "broken_truncated.safetensors", model[: len(model) // 2])
+
+    arr_u32 = struct.pack("<IQ", 4, 3) + struct.pack("<3I", 1, 2, 3)
+    arr_str = struct.pack("<IQ", 8, 2) + gguf_str("a") + gguf_str("bc")
+    nested = struct.pack("<IQ", 9, 1) + struct.pack("<IQ", 3, 2) + struct.pack("<2h", -1, 5)
+    kvs = [("general.architecture", 8, gguf_str("llama")), ("u8", 0, b"\x07"), ("i8", 1, b"\xff"),
+           ("u16", 2, struct.pack("<H", 9)), ("i16", 3, struct.pack("<h", -9)),
+           ("u32", 4, struct.pack("<I", 576)), ("i32", 5, struct.pack("<i", -3)),
+           ("f32", 6, struct.pack("<f", 1e-5)), ("bool", 7, b"\x01"), ("arr", 9, arr_u32),
+           ("strs", 9, arr_str), ("nested", 9, nested), ("u64", 10, struct.pack("<Q", 2**40)),
+           ("i64", 11, struct.pack("<q", -2**40)), ("f64", 12, struct.pack("<d", 0.5))]
+    q8 = struct.pack("<H", 0x3800) + bytes((i * 7) % 256 for i in range(32))
+    q4_0 = struct.pack("<H", 0x4000) + bytes(range(16))
+    q4_1 = struct.pack("<HH", 0x3400, 0xBC00) + bytes(range(16, 32))
+    tensors = [("q8", [32, 2], 8, q8 * 2), ("q4_0", [32], 2, q4_0), ("q4_1", [32], 3, q4_1),
+               ("f32", [3, 2], 0, f32(1, 2, 3, 4, 5, 6)), ("f16", [2], 1, b"\x00\x3c\x00\xc0"),
+               ("bf16", [2], 30, b"\x80\x3f\x00\x40"), ("q4k", [256], 12, bytes(144))]
+    g = gguf(kvs, tensors)
+    write("gguf", "all_types_v3.gguf", g)
+    write("gguf", "v2.gguf", gguf(kvs[:3], tensors[:2], version=2))
+    write("gguf", "align64.gguf", gguf([("general.alignment", 4, struct.pack("<I", 64))], tensors[:4], alignment=64))
+    write("gguf", "broken_truncated.gguf", g[: len(g) * 2 // 3])
+    write("gguf", "broken_bad_alignment.gguf", gguf([("general.alignment", 4, struct.pack("<I", 3))], []))
+
+    if len(sys.argv) > 1:
+        cli, tmp = sys.argv[1], os.path.join(ROOT, "..", "..", "build", "seed_tmp")
+        os.makedirs(tmp, exist_ok=True)
+        src = os.path.join(tmp, "m.safetensors")
+        with open(src, "wb") as f:
+            f.write(model)
+        for pat, fmt in [("2:4", "auto"), ("vnm:2:2:4", "auto"), ("block:2x4:0.5", "auto"),
+                         ("unstructured:0.5", "csr"), ("unstructured:0.5", "coo"), ("1:4", "dense")]:
+            out = os.path.join(tmp, "c.sparq")
+            subprocess.run([cli, "convert", src, out, "--pattern", pat, "--format", fmt,
+                            "--include", "blk.*", "--dtype", "bf16" if fmt == "auto" else "f32"],
+                           check=True, stdout=subprocess.DEVNULL)
+            with open(out, "rb") as f:
+                data = f.read()
+            safe = pat.replace(":", "_").replace(".", "")
+            write("checkpoint", f"{safe}_{fmt}.sparq", data)
+        write("checkpoint", "broken_truncated.sparq", data[: len(data) - 3])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+// SmolLM2-135M-Instruct (Q4_1 GGUF), when scripts/fetch_model.sh has put it in the cache:
+// known facts, every tensor dequantized and finite, statistics equal to the independent gguf
+// Python reader's (checked in, and re-run live when python3 + gguf are installed), and the
+// issue's acceptance commands for `sparq inspect` / `sparq convert`.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "io/io_testutil.h"
+#include "sparq/checkpoint.h"
+#include "sparq/gguf.h"
+
+namespace sparq {
+namespace {
+
+using json = nlohmann::json;
+
+class SmolLm2Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::SmolLm2Path();
+    if (path_.empty()) {
+      GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf is not in the cache; run scripts/fetch_model.sh";
+    }
+    auto f = GgufFile::Open(path_);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    file_.emplace(std::move(*f));
+  }
+  std::string path_;
+  std::optional<GgufFile> file_;
+};
+
+json LoadJson(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+struct Stats {
+  double mean = 0, std = 0;
+  float min = 0, max = 0;
+};
+
+Stats StatsOf(const Tensor& t) {
+  const float* x = t.data_as<float>();
+  const uint64_t n = t.numel();
+  Stats s{0, 0, x[0], x[0]};
+  double sum = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    sum += x[i];
+    s.min = std::min(s.min, x[i]);
+    s.max = std::max(s.max, x[i]);
+  }
+  s.mean = sum / n;
+  double ss = 0;
+  for (uint64_t i = 0; i < n; ++i) ss += (x[i] - s.mean) * (x[i] - s.mean);
+  s.std = std::sqrt(ss / n);
+  return s;
+}
+
+// The dequantized values are identical in both readers (same f32 operations in the same order);
+// only the summation order of the mean differs (numpy sums pairwise), a relative difference of
+// about n * 1e-16 ~ 1e-9 at worst for 28M elements.
+void ExpectStatsMatch(const GgufFile& f, const json& ref) {
+  for (const auto& [name, want] : ref["stats"].items()) {
+    const GgufTensorInfo* info = f.FindTensor(name);
+    ASSERT_NE(info, nullptr) << name;
+    auto t = f.ReadF32(*info);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    const Stats s = StatsOf(*t);
+    const double sd = want["std"].get<double>();
+    EXPECT_NEAR(s.mean, want["mean"].get<double>(), 1e-9 * sd) << name;
+    EXPECT_NEAR(s.std, sd, 1e-9 * sd) << name;
+    EXPECT_EQ(s.min, want["min"].get<float>()) << name;
+    EXPECT_EQ(s.max, want["max"].get<float>()) << name;
+    for (size_t i = 0; i < want["first"].size(); ++i) {
+      EXPECT_EQ(t->data_as<float>()[i], want["first"][i].get<float>()) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST_F(SmolLm2Test, KnownFacts) {
+  const json ref = LoadJson(SPARQ_SOURCE_DIR "/tests/io/smollm2_reference.json");
+  const GgufFile& f = *file_;
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.tensors().size(), 272u);
+  EXPECT_EQ(f.tensors().size(), ref["tensor_count"].get<size_t>());
+  EXPECT_EQ(*f.Find("llama.embedding_length")->AsInt(), 576);
+  EXPECT_EQ(*f.Find("llama.block_count")->AsInt(), 30);
+  EXPECT_EQ(*f.Find("llama.vocab_size")->AsInt(), 49152);
+  EXPECT_EQ(*f.Find("general.architecture")->AsString(), "llama");
+  EXPECT_EQ(f.Find("tokenizer.ggml.tokens")->AsArray()->size(), 49152u);
+  for (const auto& [k, v] : ref["metadata"].items()) EXPECT_EQ(*f.Find(k)->AsInt(), v.get<int64_t>()) << k;
+  EXPECT_EQ(f.FindTensor("token_embd.weight")->shape(), (std::vector<int64_t>{49152, 576}));
+  EXPECT_EQ(f.FindTensor("blk.29.ffn_down.weight")->shape(), (std::vector<int64_t>{576, 1536}));
+  EXPECT_EQ(f.FindTensor("blk.0.attn_k.weight")->shape(), (std::vector<int64_t>{192, 576}));
+  for (const auto& t : f.tensors()) {
+    ASSERT_TRUE(ref["shapes"].contains(t.name)) << t.name;
+    EXPECT_EQ(t.shape(), ref["shapes"][t.name].get<std::vector<int64_t>>()) << t.name;
+    EXPECT_EQ(GgmlTypeName(t.type), ref["types"][t.name].get<std::string>()) << t.name;
+  }
+  int layers = 0;
+  for (int l = 0; l < 30; ++l) layers += f.FindTensor("blk." + std::to_string(l) + ".attn_q.weight") != nullptr;
+  EXPECT_EQ(layers, 30);
+}
+
+TEST_F(SmolLm2Test, EveryTensorDequantizesToFiniteValues) {
+  uint64_t params = 0;
+  for (const auto& info : file_->tensors()) {
+    auto t = file_->ReadF32(info);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    const float* x = t->data_as<float>();
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < t->numel(); ++i) bad += !std::isfinite(x[i]);
+    EXPECT_EQ(bad, 0u) << info.name;
+    params += t->numel();
+  }
+  EXPECT_EQ(params, 134515008u);
+}
+
+TEST_F(SmolLm2Test, StatsMatchCheckedInGgufPackageNumbers) {
+  ExpectStatsMatch(*file_, LoadJson(SPARQ_SOURCE_DIR "/tests/io/smollm2_reference.json"));
+}
+
+TEST_F(SmolLm2Test, StatsMatchLiveGgufPackage) {
+  if (testing::RunCommand("python3 -c 'import gguf, numpy' 2>/dev/null", nullptr) != 0) {
+    GTEST_SKIP() << "python3 with the gguf package is not installed (pip install gguf numpy)";
+  }
+  const std::string out = testing::TempDir() + "/smollm2_live.json";
+  const std::string cmd = "python3 " SPARQ_SOURCE_DIR "/scripts/gguf_reference_stats.py '" + path_ +
+                          "' --out '" + out + "' 2>&1";
+  std::string log;
+  ASSERT_EQ(testing::RunCommand(cmd, &log), 0) << log;
+  const json live = LoadJson(out);
+  EXPECT_EQ(live["tensor_count"].get<size_t>(), file_->tensors().size());
+  ExpectStatsMatch(*file_, live);
+}
+
+// ---- acceptance items 2-5 of the foundation issue --------------------------------------------
+
+std::string Cli() { return SPARQ_CLI_PATH; }
+
+TEST_F(SmolLm2Test, InspectListsEveryTensorAndJsonParses) {
+  std::string out;
+  ASSERT_EQ(testing::RunCommand(Cli() + " inspect '" + path_ + "' --json", &out), 0);
+  const json j = json::parse(out);
+  EXPECT_EQ(j["kind"], "gguf");
+  ASSERT_EQ(j["tensors"].size(), 272u);
+  for (const auto& t : j["tensors"]) EXPECT_TRUE(t["supported"].get<bool>()) << t["name"];
+  EXPECT_EQ(j["totals"]["params"], 134515008u);
+  std::string table;
+  ASSERT_EQ(testing::RunCommand(Cli() + " inspect '" + path_ + "'", &table), 0);
+  EXPECT_THAT(table, ::testing::HasSubstr("blk.29.ffn_down.weight"));
+  EXPECT_THAT(table, ::testing::HasSubstr("total: 272 tensors"));
+}
+
+TEST_F(SmolLm2Test, ConvertTo24Bf16AndBackGivesExactlyTheMaskedWeights) {
+  const std::string dir = testing::TempDir();
+  const std::string sparq = dir + "/s.sparq", dense = dir + "/d.safetensors";
+  const std::string include = R"(blk\..*\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight)";
+  std::string log;
+  ASSERT_EQ(testing::RunCommand(Cli() + " convert '" + path_ + "' '" + sparq + "' --pattern 2:4 --include '" +
+                                    include + "' --dtype bf16 2>&1",
+                                &log),
+            0)
+      << log;
+  std::string out;
+  ASSERT_EQ(testing::RunCommand(Cli() + " inspect '" + sparq + "' --json", &out), 0);
+  const json j = json::parse(out);
+  EXPECT_EQ(j["kind"], "sparq");
+  int converted = 0;
+  for (const auto& t : j["tensors"]) {
+    if (t["format"] == "dense") continue;
+    ++converted;
+    EXPECT_EQ(t["format"], "nm");
+    EXPECT_EQ(t["recorded_pattern"], "2:4");
+    const auto finest = t["pattern"].get<std::string>();
+    EXPECT_TRUE(finest == "2:4" || finest == "1:4") << t["name"] << " finest " << finest;
+    const uint64_t bf16_dense = t["dense_f32_bytes"].get<uint64_t>() / 2;
+    EXPECT_LE(t["stored_bytes"].get<uint64_t>() * 16, bf16_dense * 9) << t["name"];
+  }
+  EXPECT_EQ(converted, 30 * 7);
+
+  ASSERT_EQ(testing::RunCommand(Cli() + " convert '" + sparq + "' '" + dense + "' --format dense 2>&1", &log), 0)
+      << log;
+  auto back = SafetensorsFile::Open(dense);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tensors().size(), 272u);
+  const std::regex re(include);
+  int compared = 0;
+  for (const auto& info : file_->tensors()) {
+    const SafetensorsEntry* e = back->Find(info.name);
+    ASSERT_NE(e, nullptr) << info.name;
+    auto w = file_->ReadF32(info);
+    ASSERT_TRUE(w.ok());
+    if (!std::regex_match(info.name, re)) {
+      // Untouched: F32 stays F32 with the same bits; Q8_0 / Q4_1 are dequantized to f32.
+      ASSERT_EQ(e->tensor.dtype(), DType::kF32) << info.name;
+      ASSERT_EQ(std::memcmp(e->tensor.data(), w->data(), w->nbytes()), 0) << info.name;
+      continue;
+    }
+    const int64_t m = info.shape()[0], k = info.shape()[1];
+    float* x = w->mutable_data_as<float>();
+    ASSERT_TRUE(MagnitudePrune(Pattern::NM(2, 4), std::span<float>(x, w->numel()), m, k).ok());
+    ASSERT_EQ(e->tensor.dtype(), DType::kBF16) << info.name;
+    ASSERT_EQ(e->tensor.shape(), info.shape());
+    const uint16_t* got = e->tensor.data_as<uint16_t>();
+    uint64_t diff = 0;
+    for (uint64_t i = 0; i < w->numel(); ++i) diff += got[i] != F32ToBF16(x[i]);
+    EXPECT_EQ(diff, 0u) << info.name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 210);
+}
+
+TEST_F(SmolLm2Test, TruncatedCopyMakesInspectExit1) {
+  const testing::Bytes all = testing::ReadFile(path_);
+  const std::string cut = testing::TempDir() + "/cut.gguf";
+  for (size_t n : {size_t{100}, all.size() / 100, all.size() / 2, all.size() - 1}) {
+    testing::WriteFile(cut, testing::Bytes(all.begin(), all.begin() + n));
+    std::string out;
+    EXPECT_EQ(testing::RunCommand(Cli() + " inspect '" + cut + "' 2>&1", &out), 1) << n;
+    EXPECT_THAT(out, ::testing::HasSubstr("cut.gguf")) << n;
+  }
+}
+
+}  // namespace
+}  // namespace sparq
