@@ -23,7 +23,9 @@
 #include <string_view>
 #include <vector>
 
+#include "sparq/checkpoint.h"
 #include "sparq/linear.h"
+#include "sparq/prune.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 #include "sparq/thread_pool.h"
@@ -72,6 +74,10 @@ struct LlamaBlock {
   std::vector<float> attn_norm;  // [n_embd]
   std::vector<float> ffn_norm;   // [n_embd]
   std::array<LinearWeight, kNumSlots> linear;
+  // Input-channel permutation of each linear layer (empty: identity). A layer stored with
+  // permutation p computes Y = W_p * X[:, p] (X's columns gathered before the product), where W_p
+  // is the weight with its columns permuted so that N:M groups are contiguous.
+  std::array<std::vector<int32_t>, kNumSlots> perm;
   LinearWeight& at(LinearSlot s) { return linear[static_cast<int>(s)]; }
   const LinearWeight& at(LinearSlot s) const { return linear[static_cast<int>(s)]; }
 };
@@ -181,6 +187,56 @@ struct GenerateResult {
 Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t> prompt,
                                 const GenerateOptions& opt, ThreadPool* pool,
                                 const std::function<void(int32_t)>& on_token = {});
+
+// ---- calibration, pruning, checkpoints ----------------------------------------------------------
+
+struct ModelPruneOptions {
+  PruneMethod method = PruneMethod::kSparseGpt;
+  Pattern pattern = Pattern::Unstructured(0.5);
+  DType value_dtype = DType::kF32;   // values of the stored sparse matrices: f32 or bf16
+  bool permute = false;              // channel permutation for N:M / V:N:M
+  double permute_time_budget_s = 10.0;  // per layer (see PermuteOptions)
+  int64_t permute_max_rounds = 64;      // bounded, so that reruns give identical files
+  int64_t calib_samples = 64;        // segments of the calibration text ...
+  int64_t calib_len = 512;           // ... of this many tokens each, at seeded random offsets
+  uint64_t seed = 0;
+  // ECMAScript regex over tensor names; matching linear layers are pruned, others stay dense.
+  // "output.weight" (the head) may be included: it is then pruned on the final-norm activations
+  // and stored untied from the embedding.
+  std::string include =
+      "blk\\..*\\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\\.weight";
+  int64_t max_blocks = -1;           // prune only blocks < max_blocks (tests); -1: all
+  double damp = 0.01;
+  bool progress = true;              // progress bar on stderr (only when it is a terminal)
+};
+
+struct LayerPruneResult {
+  std::string name;
+  std::string format;  // stored format ("nm", "csr", ...)
+  uint64_t stored_bytes = 0;
+  PruneReport report;
+};
+
+struct ModelPruneResult {
+  std::vector<LayerPruneResult> layers;
+  int64_t calib_tokens = 0;
+  double seconds = 0.0;        // whole pipeline
+  double prune_seconds = 0.0;  // inside Prune() calls
+  double dense_bytes = 0.0, stored_bytes = 0.0;  // pruned layers: f32 dense vs as stored
+  // Deterministic summary (no timings) as stored in the checkpoint's metadata.
+  std::string ToJson(bool with_timings) const;
+};
+
+// Sequential calibration and pruning (SparseGPT's procedure): the calibration segments run through
+// the model block by block; for each block the inputs of its linear layers are accumulated into
+// Hessians (q/k/v share one, gate/up share one), the selected layers are pruned, and the block's
+// outputs are recomputed with the pruned weights to feed the next block. Only one block's
+// activations are held. `model_path` is a GGUF file (its dequantized weights are the dense
+// model); the result is written atomically to `out_path` as a self-contained .sparq checkpoint
+// (config and tokenizer in the metadata). Same inputs and options give byte-identical files.
+Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_view calib_text,
+                                    const ModelPruneOptions& opt, const std::string& out_path,
+                                    ThreadPool* pool);
 
 // Reads a whole text file, checking it is non-empty UTF-8 (error names the file and byte offset).
 Result<std::string> ReadTextFile(const std::string& path);

@@ -1,11 +1,116 @@
-// .sparq checkpoints of Llama models: configuration and tokenizer in the metadata, linear layers
-// in any sparse format, everything else dense.
+// .sparq checkpoints of Llama models. Layout (see checkpoint.h for the container):
+//   metadata "sparq.model"     LlamaConfig::ToJson()
+//   metadata "sparq.tokenizer" TokenizerData::ToJson()
+//   metadata "sparq.prune"     how it was made (optional, informative)
+//   plain tensors              token_embd.weight, output_norm.weight, blk.N.{attn,ffn}_norm.weight,
+//                              <linear>.perm (i32 [k]) for layers stored with a channel permutation
+//   matrices                   blk.N.<slot>.weight in any format; output.weight when untied
+#include <cmath>
+
 #include "src/model/llama_internal.h"
 
 namespace sparq {
+namespace {
+
+Result<Tensor> PlainF32(const Checkpoint& ck, const std::string& path, const std::string& name,
+                        const std::vector<int64_t>& shape) {
+  const NamedTensor* t = ck.FindTensor(name);
+  if (t == nullptr) return InvalidInput(path + ": missing tensor '" + name + "'");
+  if (t->tensor.shape() != shape) {
+    return InvalidInput(path + ": tensor '" + name + "' is " + t->tensor.ShapeString() +
+                        ", the configuration needs " + std::to_string(shape.size()) + "-D [" +
+                        std::to_string(shape[0]) + (shape.size() > 1 ? ", ..." : "") + "]");
+  }
+  auto f = ToF32(t->tensor);
+  if (!f.ok()) return f.status().WithContext(path + ": tensor '" + name + "'");
+  const float* p = f->data_as<float>();
+  for (uint64_t i = 0; i < f->numel(); ++i) {
+    if (!std::isfinite(p[i])) {
+      return InvalidInput(path + ": tensor '" + name + "' has a non-finite value at element " +
+                          std::to_string(i));
+    }
+  }
+  return f;
+}
+
+std::vector<float> ToVector(const Tensor& t) {
+  const float* p = t.data_as<float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+Result<LinearWeight> MatrixLinear(Checkpoint& ck, const std::string& path,
+                                  const std::string& name, int64_t m, int64_t k) {
+  for (CheckpointTensor& ct : ck.matrices) {
+    if (ct.name != name) continue;
+    if (Rows(ct.matrix) != m || Cols(ct.matrix) != k) {
+      return InvalidInput(path + ": matrix '" + name + "' is [" + std::to_string(Rows(ct.matrix)) +
+                          ", " + std::to_string(Cols(ct.matrix)) + "], the configuration needs [" +
+                          std::to_string(m) + ", " + std::to_string(k) + "]");
+    }
+    auto lw = LinearWeight::FromMatrix(std::move(ct.matrix), name);
+    if (!lw.ok()) return lw.status().WithContext(path);
+    return lw;
+  }
+  return InvalidInput(path + ": missing matrix '" + name + "'");
+}
+
+}  // namespace
 
 Result<LlamaModel> LlamaModel::FromSparq(const std::string& path) {
-  return Unsupported(path + ": loading .sparq models is not implemented yet");
+  SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(path));
+  auto meta = [&](const char* key) -> const std::string* {
+    auto it = ck.metadata.find(key);
+    return it == ck.metadata.end() ? nullptr : &it->second;
+  };
+  if (meta("sparq.model") == nullptr) {
+    return InvalidInput(path + ": no model configuration ('sparq.model' metadata): not a model "
+                        "checkpoint (made by `sparq prune`)");
+  }
+  if (meta("sparq.tokenizer") == nullptr) {
+    return InvalidInput(path + ": no tokenizer ('sparq.tokenizer' metadata)");
+  }
+  SPARQ_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfig::FromJson(*meta("sparq.model"), path));
+  SPARQ_ASSIGN_OR_RETURN(TokenizerData td, TokenizerData::FromJson(*meta("sparq.tokenizer"), path));
+  SPARQ_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromData(std::move(td), path));
+  LlamaWeights w;
+  SPARQ_ASSIGN_OR_RETURN(w.token_embd, PlainF32(ck, path, "token_embd.weight", {c.n_vocab, c.n_embd}));
+  if (!w.token_embd.owned()) w.token_embd = w.token_embd.Clone();
+  SPARQ_ASSIGN_OR_RETURN(Tensor on, PlainF32(ck, path, "output_norm.weight", {c.n_embd}));
+  w.output_norm = ToVector(on);
+  if (c.tied_output) {
+    DenseMatrix dm;
+    dm.rows = c.n_vocab;
+    dm.cols = c.n_embd;
+    dm.values = w.token_embd.Clone();
+    SPARQ_ASSIGN_OR_RETURN(w.output, LinearWeight::FromMatrix(std::move(dm), "output.weight"));
+  } else {
+    SPARQ_ASSIGN_OR_RETURN(w.output, MatrixLinear(ck, path, "output.weight", c.n_vocab, c.n_embd));
+  }
+  w.blocks.resize(c.n_layer);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    LlamaBlock& b = w.blocks[l];
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    SPARQ_ASSIGN_OR_RETURN(Tensor an, PlainF32(ck, path, blk + "attn_norm.weight", {c.n_embd}));
+    SPARQ_ASSIGN_OR_RETURN(Tensor fn, PlainF32(ck, path, blk + "ffn_norm.weight", {c.n_embd}));
+    b.attn_norm = ToVector(an);
+    b.ffn_norm = ToVector(fn);
+    for (int s = 0; s < kNumSlots; ++s) {
+      const auto slot = static_cast<LinearSlot>(s);
+      const auto [m, k] = SlotShape(c, slot);
+      const std::string name = blk + std::string(SlotName(slot)) + ".weight";
+      SPARQ_ASSIGN_OR_RETURN(b.linear[s], MatrixLinear(ck, path, name, m, k));
+      if (const NamedTensor* p = ck.FindTensor(name + ".perm"); p != nullptr) {
+        if (p->tensor.dtype() != DType::kI32 || p->tensor.rank() != 1 || p->tensor.dim(0) != k) {
+          return InvalidInput(path + ": tensor '" + name + ".perm' must be i32[" +
+                              std::to_string(k) + "], is " + p->tensor.ShapeString());
+        }
+        const int32_t* pp = p->tensor.data_as<int32_t>();
+        b.perm[s].assign(pp, pp + k);
+        SPARQ_RETURN_IF_ERROR(ValidatePermutation(b.perm[s], k, path + ": " + name + ".perm"));
+      }
+    }
+  }
+  return FromParts(c, std::move(w), std::move(tok), path);
 }
 
 }  // namespace sparq

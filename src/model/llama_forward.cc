@@ -152,14 +152,38 @@ void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> token
   }
 }
 
+namespace {
+
+// y = W x for one slot, gathering x's columns first when the layer was stored permuted.
+void Linear(const LlamaBlock& b, LinearSlot slot, const float* x, int64_t n, float* y,
+            const Epilogue& ep, BlockScratch* s, ThreadPool* pool) {
+  const int i = static_cast<int>(slot);
+  const std::vector<int32_t>& perm = b.perm[i];
+  if (perm.empty()) {
+    b.linear[i].Forward(x, n, 0, y, 0, ep, pool);
+    return;
+  }
+  const auto k = static_cast<int64_t>(perm.size());
+  s->gathered.resize(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * k;
+    float* g = s->gathered.data() + r * k;
+    for (int64_t j = 0; j < k; ++j) g[j] = xr[perm[j]];
+  }
+  b.linear[i].Forward(s->gathered.data(), n, 0, y, 0, ep, pool);
+}
+
+}  // namespace
+
 void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
               float* kc, float* vc, BlockScratch* s, ThreadPool* pool) {
   const int64_t d = c.n_embd, kvd = c.kv_dim();
   s->Reserve(c, n, pos0 + n);
+  const Epilogue none;
   RmsNorm(x, n, d, b.attn_norm.data(), c.rms_eps, s->attn_in.data());
-  b.at(LinearSlot::kQ).Forward(s->attn_in.data(), n, s->q.data(), pool);
-  b.at(LinearSlot::kK).Forward(s->attn_in.data(), n, s->k.data(), pool);
-  b.at(LinearSlot::kV).Forward(s->attn_in.data(), n, s->v.data(), pool);
+  Linear(b, LinearSlot::kQ, s->attn_in.data(), n, s->q.data(), none, s, pool);
+  Linear(b, LinearSlot::kK, s->attn_in.data(), n, s->k.data(), none, s, pool);
+  Linear(b, LinearSlot::kV, s->attn_in.data(), n, s->v.data(), none, s, pool);
   Rope(s->q.data(), n, c.n_head, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
   Rope(s->k.data(), n, c.n_head_kv, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
   std::memcpy(kc + pos0 * kvd, s->k.data(), sizeof(float) * n * kvd);
@@ -168,18 +192,18 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   // hidden = x + Wo att
   Epilogue res;
   res.residual = x;
-  b.at(LinearSlot::kO).Forward(s->att.data(), n, 0, s->hidden.data(), 0, res, pool);
+  Linear(b, LinearSlot::kO, s->att.data(), n, s->hidden.data(), res, s, pool);
   RmsNorm(s->hidden.data(), n, d, b.ffn_norm.data(), c.rms_eps, s->ffn_in.data());
   Epilogue silu;
   silu.act = Activation::kSilu;
-  b.at(LinearSlot::kGate).Forward(s->ffn_in.data(), n, 0, s->gate.data(), 0, silu, pool);
-  b.at(LinearSlot::kUp).Forward(s->ffn_in.data(), n, s->up.data(), pool);
+  Linear(b, LinearSlot::kGate, s->ffn_in.data(), n, s->gate.data(), silu, s, pool);
+  Linear(b, LinearSlot::kUp, s->ffn_in.data(), n, s->up.data(), none, s, pool);
   const size_t nff = static_cast<size_t>(n * c.n_ff);
   for (size_t i = 0; i < nff; ++i) s->act[i] = s->gate[i] * s->up[i];
   // x = hidden + Wdown act
   Epilogue res2;
   res2.residual = s->hidden.data();
-  b.at(LinearSlot::kDown).Forward(s->act.data(), n, 0, x, 0, res2, pool);
+  Linear(b, LinearSlot::kDown, s->act.data(), n, x, res2, s, pool);
 }
 
 Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, float* logits,

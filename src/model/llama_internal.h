@@ -19,7 +19,7 @@ struct LlamaModel::Impl {
 // inputs, which calibration reads: attn_in (q/k/v input), att (attn_output input), ffn_in
 // (gate/up input), act (ffn_down input).
 struct BlockScratch {
-  std::vector<float> attn_in, q, k, v, att, hidden, ffn_in, gate, up, act, scores;
+  std::vector<float> attn_in, q, k, v, att, hidden, ffn_in, gate, up, act, scores, gathered;
   void Reserve(const LlamaConfig& c, int64_t n, int64_t total_len);
 };
 

@@ -112,6 +112,10 @@ Result<LlamaModel> LlamaModel::FromParts(LlamaConfig config, LlamaWeights weight
                             std::to_string(b.linear[s].cols()) + "], expected [" +
                             std::to_string(m) + ", " + std::to_string(k) + "]");
       }
+      if (!b.perm[s].empty()) {
+        SPARQ_RETURN_IF_ERROR(ValidatePermutation(
+            b.perm[s], k, what + ": " + blk + std::string(SlotName(static_cast<LinearSlot>(s)))));
+      }
     }
   }
   if (tokenizer.vocab_size() > config.n_vocab) {

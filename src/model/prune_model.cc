@@ -1,0 +1,265 @@
+// Sequential calibration and pruning of a Llama model (SparseGPT's procedure), writing a .sparq.
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+
+#include "sparq/gguf.h"
+#include "src/model/llama_internal.h"
+#include "src/model/progress.h"
+
+namespace sparq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Which Hessian feeds each slot: q/k/v share the attention input, gate/up the MLP input.
+constexpr int kSlotInput[kNumSlots] = {0, 0, 0, 1, 2, 2, 3};
+constexpr int kNumInputs = 4;
+
+// Calibration segments: `samples` windows of `len` tokens at seeded random offsets (SparseGPT's
+// data loader does the same on C4/WikiText).
+Result<std::vector<int32_t>> CalibrationTokens(const Tokenizer& tok, std::string_view text,
+                                               int64_t samples, int64_t len, uint64_t seed) {
+  if (samples <= 0 || len <= 0) return InvalidInput("calibration: samples and length must be > 0");
+  SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.Encode(text));
+  const auto total = static_cast<int64_t>(ids.size());
+  if (total < len + 1) {
+    return InvalidInput("calibration text has " + std::to_string(total) +
+                        " tokens, fewer than --calib-len " + std::to_string(len) + " + 1");
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(samples * len));
+  for (int64_t s = 0; s < samples; ++s) {
+    const auto start = static_cast<int64_t>(rng() % static_cast<uint64_t>(total - len));
+    out.insert(out.end(), ids.begin() + start, ids.begin() + start + len);
+  }
+  return out;
+}
+
+// Dense f32 weight of a layer from the GGUF, row-major [m, k].
+Result<std::vector<float>> ReadDense(const GgufFile& f, const std::string& name, int64_t m,
+                                     int64_t k) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return InvalidInput(f.path() + ": missing tensor '" + name + "'");
+  if (t->shape() != std::vector<int64_t>{m, k}) {
+    return InvalidInput(f.path() + ": tensor '" + name + "' does not have shape [" +
+                        std::to_string(m) + ", " + std::to_string(k) + "]");
+  }
+  SPARQ_ASSIGN_OR_RETURN(Tensor x, f.ReadF32(*t));
+  const float* p = x.data_as<float>();
+  return std::vector<float>(p, p + x.numel());
+}
+
+Tensor VectorTensor(const std::vector<float>& v) {
+  Tensor t = Tensor::Alloc(DType::kF32, {static_cast<int64_t>(v.size())});
+  std::memcpy(t.mutable_data(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+struct LayerJob {
+  std::string name;
+  int64_t m, k;
+  const HessianAccumulator* acc;
+};
+
+// Prunes one dense weight and encodes it; returns the stored matrix, its LinearWeight, its
+// permutation (empty if none) and the report.
+struct PrunedLayer {
+  SparseMatrix stored;
+  LinearWeight linear;
+  std::vector<int32_t> perm;
+  LayerPruneResult result;
+};
+
+Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
+                             const ModelPruneOptions& opt, ThreadPool* pool) {
+  PruneOptions po;
+  po.method = opt.method;
+  po.damp = opt.damp;
+  po.permute = opt.permute && (opt.pattern.kind == PatternKind::kNM ||
+                               opt.pattern.kind == PatternKind::kVNM);
+  po.permute_time_budget_s = opt.permute_time_budget_s;
+  po.permute_max_rounds = opt.permute_max_rounds;
+  po.pool = pool;
+  po.what = job.name;
+  SPARQ_ASSIGN_OR_RETURN(PruneReport rep,
+                         Prune(w, job.m, job.k, *job.acc, opt.pattern, po));
+  PrunedLayer out;
+  std::vector<float> to_store;
+  if (!rep.permutation.empty()) {
+    // Prune returns W' in the original column order; store W'[:, perm] so that its N:M groups
+    // are contiguous, and gather X by perm at run time.
+    to_store.resize(w.size());
+    PermuteColumns(w, to_store, job.m, job.k, rep.permutation);
+    out.perm = rep.permutation;
+  } else {
+    to_store = std::move(w);
+  }
+  const FormatKind fmt = PickFormat(opt.pattern);
+  SPARQ_ASSIGN_OR_RETURN(out.stored, Encode(to_store, job.m, job.k, fmt, opt.pattern,
+                                            opt.value_dtype));
+  SparseMatrix copy = out.stored;  // LinearWeight takes its matrix; the checkpoint keeps ours
+  SPARQ_ASSIGN_OR_RETURN(out.linear, LinearWeight::FromMatrix(std::move(copy), job.name));
+  out.result.name = job.name;
+  out.result.format = std::string(FormatName(fmt));
+  out.result.stored_bytes = ByteSize(out.stored);
+  out.result.report = std::move(rep);
+  return out;
+}
+
+}  // namespace
+
+std::string ModelPruneResult::ToJson(bool with_timings) const {
+  nlohmann::json layers_j = nlohmann::json::array();
+  for (const LayerPruneResult& l : layers) {
+    nlohmann::json j = {{"name", l.name},
+                        {"format", l.format},
+                        {"stored_bytes", l.stored_bytes},
+                        {"sparsity", l.report.sparsity},
+                        {"rel_error", l.report.rel_error},
+                        {"damp_used", l.report.damp_used},
+                        {"permuted", !l.report.permutation.empty()}};
+    if (with_timings) j["seconds"] = l.report.seconds;
+    layers_j.push_back(j);
+  }
+  nlohmann::json j = {{"calib_tokens", calib_tokens},
+                      {"dense_f32_bytes", dense_bytes},
+                      {"stored_bytes", stored_bytes},
+                      {"layers", layers_j}};
+  if (with_timings) {
+    j["seconds"] = seconds;
+    j["prune_seconds"] = prune_seconds;
+  }
+  return j.dump();
+}
+
+Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_view calib_text,
+                                    const ModelPruneOptions& opt, const std::string& out_path,
+                                    ThreadPool* pool) {
+  const auto t_start = Clock::now();
+  SPARQ_RETURN_IF_ERROR(opt.pattern.Validate());
+  if (opt.value_dtype != DType::kF32 && opt.value_dtype != DType::kBF16) {
+    return InvalidInput("prune: --dtype must be f32 or bf16");
+  }
+  std::regex include;
+  try {
+    include = std::regex(opt.include, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return InvalidInput("prune: --include '" + opt.include + "' is not a valid regex: " + e.what());
+  }
+  if (std::regex_match(std::string("output.weight"), include)) {
+    return Unsupported("prune: pruning the output head is not implemented yet");
+  }
+  SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(model_path));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::FromGguf(model_path));
+  const LlamaConfig& c = model.config();
+  LlamaWeights& w = model.mutable_weights();
+  const int64_t d = c.n_embd, L = opt.calib_len, S = opt.calib_samples;
+  SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> calib,
+                         CalibrationTokens(model.tokenizer(), calib_text, S, L, opt.seed));
+
+  Checkpoint ck;
+  ModelPruneResult result;
+  result.calib_tokens = S * L;
+  // Hidden states of every calibration token at the current block's input: [S * L, d].
+  std::vector<float> x(static_cast<size_t>(S * L * d));
+  Embed(w, d, calib, x.data());
+  std::vector<float> kc(static_cast<size_t>(L * c.kv_dim())), vc(kc.size());
+  BlockScratch scratch;
+  const int64_t blocks = opt.max_blocks < 0 ? c.n_layer : std::min(opt.max_blocks, c.n_layer);
+  ProgressBar bar("prune", blocks);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    LlamaBlock& b = w.blocks[l];
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    std::array<bool, kNumSlots> selected{};
+    bool any = false;
+    for (int s = 0; s < kNumSlots; ++s) {
+      selected[s] = l < blocks &&
+                    std::regex_match(blk + std::string(SlotName(static_cast<LinearSlot>(s))) +
+                                         ".weight",
+                                     include);
+      any = any || selected[s];
+    }
+    if (any) {
+      // 1. Inputs of each linear layer under the current (dense) block, into the Hessians.
+      std::vector<HessianAccumulator> acc;
+      for (int i = 0; i < kNumInputs; ++i) acc.emplace_back(i == 3 ? c.n_ff : d);
+      std::vector<float> xs(static_cast<size_t>(L * d));
+      for (int64_t s = 0; s < S; ++s) {
+        std::memcpy(xs.data(), x.data() + s * L * d, sizeof(float) * L * d);
+        RunBlock(c, b, xs.data(), L, 0, kc.data(), vc.data(), &scratch, pool);
+        const float* taps[kNumInputs] = {scratch.attn_in.data(), scratch.att.data(),
+                                         scratch.ffn_in.data(), scratch.act.data()};
+        for (int i = 0; i < kNumInputs; ++i) {
+          SPARQ_RETURN_IF_ERROR(acc[i].Add(taps[i], L, acc[i].k(), pool, blk + "inputs"));
+        }
+      }
+      // 2. Prune the selected layers.
+      for (int s = 0; s < kNumSlots; ++s) {
+        if (!selected[s]) continue;
+        const auto slot = static_cast<LinearSlot>(s);
+        const auto [m, k] = SlotShape(c, slot);
+        LayerJob job{blk + std::string(SlotName(slot)) + ".weight", m, k, &acc[kSlotInput[s]]};
+        SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, ReadDense(f, job.name, m, k));
+        SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, pool));
+        result.prune_seconds += p.result.report.seconds;
+        result.dense_bytes += static_cast<double>(m * k * 4);
+        result.stored_bytes += static_cast<double>(p.result.stored_bytes);
+        b.linear[s] = std::move(p.linear);
+        b.perm[s] = p.perm;
+        ck.matrices.push_back({job.name, std::move(p.stored), opt.pattern});
+        if (!p.perm.empty()) {
+          Tensor pt = Tensor::Alloc(DType::kI32, {k});
+          std::memcpy(pt.mutable_data(), p.perm.data(), p.perm.size() * sizeof(int32_t));
+          ck.tensors.push_back({job.name + ".perm", std::move(pt)});
+        }
+        result.layers.push_back(std::move(p.result));
+      }
+      bar.Update(l + 1, blk);
+    }
+    // Unselected layers are stored dense f32, exactly as read.
+    for (int s = 0; s < kNumSlots; ++s) {
+      if (selected[s]) continue;
+      const auto slot = static_cast<LinearSlot>(s);
+      const auto [m, k] = SlotShape(c, slot);
+      const std::string name = blk + std::string(SlotName(slot)) + ".weight";
+      SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, ReadDense(f, name, m, k));
+      SPARQ_ASSIGN_OR_RETURN(SparseMatrix dm,
+                             Encode(dense, m, k, FormatKind::kDense, Pattern::Dense(),
+                                    DType::kF32));
+      ck.matrices.push_back({name, std::move(dm), Pattern::Dense()});
+    }
+    ck.tensors.push_back({blk + "attn_norm.weight", VectorTensor(b.attn_norm)});
+    ck.tensors.push_back({blk + "ffn_norm.weight", VectorTensor(b.ffn_norm)});
+    // 3. Outputs of this block (with its pruned weights) feed the next one.
+    if (l + 1 < blocks) {
+      for (int64_t s = 0; s < S; ++s) {
+        RunBlock(c, b, x.data() + s * L * d, L, 0, kc.data(), vc.data(), &scratch, pool);
+      }
+    }
+  }
+  ck.tensors.push_back({"token_embd.weight", w.token_embd.Clone()});
+  ck.tensors.push_back({"output_norm.weight", VectorTensor(w.output_norm)});
+  ck.metadata["sparq.model"] = c.ToJson();
+  ck.metadata["sparq.tokenizer"] = model.tokenizer().data().ToJson();
+  nlohmann::json how = {{"source", model_path.substr(model_path.find_last_of('/') + 1)},
+                        {"method", std::string(PruneMethodName(opt.method))},
+                        {"pattern", opt.pattern.ToString()},
+                        {"dtype", opt.value_dtype == DType::kBF16 ? "bf16" : "f32"},
+                        {"permute", opt.permute},
+                        {"calib_samples", S},
+                        {"calib_len", L},
+                        {"seed", opt.seed},
+                        {"damp", opt.damp},
+                        {"summary", nlohmann::json::parse(result.ToJson(false))}};
+  ck.metadata["sparq.prune"] = how.dump();
+  SPARQ_RETURN_IF_ERROR(WriteCheckpoint(out_path, ck));
+  result.seconds = Since(t_start);
+  return result;
+}
+
+}  // namespace sparq

@@ -1,0 +1,180 @@
+// End-to-end pruning on SmolLM2-135M, small enough for CI: 2 blocks, a few calibration segments.
+// Checks the stored patterns, a lossless .sparq round trip of the unpruned model, byte-identical
+// reruns, SparseGPT beating magnitude on perplexity, and channel permutation.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "model/model_testutil.h"
+#include "sparq/checkpoint.h"
+#include "sparq/model.h"
+
+namespace sparq {
+namespace {
+
+class PruneModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = testing::SmolLmPath();
+    if (path_.empty()) return;
+    calib_ = testing::ReadFileOrEmpty(testing::SharedText("sherlock-holmes-pg1661.txt"));
+    const std::string wiki =
+        testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
+    auto m = LlamaModel::FromGguf(path_);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    dense_ = new LlamaModel(std::move(*m));
+    auto ids = dense_->tokenizer().Encode(wiki.substr(0, 20000));
+    ASSERT_TRUE(ids.ok());
+    eval_ids_ = new std::vector<int32_t>(ids->begin(), ids->begin() + 1024);
+  }
+  static void TearDownTestSuite() {
+    delete dense_;
+    delete eval_ids_;
+    dense_ = nullptr;
+  }
+  void SetUp() override {
+    if (dense_ == nullptr) GTEST_SKIP() << testing::kModelMissing;
+    if (calib_.empty()) GTEST_SKIP() << "../shared/data/text missing";
+  }
+  static ModelPruneOptions SmallOptions(PruneMethod method, const char* pattern) {
+    ModelPruneOptions o;
+    o.method = method;
+    o.pattern = *Pattern::Parse(pattern);
+    o.calib_samples = 8;
+    o.calib_len = 256;
+    o.max_blocks = 2;
+    o.progress = false;
+    return o;
+  }
+  static double Ppl(const LlamaModel& m) {
+    ThreadPool pool(2);
+    auto r = Perplexity(m, *eval_ids_, 512, &pool);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->perplexity : 0.0;
+  }
+  static std::string Out(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+  static std::string path_, calib_;
+  static LlamaModel* dense_;
+  static std::vector<int32_t>* eval_ids_;
+};
+std::string PruneModelTest::path_, PruneModelTest::calib_;
+LlamaModel* PruneModelTest::dense_ = nullptr;
+std::vector<int32_t>* PruneModelTest::eval_ids_ = nullptr;
+
+TEST_F(PruneModelTest, UnprunedCheckpointRoundTripsExactly) {
+  ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
+  o.max_blocks = 0;
+  ThreadPool pool(2);
+  const std::string out = Out("dense.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->layers.empty());
+  auto m = LlamaModel::Load(out);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  // Same weights, same kernels, same threads: bitwise-identical logits.
+  const std::span<const int32_t> ids(eval_ids_->data(), 40);
+  std::vector<float> a(40 * 49152), b(a.size());
+  auto ca = KvCache::Create(dense_->config(), 40), cb = KvCache::Create(m->config(), 40);
+  ASSERT_TRUE(dense_->Forward(ids, &*ca, a.data(), true, &pool).ok());
+  ASSERT_TRUE(m->Forward(ids, &*cb, b.data(), true, &pool).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(m->tokenizer().data().tokens, dense_->tokenizer().data().tokens);
+  std::remove(out.c_str());
+}
+
+TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
+  ThreadPool pool(2);
+  const std::string out1 = Out("sgpt1.sparq"), out2 = Out("sgpt2.sparq");
+  auto r = PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out1, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->layers.size(), 14u);  // 7 linears x 2 blocks
+  for (const LayerPruneResult& l : r->layers) {
+    EXPECT_EQ(l.format, "nm") << l.name;
+    EXPECT_NEAR(l.report.sparsity, 0.5, 0.01) << l.name;
+    EXPECT_GT(l.report.rel_error, 0.0) << l.name;
+    EXPECT_LT(l.report.rel_error, 0.5) << l.name;
+  }
+  // Stored matrices: pruned ones satisfy 2:4, the rest are dense f32.
+  auto ck = ReadCheckpoint(out1);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  const std::regex pruned("blk\\.[01]\\..*");
+  int nm = 0;
+  for (const CheckpointTensor& ct : ck->matrices) {
+    if (std::regex_match(ct.name, pruned)) {
+      ++nm;
+      EXPECT_EQ(KindOf(ct.matrix), FormatKind::kNM) << ct.name;
+      const Tensor d = ToDense(ct.matrix);
+      EXPECT_TRUE(Satisfies(Pattern::NM(2, 4),
+                            std::span(d.data_as<float>(), d.numel()), Rows(ct.matrix),
+                            Cols(ct.matrix)))
+          << ct.name;
+    } else {
+      EXPECT_EQ(KindOf(ct.matrix), FormatKind::kDense) << ct.name;
+    }
+  }
+  EXPECT_EQ(nm, 14);
+  // Same flags, same bytes.
+  ASSERT_TRUE(
+      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out2, &pool).ok());
+  EXPECT_TRUE(testing::ReadFileOrEmpty(out1) == testing::ReadFileOrEmpty(out2))
+      << "pruning twice gave different checkpoints";
+  // SparseGPT keeps the model closer to dense than magnitude pruning does.
+  auto m_sgpt = LlamaModel::Load(out1);
+  ASSERT_TRUE(m_sgpt.ok()) << m_sgpt.status().ToString();
+  const std::string out_mag = Out("mag.sparq");
+  ASSERT_TRUE(
+      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kMagnitude, "2:4"), out_mag, &pool).ok());
+  auto m_mag = LlamaModel::Load(out_mag);
+  ASSERT_TRUE(m_mag.ok());
+  const double dense = Ppl(*dense_), sgpt = Ppl(*m_sgpt), mag = Ppl(*m_mag);
+  std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 (2 blocks) %.3f, "
+              "magnitude 2:4 (2 blocks) %.3f\n",
+              dense, sgpt, mag);
+  EXPECT_GT(sgpt, dense);
+  EXPECT_LT(sgpt, mag);
+  for (const auto& p : {out1, out2, out_mag}) std::remove(p.c_str());
+}
+
+TEST_F(PruneModelTest, PermutedTwoFourStoresPermutationAndRuns) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kWanda, "2:4");
+  o.max_blocks = 1;
+  o.permute = true;
+  o.permute_max_rounds = 4;
+  o.value_dtype = DType::kBF16;
+  const std::string out = Out("perm.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  int permuted = 0;
+  for (const LayerPruneResult& l : r->layers) {
+    permuted += l.report.permutation.empty() ? 0 : 1;
+    EXPECT_GE(l.report.saliency_kept_permuted, l.report.saliency_kept_identity) << l.name;
+  }
+  EXPECT_EQ(permuted, 7);
+  auto m = LlamaModel::Load(out);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->weights().blocks[0].perm[0].size(), 576u);
+  const double ppl = Ppl(*m);
+  EXPECT_TRUE(std::isfinite(ppl));
+  EXPECT_LT(ppl, 3.0 * Ppl(*dense_));
+  std::remove(out.c_str());
+}
+
+TEST_F(PruneModelTest, BadOptionsAreErrors) {
+  ThreadPool pool(1);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.include = "([";
+  auto r = PruneLlama(path_, calib_, o, Out("x.sparq"), &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a valid regex"), std::string::npos);
+  o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.calib_len = 1 << 20;
+  r = PruneLlama(path_, calib_, o, Out("x.sparq"), &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("fewer than --calib-len"), std::string::npos);
+  EXPECT_FALSE(LlamaModel::Load(Out("does-not-exist.sparq")).ok());
+}
+
+}  // namespace
+}  // namespace sparq

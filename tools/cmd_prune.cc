@@ -1,0 +1,105 @@
+// `sparq prune MODEL --method ... --pattern ... --calib TEXT -o OUT.sparq`: sequential calibration
+// and one-shot pruning of a whole Llama model (PruneLlama in sparq/model.h).
+#include <cblas.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "sparq/model.h"
+#include "tools/command.h"
+
+namespace sparq::cli {
+namespace {
+
+struct PruneCliOptions {
+  std::string model, method = "sparsegpt", pattern = "unstructured:0.5", calib, out, dtype = "f32";
+  std::string include, report;
+  int64_t calib_samples = 64, calib_len = 512, blocks = -1;
+  double damp = 0.01;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool permute = false, json = false;
+};
+
+Status RunPrune(const PruneCliOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  openblas_set_num_threads(threads);
+  ThreadPool pool(threads);
+  ModelPruneOptions opt;
+  SPARQ_ASSIGN_OR_RETURN(opt.method, ParsePruneMethod(o.method));
+  SPARQ_ASSIGN_OR_RETURN(opt.pattern, Pattern::Parse(o.pattern));
+  if (o.dtype == "f32") {
+    opt.value_dtype = DType::kF32;
+  } else if (o.dtype == "bf16") {
+    opt.value_dtype = DType::kBF16;
+  } else {
+    return InvalidInput("--dtype must be f32 or bf16, not '" + o.dtype + "'");
+  }
+  opt.permute = o.permute;
+  opt.calib_samples = o.calib_samples;
+  opt.calib_len = o.calib_len;
+  opt.max_blocks = o.blocks;
+  opt.damp = o.damp;
+  opt.seed = o.seed;
+  if (!o.include.empty()) opt.include = o.include;
+  SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.calib));
+  SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(o.model, text, opt, o.out, &pool));
+  if (!o.report.empty()) {
+    std::ofstream rep(o.report);
+    rep << r.ToJson(true) << "\n";
+    if (!rep) return IoError(o.report + ": cannot write the report");
+  }
+  if (o.json) {
+    std::printf("%s\n", r.ToJson(true).c_str());
+    return Status::Ok();
+  }
+  double err_sum = 0.0;
+  for (const LayerPruneResult& l : r.layers) err_sum += l.report.rel_error;
+  std::printf("pruned %zu layers (%s, %s, %s values%s) with %lld calibration tokens\n",
+              r.layers.size(), o.method.c_str(), opt.pattern.ToString().c_str(), o.dtype.c_str(),
+              o.permute ? ", permuted" : "", static_cast<long long>(r.calib_tokens));
+  std::printf("pruned layers: %.1f MB dense f32 -> %.1f MB stored (%.3fx); mean relative "
+              "reconstruction error %.4f\n",
+              r.dense_bytes / 1e6, r.stored_bytes / 1e6,
+              r.dense_bytes > 0 ? r.stored_bytes / r.dense_bytes : 0.0,
+              r.layers.empty() ? 0.0 : err_sum / static_cast<double>(r.layers.size()));
+  std::printf("time: %.1f s total, %.1f s in the pruning solver; wrote %s\n", r.seconds,
+              r.prune_seconds, o.out.c_str());
+  return Status::Ok();
+}
+
+Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq checkpoint",
+              [](CLI::App& sub) -> RunFn {
+                auto o = std::make_shared<PruneCliOptions>();
+                sub.add_option("model", o->model, "Dense model (.gguf)")->required();
+                sub.add_option("--method", o->method, "sparsegpt | wanda | magnitude")
+                    ->capture_default_str();
+                sub.add_option("--pattern", o->pattern,
+                               "2:4 | 4:8 | unstructured:0.5 | vnm:8:2:4 | block:16x16:0.5 ...")
+                    ->capture_default_str();
+                sub.add_option("--calib", o->calib, "Calibration text (UTF-8)")->required();
+                sub.add_option("--calib-samples", o->calib_samples, "Calibration segments")
+                    ->capture_default_str()
+                    ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+                sub.add_option("--calib-len", o->calib_len, "Tokens per segment")
+                    ->capture_default_str()
+                    ->check(CLI::Range(int64_t{1}, int64_t{8192}));
+                sub.add_option("--dtype", o->dtype, "Stored values: f32 | bf16")
+                    ->capture_default_str();
+                sub.add_flag("--permute", o->permute, "Channel permutation (N:M, V:N:M)");
+                sub.add_option("--include", o->include,
+                               "Regex over layer names to prune (default: all block linears)");
+                sub.add_option("--blocks", o->blocks, "Prune only the first N blocks (-1: all)");
+                sub.add_option("--damp", o->damp, "SparseGPT dampening (fraction of mean diag H)")
+                    ->capture_default_str();
+                sub.add_option("--seed", o->seed, "Calibration sampling seed")
+                    ->capture_default_str();
+                sub.add_option("--threads", o->threads, "Threads");
+                sub.add_option("--report", o->report, "Write a JSON report (with timings)");
+                sub.add_flag("--json", o->json, "Print the JSON report");
+                sub.add_option("-o,--output", o->out, "Output .sparq")->required();
+                return [o]() { return RunPrune(*o); };
+              });
+
+}  // namespace
+}  // namespace sparq::cli
