@@ -73,6 +73,30 @@ TEST(Npy, ReadsNumpyV2F64) {
   EXPECT_EQ(t->data_as<double>()[1], 2.5);
 }
 
+// The fuzz seeds were written by NumPy 2.4.6 (np.save / write_array version 2.0).
+TEST(Npy, ReadsNumpyWrittenSeedFiles) {
+  const std::string dir = std::string(SPARQ_SOURCE_DIR) + "/fuzz/corpus/npy/";
+  auto a = ReadNpy(dir + "f32_2x3.npy");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->shape(), (std::vector<int64_t>{2, 3}));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a->data_as<float>()[i], i);
+  auto b = ReadNpy(dir + "f64_4.npy");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->data_as<double>()[2], 3e300);
+  auto c = ReadNpy(dir + "f32_scalar.npy");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->rank(), 0);
+  EXPECT_EQ(c->data_as<float>()[0], 1.5f);
+  auto d = ReadNpy(dir + "f64_v2_2x1x2.npy");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->shape(), (std::vector<int64_t>{2, 1, 2}));
+  auto e = ReadNpy(dir + "f32_empty_0x3.npy");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->numel(), 0u);
+  auto f = ReadNpyF32(dir + "f64_4.npy");  // 3e300 does not fit in f32
+  EXPECT_FALSE(f.ok());
+}
+
 TEST(Npy, RoundTripsThroughFilesAtomically) {
   const auto dir = std::filesystem::temp_directory_path() / ("sparq_npy_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
