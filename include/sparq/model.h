@@ -188,6 +188,19 @@ Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t
                                 const GenerateOptions& opt, ThreadPool* pool,
                                 const std::function<void(int32_t)>& on_token = {});
 
+// ---- speed -------------------------------------------------------------------------------------
+
+struct ModelSpeed {
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_tok_s() const { return prefill_tokens / prefill_seconds; }
+  double decode_tok_s() const { return decode_tokens / decode_seconds; }
+};
+// One timed run: prefill `prompt` in one batch (last-token logits only), then `decode_tokens`
+// single-token greedy steps, timed separately.
+Result<ModelSpeed> MeasureSpeed(const LlamaModel& model, std::span<const int32_t> prompt,
+                                int64_t decode_tokens, ThreadPool* pool);
+
 // ---- calibration, pruning, checkpoints ----------------------------------------------------------
 
 struct ModelPruneOptions {

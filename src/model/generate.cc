@@ -67,3 +67,30 @@ Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t
 }
 
 }  // namespace sparq
+
+namespace sparq {
+
+Result<ModelSpeed> MeasureSpeed(const LlamaModel& model, std::span<const int32_t> prompt,
+                                int64_t decode_tokens, ThreadPool* pool) {
+  if (prompt.empty() || decode_tokens < 0) return InvalidInput("speed: empty prompt");
+  const auto np = static_cast<int64_t>(prompt.size());
+  SPARQ_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model.config(), np + decode_tokens + 1));
+  std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
+  ModelSpeed s;
+  auto t0 = std::chrono::steady_clock::now();
+  SPARQ_RETURN_IF_ERROR(model.Forward(prompt, &cache, logits.data(), false, pool));
+  auto t1 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < decode_tokens; ++i) {
+    const int32_t tok = Argmax(logits);
+    SPARQ_RETURN_IF_ERROR(
+        model.Forward(std::span<const int32_t>(&tok, 1), &cache, logits.data(), false, pool));
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  s.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  s.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  s.prefill_tokens = np;
+  s.decode_tokens = decode_tokens;
+  return s;
+}
+
+}  // namespace sparq
