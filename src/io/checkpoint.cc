@@ -200,8 +200,10 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       }
       SPARQ_RETURN_IF_ERROR(CheckedNumel({rows, cols, 4}, what + ": shape").status());
 
+      // clang 14 (the fuzz preset) cannot capture a structured binding: capture a copy.
+      const std::string matrix_name = name;
       auto part = [&](const std::string& suffix) -> Result<Tensor> {
-        const std::string pn = PartName(name, suffix);
+        const std::string pn = PartName(matrix_name, suffix);
         const SafetensorsEntry* t = file.Find(pn);
         if (!t) return InvalidInput(what + ": part " + Quote(pn) + " is missing");
         if (!claimed.insert(pn).second) {
