@@ -110,11 +110,11 @@ Status Run(const Flags& f) {
     json.replace(json.rfind("\n}"), 2, src);
     SPARQ_RETURN_IF_ERROR(WriteText(f.report, json + "\n"));
   }
-  std::printf("%s %s: %lld x %lld, sparsity %.4f, rel error %s, %.2f s (error %.2f s)%s\n",
+  std::printf("%s %s: %lld x %lld, sparsity %.4f, rel error %s, %.2f s (cpu %.2f s; error %.2f s)%s\n",
               rep.method.c_str(), rep.pattern.c_str(), static_cast<long long>(m),
               static_cast<long long>(k), rep.sparsity,
               rep.rel_error >= 0 ? std::to_string(rep.rel_error).c_str() : "n/a", rep.seconds,
-              rep.error_seconds,
+              rep.cpu_seconds, rep.error_seconds,
               rep.permutation.empty()
                   ? ""
                   : (", permuted: kept saliency " + std::to_string(rep.saliency_kept_identity) +

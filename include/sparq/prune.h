@@ -139,8 +139,12 @@ struct PruneReport {
   int64_t pruned = 0;         // entries the mask removed
   double sparsity = 0.0;      // zeros / (m * k)
   double rel_error = -1.0;    // ReconstructionError, or -1 if not computed / no Hessian
-  double seconds = 0.0;       // pruning time (not counting rel_error)
+  double seconds = 0.0;       // pruning time (not counting rel_error), wall clock
+  double cpu_seconds = 0.0;   // process CPU time (all threads) during the pruning: on a loaded
+                              // machine, wall time / cpu time shows how much CPU the run got
   double error_seconds = 0.0;
+  double factor_seconds = 0.0;  // SparseGPT: damping + Cholesky factor of H^-1 (part of seconds)
+  double update_seconds = 0.0;  // SparseGPT: the batched sgemm updates (part of seconds)
   double damp_used = 0.0;     // SparseGPT: the damp fraction that succeeded
   int damp_retries = 0;
   int64_t dead_inputs = 0;    // columns with H_jj == 0 (their weights are zeroed by SparseGPT)

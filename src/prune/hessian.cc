@@ -14,8 +14,9 @@ namespace {
 // Rows of X converted to double per dsyrk call: bounds the scratch (256 x k doubles = 8 MiB for
 // k = 4096) while keeping the dsyrk's inner dimension large enough to run near peak.
 constexpr int64_t kHessianPanelRows = 256;
-// Rows of W per dgemm panel in ReconstructionError: 2 x 64 rows of dW and W against H.
-constexpr int64_t kErrorPanelRows = 64;
+// Rows of W per dgemm panel in ReconstructionError: 2 x 256 rows of dW and W against H (enough
+// rows that each pass over H does ~128 flops per byte of H read).
+constexpr int64_t kErrorPanelRows = 256;
 
 }  // namespace
 
@@ -148,9 +149,9 @@ double ReconstructionError(std::span<const float> w, std::span<const float> w_pr
         o[j] = wr[j];
       }
     }
-    cblas_dsymm(CblasRowMajor, CblasRight, CblasUpper, static_cast<int>(2 * nr),
-                static_cast<int>(k), 1.0, h.data(), static_cast<int>(k), a.data(),
-                static_cast<int>(k), 0.0, t.data(), static_cast<int>(k));
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(2 * nr),
+                static_cast<int>(k), static_cast<int>(k), 1.0, a.data(), static_cast<int>(k),
+                h.data(), static_cast<int>(k), 0.0, t.data(), static_cast<int>(k));
     for (int64_t r = 0; r < nr; ++r) {
       double sn = 0.0, sd = 0.0;
       const double* d = a.data() + r * k;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "src/prune/select.h"
@@ -77,7 +78,10 @@ std::string PruneReport::ToJson() const {
     j["rel_error"] = nullptr;
   }
   j["seconds"] = seconds;
+  j["cpu_seconds"] = cpu_seconds;
   j["error_seconds"] = error_seconds;
+  j["factor_seconds"] = factor_seconds;
+  j["update_seconds"] = update_seconds;
   j["damp"] = damp_used;
   j["damp_retries"] = damp_retries;
   j["dead_inputs"] = dead_inputs;
@@ -106,6 +110,7 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, const Hessia
 Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<const double> h,
                           const Pattern& pattern, const PruneOptions& opt) {
   const auto t0 = Clock::now();
+  const std::clock_t c0 = std::clock();
   const std::string& what = opt.what;
   if (m < 0 || k < 0 || static_cast<uint64_t>(w.size()) != static_cast<uint64_t>(m) * static_cast<uint64_t>(k)) {
     return InvalidInput(what + ": weight has " + std::to_string(w.size()) + " values, shape says " +
@@ -188,6 +193,7 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
   for (float x : w) rep.zeros += x == 0.0f;
   rep.sparsity = (m * k) != 0 ? static_cast<double>(rep.zeros) / static_cast<double>(m * k) : 0.0;
   rep.seconds = Seconds(t0);
+  rep.cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   if (!orig.empty()) {
     const auto t1 = Clock::now();
     rep.rel_error = ReconstructionError(orig, w, m, k, h);

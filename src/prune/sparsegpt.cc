@@ -11,6 +11,7 @@
 #include <lapacke.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -46,6 +47,24 @@ std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
   return out;
 }
 
+// A PSD matrix computed in floating point (X^T X / N) can have eigenvalues of about
+// -k * eps * max(diag) from rounding; anything below -1e-9 * k * max(diag) is a real violation.
+constexpr double kIndefiniteTolerance = 1e-9;
+
+double SmallestEigenvalue(std::span<const double> h, int64_t k) {
+  std::vector<double> a(h.begin(), h.end()), w(static_cast<size_t>(k));
+  lapack_int found = 0;
+  std::vector<lapack_int> isuppz(2);
+  double z = 0;
+  if (LAPACKE_dsyevr(LAPACK_ROW_MAJOR, 'N', 'I', 'U', static_cast<lapack_int>(k), a.data(),
+                     static_cast<lapack_int>(k), 0.0, 0.0, 1, 1, 0.0, &found, w.data(), &z, 1,
+                     isuppz.data()) != 0 ||
+      found < 1) {
+    return 0.0;  // unknown: let the damping retries decide
+  }
+  return w[0];
+}
+
 }  // namespace
 
 bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,
@@ -60,11 +79,13 @@ bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,
       a[i * k + j] = h[(k - 1 - i) * k + (k - 1 - j)] + (i == j ? lambda : 0.0);
     }
   }
-  if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', static_cast<lapack_int>(k), a.data(),
+  // Row-major lower is column-major upper: call LAPACK in column-major on the same buffer (no
+  // transposed copies): potrf gives A = Uc^T Uc, i.e. row-major L = Uc^T; trtri inverts in place.
+  if (LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', static_cast<lapack_int>(k), a.data(),
                      static_cast<lapack_int>(k)) != 0) {
     return false;
   }
-  if (LAPACKE_dtrtri(LAPACK_ROW_MAJOR, 'L', 'N', static_cast<lapack_int>(k), a.data(),
+  if (LAPACKE_dtrtri(LAPACK_COL_MAJOR, 'U', 'N', static_cast<lapack_int>(k), a.data(),
                      static_cast<lapack_int>(k)) != 0) {
     return false;
   }
@@ -83,6 +104,11 @@ bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,
 Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const double> h,
                  const Pattern& p, const PruneOptions& opt, PruneReport* report) {
   if (m == 0 || k == 0) return Status::Ok();
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const auto t_factor = Clock::now();
   // ---- dead inputs and damping
   std::vector<double> hd(h.begin(), h.end());
   double diag_sum = 0;
@@ -99,6 +125,19 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
   double damp = opt.damp;
   bool ok = false;
   for (int attempt = 0; attempt <= opt.max_damp_retries; ++attempt) {
+    if (attempt == 1) {
+      // Before damping harder, tell a genuinely indefinite H (a bad input) from a singular or
+      // ill-conditioned one (few calibration rows): only the smallest eigenvalue is computed, and
+      // only on this failure path.
+      const double lmin = SmallestEigenvalue(h, k);
+      double hmax = 0;
+      for (int64_t j = 0; j < k; ++j) hmax = std::max(hmax, h[j * k + j]);
+      if (lmin < -kIndefiniteTolerance * std::max(hmax, 1e-300) * static_cast<double>(k)) {
+        return InvalidInput(opt.what + ": Hessian is not positive semi-definite (smallest "
+                            "eigenvalue " + std::to_string(lmin) + ", largest diagonal " +
+                            std::to_string(hmax) + ")");
+      }
+    }
     if (attempt > 0) {
       damp = std::max(damp, 1e-4) * 10.0;
       ++report->damp_retries;
@@ -117,6 +156,7 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
   std::vector<float> u(ud.begin(), ud.end());
   ud.clear();
   ud.shrink_to_fit();
+  report->factor_seconds = since(t_factor);
 
   // ---- block size: whole N:M groups, whole blocks, whole quantization groups per column block
   int64_t unit = 1;
@@ -276,10 +316,12 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
       std::copy(w1.begin() + r * nb, w1.begin() + (r + 1) * nb, w.begin() + r * k + i1);
     }
     if (i2 < k) {
+      const auto t_update = Clock::now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
                   static_cast<int>(k - i2), static_cast<int>(nb), -1.0f, e1.data(),
                   static_cast<int>(nb), u.data() + i1 * k + i2, static_cast<int>(k), 1.0f,
                   w.data() + i2, static_cast<int>(k));
+      report->update_seconds += since(t_update);
     }
   }
   report->pruned = std::accumulate(pruned_per_tile.begin(), pruned_per_tile.end(), int64_t{0});
