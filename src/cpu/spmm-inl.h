@@ -322,9 +322,9 @@ HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t
 #define SPARQ_FOR_V(M, q) M(q, 0); M(q, 1); M(q, 2); M(q, 3)
 #define SPARQ_FOR_QV(M) SPARQ_FOR_V(M, 0); SPARQ_FOR_V(M, 1); SPARQ_FOR_V(M, 2); SPARQ_FOR_V(M, 3)
 
-// R (1 or 2) rows of N:M over chunks [c0, c1); scr points at the first row's NT partial sums
-// (the second row's follow). Two rows give 2 * NV independent FMA chains: with NV = 4, four
-// chains of 4-cycle FMAs would only fill half of the two FMA ports.
+// R (1, 2 or 4) rows of N:M over chunks [c0, c1); scr points at the first row's NT partial sums
+// (the next rows' follow). R rows give R * NV independent FMA chains: two FMA ports with 4-cycle
+// latency need 8 chains to stay busy.
 template <int kBits, bool kBf16, int NV, int R>
 HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
                             int64_t c1, const float* xt, float* scr, bool first) {
@@ -340,14 +340,16 @@ HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t 
   const int64_t row_vals = w.chunks * kNmChunk;
   const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
   const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
-  alignas(64) int32_t off[2 * kNmChunk];
-  alignas(64) float wv[2 * kNmChunk];
+  alignas(64) int32_t off[4 * kNmChunk];
+  alignas(64) float wv[4 * kNmChunk];
   SPARQ_ACC_ROW(0);
   SPARQ_ACC_ROW(1);
-  SPARQ_FOR_V(SPARQ_ACC_LOAD, 0);
-  SPARQ_FOR_V(SPARQ_ACC_LOAD, 1);
+  SPARQ_ACC_ROW(2);
+  SPARQ_ACC_ROW(3);
+  SPARQ_FOR_QV(SPARQ_ACC_LOAD);
   for (int64_t c = c0; c < c1; ++c) {
     for (int q = 0; q < R; ++q) {
+      hwy::Prefetch(vals + (q * row_vals + c * kNmChunk) * vb + kPrefetchBytes);
       for (size_t p = 0; p < per_chunk; ++p) {
         const auto cols = NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p,
                                            static_cast<int32_t>(c * chunk_cols));
@@ -357,26 +359,23 @@ HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t 
       }
     }
     for (int j = 0; j < kNmChunk; ++j) {
-      {
-        const float* xp = xt + off[j];
-        const auto w0 = hn::Set(df, wv[j]);
-        a00 = hn::MulAdd(w0, hn::LoadU(df, xp), a00);
-        if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xp + L), a01);
-        if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xp + 2 * L), a02);
-        if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xp + 3 * L), a03);
-      }
-      if constexpr (R > 1) {
-        const float* xp = xt + off[kNmChunk + j];
-        const auto w1 = hn::Set(df, wv[kNmChunk + j]);
-        a10 = hn::MulAdd(w1, hn::LoadU(df, xp), a10);
-        if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xp + L), a11);
-        if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xp + 2 * L), a12);
-        if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xp + 3 * L), a13);
-      }
+#define SPARQ_NM_TILED_ROW(q)                                                  \
+  if constexpr (R > q) {                                                       \
+    const float* xp = xt + off[q * kNmChunk + j];                              \
+    const auto wq = hn::Set(df, wv[q * kNmChunk + j]);                         \
+    a##q##0 = hn::MulAdd(wq, hn::LoadU(df, xp), a##q##0);                      \
+    if constexpr (NV > 1) a##q##1 = hn::MulAdd(wq, hn::LoadU(df, xp + L), a##q##1);     \
+    if constexpr (NV > 2) a##q##2 = hn::MulAdd(wq, hn::LoadU(df, xp + 2 * L), a##q##2); \
+    if constexpr (NV > 3) a##q##3 = hn::MulAdd(wq, hn::LoadU(df, xp + 3 * L), a##q##3); \
+  }
+      SPARQ_NM_TILED_ROW(0)
+      SPARQ_NM_TILED_ROW(1)
+      SPARQ_NM_TILED_ROW(2)
+      SPARQ_NM_TILED_ROW(3)
+#undef SPARQ_NM_TILED_ROW
     }
   }
-  SPARQ_FOR_V(SPARQ_ACC_STORE, 0);
-  SPARQ_FOR_V(SPARQ_ACC_STORE, 1);
+  SPARQ_FOR_QV(SPARQ_ACC_STORE);
 }
 
 // Two CSR rows (g = 1 groups) at once, columns [pa0, pa1) and [pb0, pb1): the common length runs
@@ -500,9 +499,10 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const NmLaneTables tab(w.n, w.m, w.bits);
   int64_t r = r0;
-  if constexpr (2 * NV <= kMaxAcc) {
-    for (; r + 1 < r1; r += 2) {
-      NmTiledRows<kBits, kBf16, NV, 2>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
+  constexpr int kRows = 4 * NV <= kMaxAcc ? 4 : 2;  // 8..16 chains
+  if constexpr (kRows * NV <= kMaxAcc) {
+    for (; r + kRows <= r1; r += kRows) {
+      NmTiledRows<kBits, kBf16, NV, kRows>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
     }
   }
   for (; r < r1; ++r) {
@@ -520,10 +520,17 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
 // ---------------------------------------------------------------------------------------------
 // Per-target entry points (dispatched from spmm.cc).
 
-// Vectors per token tile for a group of g rows (g * NV accumulators must fit the registers).
-inline int TiledNv(int g) { return std::max(1, std::min(4, kMaxAcc / g)); }
-inline int64_t TileWidth(int g) { return TiledNv(g) * static_cast<int64_t>(hn::Lanes(DF())); }
-inline int64_t LanesF32() { return static_cast<int64_t>(hn::Lanes(DF())); }
+// Vectors per token tile for a group of g rows and n tokens: as few as cover n (1, 2 or 4), at
+// most what the registers hold (g * NV accumulators).
+inline int TiledNv(int g, int64_t n) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  const int max_nv = std::max(1, std::min(4, kMaxAcc / g));
+  const int need = n <= L ? 1 : n <= 2 * L ? 2 : 4;
+  return std::min(need, max_nv);
+}
+inline int64_t TileWidth(int g, int64_t n) {
+  return TiledNv(g, n) * static_cast<int64_t>(hn::Lanes(DF()));
+}
 
 inline void NmDecode(const NmWeight& w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
                      float* raw) {
@@ -568,31 +575,46 @@ inline void ScgDecode(const ScgWeight& w, const float* x, int64_t ldx, int64_t n
   }
 }
 
+template <int G, int NV>
+HWY_INLINE void ScgTiledGN(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
+                           int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
+  if constexpr (G * NV <= kMaxAcc || NV == 1) {
+    if (w.value_dtype == DType::kBF16) {
+      ScgTiledImpl<G, NV, true>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    } else {
+      ScgTiledImpl<G, NV, false>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    }
+  }
+}
+
 template <int G>
-HWY_INLINE void ScgTiledG(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
+HWY_INLINE void ScgTiledG(const ScgWeight& w, int nv, int64_t g0, int64_t g1, const float* xt,
                           int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
-  constexpr int NV = std::max(1, std::min(4, kMaxAcc / G));
-  if (w.value_dtype == DType::kBF16) {
-    ScgTiledImpl<G, NV, true>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+  if (nv == 1) {
+    ScgTiledGN<G, 1>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+  } else if (nv == 2) {
+    ScgTiledGN<G, 2>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
   } else {
-    ScgTiledImpl<G, NV, false>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledGN<G, 4>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
   }
 }
 
-inline void ScgTiled(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt, int64_t kc0,
-                     int64_t kc1, int64_t* cursor, float* scratch) {
+// nt: the tile width TileWidth(w.g, n) the caller built X^T with.
+inline void ScgTiled(const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
+                     int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
+  const int nv = static_cast<int>(nt / static_cast<int64_t>(hn::Lanes(DF())));
   if (w.g == 1) {
-    ScgTiledG<1>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledG<1>(w, nv, g0, g1, xt, kc0, kc1, cursor, scratch);
   } else if (w.g == 2) {
-    ScgTiledG<2>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledG<2>(w, nv, g0, g1, xt, kc0, kc1, cursor, scratch);
   } else {
-    ScgTiledG<4>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledG<4>(w, nv, g0, g1, xt, kc0, kc1, cursor, scratch);
   }
 }
 
-inline void NmTiled(const NmWeight& w, int64_t r0, int64_t r1, const float* xt, int64_t c0,
-                    int64_t c1, float* scratch) {
-  constexpr int NV = std::min(4, kMaxAcc);
+template <int NV>
+HWY_INLINE void NmTiledN(const NmWeight& w, int64_t r0, int64_t r1, const float* xt, int64_t c0,
+                         int64_t c1, float* scratch) {
   const bool bf = w.value_dtype == DType::kBF16;
   if (w.bits == 2) {
     bf ? NmTiledImpl<2, true, NV>(w, r0, r1, xt, c0, c1, scratch)
@@ -600,6 +622,18 @@ inline void NmTiled(const NmWeight& w, int64_t r0, int64_t r1, const float* xt, 
   } else {
     bf ? NmTiledImpl<4, true, NV>(w, r0, r1, xt, c0, c1, scratch)
        : NmTiledImpl<4, false, NV>(w, r0, r1, xt, c0, c1, scratch);
+  }
+}
+
+inline void NmTiled(const NmWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
+                    int64_t c0, int64_t c1, float* scratch) {
+  const int64_t nv = nt / static_cast<int64_t>(hn::Lanes(DF()));
+  if (nv == 1) {
+    NmTiledN<1>(w, r0, r1, xt, c0, c1, scratch);
+  } else if (nv == 2) {
+    NmTiledN<2>(w, r0, r1, xt, c0, c1, scratch);
+  } else {
+    NmTiledN<std::min(4, kMaxAcc)>(w, r0, r1, xt, c0, c1, scratch);
   }
 }
 

@@ -17,15 +17,15 @@ void ScgDecodeT(const ScgWeight* w, const float* x, int64_t ldx, int64_t n, int6
                 int64_t g1, float* raw) {
   ScgDecode(*w, x, ldx, n, g0, g1, raw);
 }
-void NmTiledT(const NmWeight* w, int64_t r0, int64_t r1, const float* xt, int64_t c0,
-              int64_t c1, float* scratch) {
-  NmTiled(*w, r0, r1, xt, c0, c1, scratch);
+void NmTiledT(const NmWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
+              int64_t c0, int64_t c1, float* scratch) {
+  NmTiled(*w, nt, r0, r1, xt, c0, c1, scratch);
 }
-void ScgTiledT(const ScgWeight* w, int64_t g0, int64_t g1, const float* xt, int64_t kc0,
-               int64_t kc1, int64_t* cursor, float* scratch) {
-  ScgTiled(*w, g0, g1, xt, kc0, kc1, cursor, scratch);
+void ScgTiledT(const ScgWeight* w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
+               int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
+  ScgTiled(*w, nt, g0, g1, xt, kc0, kc1, cursor, scratch);
 }
-int64_t TileWidthT(int g) { return TileWidth(g); }
+int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace sparq::cpu::HWY_NAMESPACE
@@ -56,7 +56,10 @@ namespace {
 // Up to this many tokens the decode (gather) kernels run; above, the tiled (X^T) kernels.
 // The gather kernels stream the weights once but gather X once per token; the tiled ones pay a
 // transpose of X but one FMA per kept weight covers a whole vector of tokens.
-constexpr int64_t kDecodeMaxN = 1;
+// Measured here (4096x4096, 1 thread): N:M decode beats tiled up to n = 16 (the X window permute
+// is cheap per token); CSR gathers cost more per token, so shared-column layouts switch at 4.
+constexpr int64_t kNmDecodeMaxN = 16;
+constexpr int64_t kScgDecodeMaxN = 4;
 // Fewest multiply-adds per task: below, thread hand-off costs more than it saves.
 constexpr int64_t kMinTaskWork = 1 << 16;
 // Most tasks per call: enough to balance 2..8 threads, few enough to keep per-task setup small.
@@ -209,19 +212,22 @@ float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, Thre
 
 void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const NmWeight& w = pw.nm;
-  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(1);  // N:M rows are groups of one
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, a.n);  // N:M rows are groups of one
   const float* xt = BuildXt(a, w.cols, w.k_pad, nt, pool);
   const int64_t chunk_cols = (kNmChunk / w.n) * w.m;
-  const int64_t kb_chunks = std::max<int64_t>(1, kXtBlockBytes / (nt * 4) / chunk_cols);
-  const auto bounds = SplitTasks(RowCost(pw), a.n);
   const int64_t tiles = CeilDiv(a.n, nt);
+  // One token tile: stream each row's weights contiguously (X^T, k x nt, stays in L2). Several
+  // tiles: k blocks whose X^T slice fits L1, weights of the task re-read from L2 per tile.
+  const int64_t kb_chunks = tiles == 1 ? std::max<int64_t>(1, w.chunks)
+                                       : std::max<int64_t>(1, kXtBlockBytes / (nt * 4) / chunk_cols);
+  const auto bounds = SplitTasks(RowCost(pw), a.n);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t r0 = bounds[task], r1 = bounds[task + 1];
     float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const float* xtt = xt + tile * w.k_pad * nt;
       for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
-        HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, r0, r1, xtt, c0, std::min(w.chunks, c0 + kb_chunks),
+        HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, nt, r0, r1, xtt, c0, std::min(w.chunks, c0 + kb_chunks),
                                        scratch);
       }
       const int64_t t1 = std::min(a.n, (tile + 1) * nt);
@@ -237,11 +243,12 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
 
 void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const ScgWeight& w = pw.scg;
-  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g);
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
   const float* xt = BuildXt(a, w.cols, w.cols, nt, pool);
-  const int64_t kb = std::max<int64_t>(16, kXtBlockBytes / (nt * 4));
-  const auto bounds = SplitTasks(RowCost(pw), a.n);
   const int64_t tiles = CeilDiv(a.n, nt);
+  const int64_t kb = tiles == 1 ? std::max<int64_t>(1, w.cols)
+                                : std::max<int64_t>(16, kXtBlockBytes / (nt * 4));
+  const auto bounds = SplitTasks(RowCost(pw), a.n);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t g0 = bounds[task], g1 = bounds[task + 1];
     float* scratch = ThreadBuffer(1, (g1 - g0) * w.g * nt);
@@ -249,7 +256,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const float* xtt = xt + tile * w.cols * nt;
       for (int64_t kc0 = 0; kc0 == 0 || kc0 < w.cols; kc0 += kb) {
-        HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, g0, g1, xtt, kc0, std::min(w.cols, kc0 + kb), cursor,
+        HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, kc0, std::min(w.cols, kc0 + kb), cursor,
                                         scratch);
       }
       const int64_t t1 = std::min(a.n, (tile + 1) * nt);
@@ -283,10 +290,10 @@ float ApplyEpilogue(float v, int64_t t, int64_t r, int64_t m, const Epilogue& ep
 const std::vector<SpmmKernel>& SpmmRegistry() {
   static const std::vector<SpmmKernel> kKernels = {
       {"DenseF32Blas", PackedKind::kDenseF32, 0, INT64_MAX, false, RunDenseBlas},
-      {"SpmmNm_decode", PackedKind::kNm, 0, kDecodeMaxN, true, RunNmDecode},
-      {"SpmmNm_tiled", PackedKind::kNm, kDecodeMaxN + 1, INT64_MAX, true, RunNmTiled},
-      {"SpmmScg_decode", PackedKind::kScg, 0, kDecodeMaxN, true, RunScgDecode},
-      {"SpmmScg_tiled", PackedKind::kScg, kDecodeMaxN + 1, INT64_MAX, true, RunScgTiled},
+      {"SpmmNm_decode", PackedKind::kNm, 0, kNmDecodeMaxN, true, RunNmDecode},
+      {"SpmmNm_tiled", PackedKind::kNm, kNmDecodeMaxN + 1, INT64_MAX, true, RunNmTiled},
+      {"SpmmScg_decode", PackedKind::kScg, 0, kScgDecodeMaxN, true, RunScgDecode},
+      {"SpmmScg_tiled", PackedKind::kScg, kScgDecodeMaxN + 1, INT64_MAX, true, RunScgTiled},
   };
   return kKernels;
 }
