@@ -18,7 +18,17 @@ struct EvalOptions {
   int64_t max_tokens = 0;
   int threads = 0;
   bool json = false;
+  bool tokenize_only = false;
+  std::string tokens_out, argmax_out;
 };
+
+Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return IoError(path + ": cannot write");
+  for (int32_t id : ids) std::fprintf(f, "%d\n", id);
+  if (std::fclose(f) != 0) return IoError(path + ": write failed");
+  return Status::Ok();
+}
 
 Status RunEval(const EvalOptions& o) {
   const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
@@ -28,10 +38,20 @@ Status RunEval(const EvalOptions& o) {
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.tokenizer().Encode(text));
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
-  ProgressBar bar("eval", (static_cast<int64_t>(ids.size()) + o.ctx - 1) / o.ctx);
-  SPARQ_ASSIGN_OR_RETURN(PerplexityResult r,
-                         Perplexity(model, ids, o.ctx, &pool,
-                                    [&](int64_t done, int64_t) { bar.Update(done); }));
+  if (!o.tokens_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.tokens_out, ids));
+  if (o.tokenize_only) {
+    std::printf("%zu tokens\n", ids.size());
+    return Status::Ok();
+  }
+  std::vector<int32_t> argmax;
+  PerplexityResult r;
+  {
+    ProgressBar bar("eval", (static_cast<int64_t>(ids.size()) + o.ctx - 1) / o.ctx);
+    SPARQ_ASSIGN_OR_RETURN(r, Perplexity(model, ids, o.ctx, &pool,
+                                         [&](int64_t done, int64_t) { bar.Update(done); },
+                                         o.argmax_out.empty() ? nullptr : &argmax));
+  }
+  if (!o.argmax_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.argmax_out, argmax));
   if (o.json) {
     nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens", r.tokens}, {"ctx", r.ctx},
                         {"windows", r.windows},       {"seconds", r.seconds},
@@ -56,6 +76,12 @@ Registrar reg("eval", "Perplexity of a model (GGUF or .sparq) on a text file",
                 sub.add_option("--max-tokens", o->max_tokens,
                                "Use only the first N tokens of the text (0: all)");
                 sub.add_option("--threads", o->threads, "Threads (default: SPARQ_NUM_THREADS or all)");
+                sub.add_option("--tokens-out", o->tokens_out,
+                               "Write the text's token ids (after --max-tokens), one per line");
+                sub.add_option("--argmax-out", o->argmax_out,
+                               "Write the greedy next-token choice at every predicted position");
+                sub.add_flag("--tokenize-only", o->tokenize_only,
+                             "Only tokenize (with --tokens-out: dump the ids), no evaluation");
                 sub.add_flag("--json", o->json, "Print {\"perplexity\", \"tokens\", \"ctx\", ...}");
                 return [o]() { return RunEval(*o); };
               });

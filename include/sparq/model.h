@@ -159,10 +159,12 @@ struct PerplexityResult {
 // Non-overlapping windows of `ctx` tokens (the last, shorter one included if it has >= 2 tokens);
 // within each window every token after the first is predicted from the ones before it; the mean
 // negative log-likelihood is over all predicted tokens. `progress(done_windows, windows)` is called
-// after each window when set.
+// after each window when set. If `argmax` is set it receives, for every predicted token in order,
+// the model's greedy choice (for agreement checks against another runtime).
 Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int32_t> tokens,
                                     int64_t ctx, ThreadPool* pool,
-                                    const std::function<void(int64_t, int64_t)>& progress = {});
+                                    const std::function<void(int64_t, int64_t)>& progress = {},
+                                    std::vector<int32_t>* argmax = nullptr);
 
 // Index of the largest logit (lowest index on ties).
 int32_t Argmax(std::span<const float> logits);

@@ -19,7 +19,9 @@ int32_t Argmax(std::span<const float> logits) {
 
 Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int32_t> tokens,
                                     int64_t ctx, ThreadPool* pool,
-                                    const std::function<void(int64_t, int64_t)>& progress) {
+                                    const std::function<void(int64_t, int64_t)>& progress,
+                                    std::vector<int32_t>* argmax) {
+  if (argmax != nullptr) argmax->clear();
   if (ctx < 2) return InvalidInput("perplexity: --ctx must be at least 2");
   const auto total = static_cast<int64_t>(tokens.size());
   if (total < 2) return InvalidInput("perplexity: the text has fewer than 2 tokens");
@@ -43,6 +45,7 @@ Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int
       double sum = 0.0;
       for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
       nll += std::log(sum) + mx - row[tokens[begin + i + 1]];
+      if (argmax != nullptr) argmax->push_back(Argmax({row, static_cast<size_t>(vocab)}));
       ++predicted;
     }
     if (progress) progress(w + 1, windows);

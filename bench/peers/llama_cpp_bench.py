@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""llama.cpp's own prefill and decode speed on a GGUF, as one JSON row for `sparq bench model`.
+
+    pip install llama-cpp-python
+    python3 bench/peers/llama_cpp_bench.py MODEL.gguf [--threads 2] [--prompt 512] [--decode 32] \
+        [--repeats 3] [--json]
+
+Same protocol as sparq's MeasureSpeed: prefill a --prompt-token prompt in one batch, then
+--decode single-token steps (greedy), each timed; medians over --repeats. llama.cpp computes
+with the file's own quantized weights (Q4_1 here): this row is the bar for sparq's quantized
+kernels, not a dense-f32 comparison.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    from llama_cpp import Llama
+    llm = Llama(model_path=a.model, n_ctx=a.prompt + a.decode + 8, n_batch=a.prompt,
+                n_ubatch=a.prompt, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    # The same synthetic prompt as `sparq bench model` without --text.
+    prompt = [100 + 37 * i % 20000 for i in range(a.prompt)]
+    pre, dec = [], []
+    for _ in range(a.repeats):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        t1 = time.perf_counter()
+        for _ in range(a.decode):
+            tok = int(llm.scores[llm.n_tokens - 1].argmax())
+            llm.eval([tok])
+        t2 = time.perf_counter()
+        pre.append(a.prompt / (t1 - t0))
+        dec.append(a.decode / (t2 - t1))
+    row = {"model": "llama.cpp " + os.path.basename(a.model), "runtime": "llama.cpp",
+           "decode_tok_s": statistics.median(dec), "prefill_tok_s": statistics.median(pre),
+           "weight_bytes": os.path.getsize(a.model), "threads": a.threads,
+           "prompt_tokens": a.prompt, "decode_tokens": a.decode}
+    if a.json:
+        print(json.dumps(row))
+    else:
+        print(f"llama.cpp: prefill {row['prefill_tok_s']:.1f} tok/s, decode "
+              f"{row['decode_tok_s']:.1f} tok/s, {a.threads} threads")
+
+
+if __name__ == "__main__":
+    main()

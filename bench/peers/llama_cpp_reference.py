@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""sparq vs llama.cpp on the same GGUF: token ids, perplexity, greedy next-token agreement.
+
+    pip install llama-cpp-python   # builds llama.cpp from source (slow on 2 cores)
+    python3 bench/peers/llama_cpp_reference.py MODEL.gguf --sparq build/release/sparq \
+        --text ../shared/data/text/wikitext-2-raw-test.txt [--ctx 512] [--max-tokens 16384] \
+        [--threads 2]
+
+1. Token ids: llama.cpp's tokenizer (add_bos=False, special=False) on the whole text vs
+   `sparq eval --tokens-out` (also on the whole text): must be identical.
+2. Perplexity: the same non-overlapping windows of --ctx tokens over the first --max-tokens
+   tokens (0: all), every token after the first of a window predicted; llama.cpp's logits
+   (logits_all) vs `sparq eval --json`. Target: within 1 %.
+3. Greedy agreement: at every predicted position, argmax of llama.cpp's logits vs sparq's
+   (`sparq eval --argmax-out`). Target: >= 99 %.
+llama.cpp multiplies Q4_1 weights with activations quantized to 8 bits (Q8_1), sparq multiplies the
+dequantized f32 weights with f32 activations, so small differences are expected.
+Prints one JSON object last.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--sparq", required=True, help="path of the sparq binary")
+    ap.add_argument("--text", required=True)
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--max-tokens", type=int, default=16384)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+
+    from llama_cpp import Llama
+    llm = Llama(model_path=a.model, n_ctx=a.ctx, n_batch=a.ctx, n_ubatch=a.ctx, logits_all=True,
+                n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    raw = open(a.text, "rb").read()
+    ref_ids = llm.tokenize(raw, add_bos=False, special=False)
+
+    tmp = tempfile.mkdtemp()
+    sparq_ids = sparq_tokens(a.sparq, a.model, a.text, tmp)
+    first_diff = next((i for i, (x, y) in enumerate(zip(ref_ids, sparq_ids)) if x != y), None)
+    ids_equal = len(ref_ids) == len(sparq_ids) and first_diff is None
+    print(f"tokens: llama.cpp {len(ref_ids)}, sparq {len(sparq_ids)}, identical: {ids_equal}"
+          + ("" if ids_equal else f", first difference at {first_diff}"), file=sys.stderr)
+
+    ids = ref_ids if a.max_tokens <= 0 else ref_ids[:a.max_tokens]
+    n_vocab = llm.n_vocab()
+    nll, count, argmax = 0.0, 0, []
+    t0 = time.time()
+    for begin in range(0, len(ids), a.ctx):
+        win = ids[begin:begin + a.ctx]
+        if len(win) < 2:
+            break
+        llm.reset()
+        llm.eval(win)
+        logits = np.array(llm.scores[:len(win)], dtype=np.float64).reshape(len(win), n_vocab)
+        mx = logits.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(logits - mx).sum(axis=1)) + mx[:, 0]
+        for i in range(len(win) - 1):
+            nll += lse[i] - logits[i, win[i + 1]]
+            count += 1
+        argmax.extend(int(t) for t in logits[:-1].argmax(axis=1))
+    ref_ppl = math.exp(nll / count)
+    ref_s = time.time() - t0
+
+    am_path = os.path.join(tmp, "argmax.txt")
+    out = subprocess.run([a.sparq, "eval", a.model, "--text", a.text, "--ctx", str(a.ctx),
+                          "--max-tokens", str(len(ids)), "--json", "--threads", str(a.threads),
+                          "--argmax-out", am_path], check=True, capture_output=True, text=True)
+    sq = json.loads(out.stdout.strip().splitlines()[-1])
+    sq_argmax = [int(x) for x in open(am_path)]
+    agree = sum(1 for x, y in zip(argmax, sq_argmax) if x == y) / max(1, len(argmax))
+    result = {
+        "tokens_identical": ids_equal, "text_tokens": len(ref_ids),
+        "eval_tokens": count, "ctx": a.ctx,
+        "perplexity_llama_cpp": ref_ppl, "perplexity_sparq": sq["perplexity"],
+        "perplexity_rel_diff": sq["perplexity"] / ref_ppl - 1.0,
+        "greedy_agreement": agree, "llama_cpp_seconds": ref_s, "sparq_seconds": sq["seconds"],
+        "threads": a.threads,
+    }
+    print(json.dumps(result))
+
+
+def sparq_tokens(sparq, model, text, tmp):
+    """All of sparq's token ids for `text` (`sparq eval --tokenize-only --tokens-out`)."""
+    path = os.path.join(tmp, "all_ids.txt")
+    subprocess.run([sparq, "eval", model, "--text", text, "--tokenize-only", "--tokens-out", path],
+                   check=True, stdout=subprocess.DEVNULL)
+    return [int(x) for x in open(path)]
+
+
+if __name__ == "__main__":
+    main()
