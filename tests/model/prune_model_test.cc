@@ -1,6 +1,7 @@
 // End-to-end pruning on SmolLM2-135M, small enough for CI: 2 blocks, a few calibration segments.
 // Checks the stored patterns, a lossless .sparq round trip of the unpruned model, byte-identical
-// reruns, SparseGPT beating magnitude on perplexity, and channel permutation.
+// reruns and perplexity of the result. The slow tier (prune_model_slowtest.cc) compares methods
+// and checks channel permutation.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -119,46 +120,15 @@ TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
       PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out2, &pool).ok());
   EXPECT_TRUE(testing::ReadFileOrEmpty(out1) == testing::ReadFileOrEmpty(out2))
       << "pruning twice gave different checkpoints";
-  // SparseGPT keeps the model closer to dense than magnitude pruning does.
-  auto m_sgpt = LlamaModel::Load(out1);
-  ASSERT_TRUE(m_sgpt.ok()) << m_sgpt.status().ToString();
-  const std::string out_mag = Out("mag.sparq");
-  ASSERT_TRUE(
-      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kMagnitude, "2:4"), out_mag, &pool).ok());
-  auto m_mag = LlamaModel::Load(out_mag);
-  ASSERT_TRUE(m_mag.ok());
-  const double dense = Ppl(*dense_), sgpt = Ppl(*m_sgpt), mag = Ppl(*m_mag);
-  std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 (2 blocks) %.3f, "
-              "magnitude 2:4 (2 blocks) %.3f\n",
-              dense, sgpt, mag);
-  EXPECT_GT(sgpt, dense);
-  EXPECT_LT(sgpt, mag);
-  for (const auto& p : {out1, out2, out_mag}) std::remove(p.c_str());
-}
-
-TEST_F(PruneModelTest, PermutedTwoFourStoresPermutationAndRuns) {
-  ThreadPool pool(2);
-  ModelPruneOptions o = SmallOptions(PruneMethod::kWanda, "2:4");
-  o.max_blocks = 1;
-  o.permute = true;
-  o.permute_max_rounds = 4;
-  o.value_dtype = DType::kBF16;
-  const std::string out = Out("perm.sparq");
-  auto r = PruneLlama(path_, calib_, o, out, &pool);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int permuted = 0;
-  for (const LayerPruneResult& l : r->layers) {
-    permuted += l.report.permutation.empty() ? 0 : 1;
-    EXPECT_GE(l.report.saliency_kept_permuted, l.report.saliency_kept_identity) << l.name;
-  }
-  EXPECT_EQ(permuted, 7);
-  auto m = LlamaModel::Load(out);
+  // The pruned model runs and stays close to the dense one (2 of 30 blocks pruned).
+  auto m = LlamaModel::Load(out1);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->weights().blocks[0].perm[0].size(), 576u);
-  const double ppl = Ppl(*m);
-  EXPECT_TRUE(std::isfinite(ppl));
-  EXPECT_LT(ppl, 3.0 * Ppl(*dense_));
-  std::remove(out.c_str());
+  const double dense = Ppl(*dense_), sgpt = Ppl(*m);
+  std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 (2 blocks) %.3f\n",
+              dense, sgpt);
+  EXPECT_GT(sgpt, dense);
+  EXPECT_LT(sgpt, 2.0 * dense);
+  for (const auto& p : {out1, out2}) std::remove(p.c_str());
 }
 
 TEST_F(PruneModelTest, BadOptionsAreErrors) {
