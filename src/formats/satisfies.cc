@@ -161,7 +161,8 @@ Pattern FinestPattern(std::span<const float> w, int64_t m, int64_t k) {
   static const NM kCandidates[] = {{1, 16}, {1, 8}, {2, 16}, {1, 4}, {2, 8}, {4, 16},
                                    {1, 2},  {2, 4}, {4, 8},  {8, 16}};
   for (const NM& c : kCandidates) {
-    if (!SatisfiesNM(d, m, k, c.n, c.m)) continue;
+    // Without one full group (k < M) every tensor would pass: not informative.
+    if (k < c.m || !SatisfiesNM(d, m, k, c.n, c.m)) continue;
     // V:N:M with the same n:m is finer still; take the largest V that holds.
     for (int v = 64; v >= 2; v /= 2) {
       if (v <= m && SatisfiesVNM(d, m, k, v, c.n, c.m)) return Pattern::VNM(v, c.n, c.m);

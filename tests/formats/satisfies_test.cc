@@ -119,6 +119,8 @@ TEST(FinestPattern, NamesWhatWasApplied) {
   const Pattern u = FinestPattern(pruned(Pattern::Unstructured(0.7), 7), m, k);
   EXPECT_EQ(u.kind, PatternKind::kUnstructured);
   EXPECT_NEAR(u.fraction, 0.7, 1.0 / (m * k));
+  // A single column holds no full N:M group: its zeros are whole rows.
+  EXPECT_EQ(FinestPattern(std::vector<float>{1, 0, 2, 0, 3, 0, 4, 0}, 8, 1), Pattern::Rows(0.5));
   // What FinestPattern reports, the tensor satisfies.
   for (uint64_t seed = 10; seed < 14; ++seed) {
     const std::vector<float> w = pruned(Pattern::Unstructured(0.5, true), seed);
