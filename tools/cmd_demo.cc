@@ -1,7 +1,10 @@
-// `sparq demo`: a layer with the shape of a Llama-7B MLP weight (11008 x 4096), magnitude-masked
-// to each pattern, encoded in each applicable format with f32 and bf16 values, checked for an
-// exact round trip, and summarised in a memory table. (A later issue replaces the body of the
-// demo with the model pipeline; the table lives in FormatsMemoryTable so that it can stay.)
+// `sparq demo`: sparq's main job on the default model (SmolLM2-135M-Instruct): prune it one-shot
+// with SparseGPT to 50% unstructured (bf16 values) and to 2:4, then one table of perplexity,
+// decode and prefill tokens/s and weight bytes for the dense and both pruned models, and one
+// generated sentence from each.
+// `sparq demo --formats`: a layer with the shape of a Llama-7B MLP weight (11008 x 4096),
+// magnitude-masked to each pattern, encoded in each applicable format with f32 and bf16 values,
+// checked for an exact round trip, and summarised in a memory table.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,7 +16,11 @@
 #include <string>
 #include <vector>
 
+#include <cblas.h>
+#include <sys/stat.h>
+
 #include "sparq/format.h"
+#include "sparq/model.h"
 #include "sparq/pattern.h"
 #include "sparq/thread_pool.h"
 #include "tools/command.h"
@@ -166,9 +173,149 @@ struct DemoOptions {
   int64_t cols = kLlama7bMlpCols;
   uint64_t seed = kDefaultSeed;
   int threads = 0;
+  bool formats = false;
+  std::string model;                  // default: $SPARQ_MODEL or the cache
+  int64_t calib_samples = 16, calib_len = 512;
+  int64_t eval_tokens = 8192, ctx = 512;
+  int64_t prompt = 512, decode = 32;
 };
 
-Status RunDemo(const DemoOptions& o) {
+std::string CacheDir() {
+  if (const char* c = std::getenv("SPARQ_CACHE"); c != nullptr && *c) return c;
+  const char* h = std::getenv("HOME");
+  return std::string(h != nullptr ? h : "/tmp") + "/.cache/sparq";
+}
+
+bool Exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+// Finds a text file of ../shared/data/text from the current directory or the binary's repo.
+std::string SharedText(const std::string& name) {
+  for (const char* base : {"../shared/data/text/", "../../shared/data/text/",
+                           "../../../shared/data/text/"}) {
+    if (Exists(base + name)) return base + name;
+  }
+  return "../shared/data/text/" + name;
+}
+
+struct DemoRow {
+  std::string label, path;
+  double ppl = 0, prune_s = 0;
+  std::vector<double> dec, pre;
+  uint64_t bytes = 0, linear_bytes = 0;
+  std::string sentence;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+Status RunModelDemo(const DemoOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  openblas_set_num_threads(threads);
+  ThreadPool pool(threads);
+  std::string model = o.model;
+  if (model.empty()) {
+    const char* m = std::getenv("SPARQ_MODEL");
+    model = (m != nullptr && *m) ? m : CacheDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  }
+  if (!Exists(model)) {
+    return InvalidInput(model + " not found: run scripts/fetch_model.sh (scripts/run_demo.sh does)");
+  }
+  const std::string calib_path = SharedText("sherlock-holmes-pg1661.txt");
+  const std::string eval_path = SharedText("wikitext-2-raw-test.txt");
+  SPARQ_ASSIGN_OR_RETURN(std::string calib, ReadTextFile(calib_path));
+  SPARQ_ASSIGN_OR_RETURN(std::string eval_text, ReadTextFile(eval_path));
+  const std::string out_dir = CacheDir() + "/demo";
+  ::mkdir(CacheDir().c_str(), 0755);
+  ::mkdir(out_dir.c_str(), 0755);
+  std::printf("sparq demo: %s, %d threads\n", model.c_str(), threads);
+  std::printf("calibration: %lld x %lld tokens of %s; perplexity: first %lld tokens of %s, ctx "
+              "%lld\n\n",
+              static_cast<long long>(o.calib_samples), static_cast<long long>(o.calib_len),
+              calib_path.c_str(), static_cast<long long>(o.eval_tokens), eval_path.c_str(),
+              static_cast<long long>(o.ctx));
+  std::vector<DemoRow> rows(3);
+  rows[0] = {"dense (Q4_1 dequantized to f32)", model};
+  rows[1] = {"SparseGPT 50% unstructured, bf16", out_dir + "/smollm2-sparsegpt-u50-bf16.sparq"};
+  rows[2] = {"SparseGPT 2:4, f32", out_dir + "/smollm2-sparsegpt-2of4-f32.sparq"};
+  const std::pair<const char*, DType> variants[2] = {{"unstructured:0.5", DType::kBF16},
+                                                     {"2:4", DType::kF32}};
+  for (int v = 0; v < 2; ++v) {
+    ModelPruneOptions po;
+    po.method = PruneMethod::kSparseGpt;
+    SPARQ_ASSIGN_OR_RETURN(po.pattern, Pattern::Parse(variants[v].first));
+    po.value_dtype = variants[v].second;
+    po.calib_samples = o.calib_samples;
+    po.calib_len = o.calib_len;
+    std::fprintf(stderr, "pruning: %s\n", rows[v + 1].label.c_str());
+    SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(model, calib, po, rows[v + 1].path, &pool));
+    rows[v + 1].prune_s = r.seconds;
+  }
+  std::vector<LlamaModel> models;
+  for (DemoRow& r : rows) {
+    SPARQ_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::Load(r.path));
+    r.bytes = m.weight_bytes();
+    r.linear_bytes = m.block_linear_bytes();
+    models.push_back(std::move(m));
+  }
+  SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, models[0].tokenizer().Encode(eval_text));
+  if (static_cast<int64_t>(ids.size()) > o.eval_tokens) ids.resize(o.eval_tokens);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::fprintf(stderr, "perplexity: %s\n", rows[i].label.c_str());
+    SPARQ_ASSIGN_OR_RETURN(PerplexityResult p, Perplexity(models[i], ids, o.ctx, &pool));
+    rows[i].ppl = p.perplexity;
+  }
+  // Speed: interleaved repeats, medians.
+  std::vector<int32_t> prompt(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), o.prompt));
+  std::fprintf(stderr, "speed: prefill %zu tokens, decode %lld tokens, 3 interleaved runs\n",
+               prompt.size(), static_cast<long long>(o.decode));
+  for (int rep = 0; rep < 3; ++rep) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      SPARQ_ASSIGN_OR_RETURN(ModelSpeed s, MeasureSpeed(models[i], prompt, o.decode, &pool));
+      rows[i].pre.push_back(s.prefill_tok_s());
+      rows[i].dec.push_back(s.decode_tok_s());
+    }
+  }
+  const std::string prompt_text = "The history of the city of London";
+  SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> pids, models[0].tokenizer().Encode(prompt_text));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    GenerateOptions g;
+    g.max_new = 20;
+    SPARQ_ASSIGN_OR_RETURN(GenerateResult gr, Generate(models[i], pids, g, &pool));
+    std::string s = prompt_text + models[i].tokenizer().Decode(gr.tokens);
+    for (char& ch : s) {
+      if (ch == '\n') ch = ' ';
+    }
+    rows[i].sentence = s;
+  }
+  std::printf("%-34s %10s %10s %11s %11s %11s %9s\n", "model", "perplexity", "decode t/s",
+              "prefill t/s", "weights MB", "linears MB", "prune s");
+  for (const DemoRow& r : rows) {
+    std::printf("%-34s %10.3f %10.1f %11.1f %11.1f %11.1f %9.1f\n", r.label.c_str(), r.ppl,
+                Median(r.dec), Median(r.pre), r.bytes / 1e6, r.linear_bytes / 1e6, r.prune_s);
+  }
+  std::printf("\nvs dense: ");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    std::printf("%s: perplexity x%.2f, decode x%.2f, prefill x%.2f, linear bytes x%.2f%s",
+                rows[i].label.c_str(), rows[i].ppl / rows[0].ppl,
+                Median(rows[i].dec) / Median(rows[0].dec), Median(rows[i].pre) / Median(rows[0].pre),
+                static_cast<double>(rows[i].linear_bytes) / rows[0].linear_bytes,
+                i + 1 < rows.size() ? "\n          " : "\n");
+  }
+  std::printf("(weights MB: everything the runtime reads, incl. the f32 embedding and tied output "
+              "head; linears MB: the 210 block linear layers, what pruning changes)\n\n");
+  for (const DemoRow& r : rows) std::printf("%-34s \"%s\"\n", r.label.c_str(), r.sentence.c_str());
+  std::printf("\ntotal %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return Status::Ok();
+}
+
+Status RunFormatsDemo(const DemoOptions& o) {
   if (o.rows < 1 || o.cols < 1 || o.rows > (int64_t{1} << 20) || o.cols > (int64_t{1} << 20)) {
     return InvalidInput("demo: --rows and --cols must be in 1..1048576");
   }
@@ -194,7 +341,8 @@ Status RunDemo(const DemoOptions& o) {
 }
 
 Registrar reg("demo",
-              "Mask a Llama-7B-shaped layer to each pattern, encode each format, print memory",
+              "Prune SmolLM2-135M (SparseGPT 50% / 2:4) and compare perplexity, speed, bytes; "
+              "--formats: memory table of each format",
               [](CLI::App& sub) -> RunFn {
                 auto o = std::make_shared<DemoOptions>();
                 sub.add_option("--rows", o->rows, "rows of the generated layer (default 11008)");
@@ -202,7 +350,16 @@ Registrar reg("demo",
                 sub.add_option("--seed", o->seed, "seed of the generated values");
                 sub.add_option("--threads", o->threads, "threads (default: SPARQ_NUM_THREADS or "
                                                         "all cores)");
-                return [o]() { return RunDemo(*o); };
+                sub.add_flag("--formats", o->formats,
+                             "Show the formats memory table of a Llama-7B-shaped layer instead");
+                sub.add_option("--model", o->model, "Model (default: the cached SmolLM2 GGUF)");
+                sub.add_option("--calib-samples", o->calib_samples, "Calibration segments")
+                    ->capture_default_str();
+                sub.add_option("--calib-len", o->calib_len, "Tokens per segment")
+                    ->capture_default_str();
+                sub.add_option("--eval-tokens", o->eval_tokens, "WikiText tokens for perplexity")
+                    ->capture_default_str();
+                return [o]() { return o->formats ? RunFormatsDemo(*o) : RunModelDemo(*o); };
               });
 
 }  // namespace

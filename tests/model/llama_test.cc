@@ -86,7 +86,7 @@ TEST_F(SmolLmTest, LogitsMatchNumpyReference) {
   }
 }
 
-TEST_F(SmolLmTest, DecodeMatchesPrefillAndThreadsDoNotChangeBits) {
+TEST_F(SmolLmTest, DecodeMatchesPrefillAndRerunsAreBitwise) {
   auto ids = model_->tokenizer().Encode("The quick brown fox jumps over the lazy dog. It was");
   ASSERT_TRUE(ids.ok());
   const int64_t n = static_cast<int64_t>(ids->size()), vocab = model_->config().n_vocab;
