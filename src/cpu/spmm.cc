@@ -65,7 +65,14 @@ constexpr int64_t kMinTaskWork = 1 << 16;
 // Most tasks per call: enough to balance 2..8 threads, few enough to keep per-task setup small.
 constexpr int64_t kMaxTasks = 64;
 // Bytes of the X^T slice of one k block: it should stay in L1 (48 KiB here) with room for weights.
-constexpr int64_t kXtBlockBytes = 32 * 1024;
+constexpr int64_t kXtBlockBytesDefault = 16 * 1024;
+int64_t XtBlockBytes() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("SPARQ_XT_BLOCK_BYTES");  // tuning experiments only
+    return e ? std::max<int64_t>(1024, std::atoll(e)) : kXtBlockBytesDefault;
+  }();
+  return v;
+}
 
 // Per-thread reusable buffers (calls on one LinearWeight may run concurrently from many threads,
 // so buffers belong to threads, not to the weight).
@@ -219,7 +226,7 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // One token tile: stream each row's weights contiguously (X^T, k x nt, stays in L2). Several
   // tiles: k blocks whose X^T slice fits L1, weights of the task re-read from L2 per tile.
   const int64_t kb_chunks = tiles == 1 ? std::max<int64_t>(1, w.chunks)
-                                       : std::max<int64_t>(1, kXtBlockBytes / (nt * 4) / chunk_cols);
+                                       : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / chunk_cols);
   const auto bounds = SplitTasks(RowCost(pw), a.n);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t r0 = bounds[task], r1 = bounds[task + 1];
@@ -247,7 +254,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const float* xt = BuildXt(a, w.cols, w.cols, nt, pool);
   const int64_t tiles = CeilDiv(a.n, nt);
   const int64_t kb = tiles == 1 ? std::max<int64_t>(1, w.cols)
-                                : std::max<int64_t>(16, kXtBlockBytes / (nt * 4));
+                                : std::max<int64_t>(16, XtBlockBytes() / (nt * 4));
   const auto bounds = SplitTasks(RowCost(pw), a.n);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t g0 = bounds[task], g1 = bounds[task + 1];
