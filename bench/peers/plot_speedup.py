@@ -2,7 +2,7 @@
 """Speedup vs sparsity per token count from `sparq bench kernels --json` rows (dense peer = 1).
 
 usage: plot_speedup.py ROWS.json OUT.png|OUT.svg
-Uses the largest thread count and f32 values; one line per n, markers per pattern family.
+Uses the first shape, the largest thread count and f32 values; one line per n, markers per pattern family.
 """
 import json
 import sys
@@ -30,7 +30,8 @@ def main():
     if not rows:
         sys.exit("no f32 rows to plot")
     tmax = max(r["threads"] for r in rows)
-    rows = [r for r in rows if r["threads"] == tmax]
+    shape = (rows[0]["m"], rows[0]["k"])  # one shape per plot: the first in the run
+    rows = [r for r in rows if r["threads"] == tmax and (r["m"], r["k"]) == shape]
     fams = {"unstructured": "o-", "block": "s", "vnm": "^", "nm": "D"}
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=90)
     ns = sorted({r["n"] for r in rows})
@@ -50,7 +51,7 @@ def main():
     ax.set_xlabel("sparsity (o unstructured, s block, ^ V:N:M, D N:M)")
     ax.set_ylabel("speedup vs best dense library")
     r0 = rows[0]
-    ax.set_title(f"sparq, {tmax} threads; peak {r0['peak_fma_gflops']:.0f} GFLOP/s, "
+    ax.set_title(f"sparq, W {shape[0]}x{shape[1]}, {tmax} threads; measured peak {r0['peak_fma_gflops']:.0f} GFLOP/s, "
                  f"{r0['read_gbps']:.0f} GB/s", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
