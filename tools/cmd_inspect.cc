@@ -106,8 +106,8 @@ Status Run(const std::string& path, bool as_json, int threads) {
     if (src.gguf) {
       j["gguf_version"] = src.gguf->version();
       j["alignment"] = src.gguf->alignment();
-      j["file_bytes"] = src.gguf->file_size();
     }
+    j["file_bytes"] = src.file_bytes;
     nlohmann::ordered_json m = nlohmann::ordered_json::object();
     for (const auto& [k, v] : meta) m[k] = MetaValue(v, 256);
     j["metadata"] = std::move(m);

@@ -58,6 +58,7 @@ Result<ModelSource> ModelSource::Open(const std::string& path) {
     s.kind = SourceKind::kGguf;
     SPARQ_ASSIGN_OR_RETURN(GgufFile g, GgufFile::Open(path));
     s.gguf = std::move(g);
+    s.file_bytes = s.gguf->file_size();
     const auto& infos = s.gguf->tensors();
     for (size_t i = 0; i < infos.size(); ++i) {
       SourceTensor t;
@@ -74,6 +75,7 @@ Result<ModelSource> ModelSource::Open(const std::string& path) {
   }
   SPARQ_ASSIGN_OR_RETURN(SafetensorsFile st, SafetensorsFile::Open(path));
   s.kind = IsSparqCheckpoint(st) ? SourceKind::kSparq : SourceKind::kSafetensors;
+  s.file_bytes = st.file_size();
   SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, CheckpointFromSafetensors(st));
   s.ckpt = std::move(ck);
   for (size_t i = 0; i < s.ckpt->matrices.size(); ++i) {

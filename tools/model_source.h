@@ -35,6 +35,7 @@ struct SourceTensor {
 struct ModelSource {
   std::string path;
   SourceKind kind = SourceKind::kSafetensors;
+  uint64_t file_bytes = 0;
   std::optional<GgufFile> gguf;
   std::optional<Checkpoint> ckpt;  // safetensors files are read as checkpoints without matrices
   std::vector<SourceTensor> tensors;

@@ -4,6 +4,16 @@
 // length, count and dimension read from the file is bounds- and overflow-checked before use; a
 // malformed file yields an error naming the file and the field, never a crash or an allocation
 // the size of a lie.
+//
+// What is rejected (kInvalidInput, message naming the file and the tensor / key / offset): bad
+// magic, versions other than 2 and 3, counts or string / array lengths beyond the end of the
+// file (counts are capped by the bytes left before anything is reserved), unknown value types,
+// arrays nested deeper than 8, bool values other than 0 / 1, duplicate keys or tensor names,
+// general.alignment that is not a u32 nonzero power of two, more than 4 dimensions, zero or
+// negative dimensions, dimension / byte-size products that overflow, ggml type numbers ggml does
+// not define, ne[0] not a multiple of the type's block size, tensor offsets not aligned or whose
+// data runs past the end of the file, overlapping tensors. Known but non-dequantizable types
+// (Q4_K, IQ2_XXS, ...) open fine and fail in ReadF32 with kUnsupported.
 #pragma once
 
 #include <cstdint>
