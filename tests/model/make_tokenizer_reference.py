@@ -43,6 +43,15 @@ def stress_text(seed, n):
     return "".join(rnd.choice(pool) for _ in range(n))
 
 
+def fnv1a64(ids):
+    """FNV-1a over the ids as little-endian u32 (tokenizer_slowtest.cc computes the same)."""
+    h = 0xcbf29ce484222325
+    for i in ids:
+        for b in int(i).to_bytes(4, "little"):
+            h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
@@ -56,7 +65,12 @@ def main():
              "caf\u00e9 na\u00efve \u00fcber", "\u4e2d\u6587\u6d4b\u8bd5", "emoji \U0001F600!",
              "<|im_start|>user\nHi<|im_end|>", "a\r\nb\r\n\r\nc", "   \n   \n",
              stress_text(1, 400), stress_text(2, 400), stress_text(3, 2000)]
-    out = {"model": os.path.basename(path), "wikitext_bytes": cut,
+    full = {}
+    for name in ["wikitext-2-raw-test.txt", "sherlock-holmes-pg1661.txt"]:
+        ids = tk.encode(open(os.path.join(SHARED, name), "rb").read().decode("utf-8"),
+                        add_special_tokens=False).ids
+        full[name] = {"count": len(ids), "fnv1a64": fnv1a64(ids)}
+    out = {"model": os.path.basename(path), "wikitext_bytes": cut, "full_texts": full,
            "wikitext_ids": tk.encode(wiki, add_special_tokens=False).ids,
            "cases": [{"text": t, "ids": tk.encode(t, add_special_tokens=False).ids}
                      for t in texts]}
