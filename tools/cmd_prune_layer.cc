@@ -22,7 +22,7 @@ constexpr int64_t kChunkRows = 512;
 
 struct Flags {
   std::string weight, inputs, hessian, method = "sparsegpt", pattern, out, report, perm_out;
-  bool permute = false, per_row_mask = false;
+  bool permute = false, per_row_mask = false, skip_error = false;
   double damp = 0.01, permute_budget = 10.0;
   int64_t blocksize = 128;
   int threads = 0;
@@ -87,6 +87,7 @@ Status Run(const Flags& f) {
   opt.damp = f.damp;
   opt.blocksize = f.blocksize;
   opt.per_row_mask = f.per_row_mask;
+  opt.compute_error = !f.skip_error;
   opt.permute = f.permute;
   opt.permute_time_budget_s = f.permute_budget;
   opt.pool = &pool;
@@ -159,6 +160,8 @@ Registrar reg("prune-layer", "Prune one linear layer (.npy in, .npy out) with ca
                     ->default_val(128);
                 sub.add_flag("--per-row-mask", f->per_row_mask,
                              "SparseGPT unstructured: choose the mask per row, not per block");
+                sub.add_flag("--skip-error", f->skip_error,
+                             "do not compute the reconstruction error (saves two m x k x k dgemms)");
                 sub.add_option("--threads", f->threads, "threads (default: SPARQ_NUM_THREADS or all)");
                 sub.add_option("-o,--output", f->out, "Wp.npy (pruned weight, original column order)")
                     ->required();

@@ -17,8 +17,10 @@
 // Threads: `pool` parallelizes row-independent loops (each row's output is written by one task), and
 // the dense products go through OpenBLAS with whatever thread count the process set (the CLI sets it
 // to --threads). Results are bitwise identical for any pool size; OpenBLAS 0.3.21 (pthreads) splits
-// its level-3 work over output tiles, never along the reduction, so its thread count does not
-// change the bits either (checked by a test that flips openblas_set_num_threads between 1 and 2).
+// its gemm/syrk work over output tiles, never along the reduction, so its thread count does not
+// change those bits; its dpotrf/dtrtri do change with the thread count, so SparseGPT runs its
+// factorization with OpenBLAS pinned to one thread (restoring the count after). Checked by tests
+// that flip openblas_set_num_threads between 1 and 2.
 // Same inputs, same call: bitwise identical output.
 #pragma once
 

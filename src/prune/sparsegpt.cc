@@ -26,7 +26,7 @@ constexpr int64_t kRowTile = 16;
 
 int64_t Lcm(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
 
-// Row quadratic forms w_i H w_i^T (the error of zeroing row i entirely), via dsymm on panels.
+// Row quadratic forms w_i H w_i^T (the error of zeroing row i entirely), via dgemm on panels.
 std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
                                  std::span<const double> h) {
   constexpr int64_t kPanel = 64;
@@ -35,9 +35,9 @@ std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
   for (int64_t r0 = 0; r0 < m; r0 += kPanel) {
     const int64_t nr = std::min(kPanel, m - r0);
     for (int64_t i = 0; i < nr * k; ++i) a[i] = w[r0 * k + i];
-    cblas_dsymm(CblasRowMajor, CblasRight, CblasUpper, static_cast<int>(nr), static_cast<int>(k),
-                1.0, h.data(), static_cast<int>(k), a.data(), static_cast<int>(k), 0.0, t.data(),
-                static_cast<int>(k));
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nr),
+                static_cast<int>(k), static_cast<int>(k), 1.0, a.data(), static_cast<int>(k),
+                h.data(), static_cast<int>(k), 0.0, t.data(), static_cast<int>(k));
     for (int64_t r = 0; r < nr; ++r) {
       double s = 0;
       for (int64_t j = 0; j < k; ++j) s += a[r * k + j] * t[r * k + j];
@@ -51,7 +51,24 @@ std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
 // -k * eps * max(diag) from rounding; anything below -1e-9 * k * max(diag) is a real violation.
 constexpr double kIndefiniteTolerance = 1e-9;
 
+// OpenBLAS 0.3.21 switches dpotrf and dtrtri to differently blocked parallel code paths when it
+// runs with more than one thread, which changes the bits of the factor (measured: k = 2048, 1 vs
+// 2 threads). Its sgemm, dgemm and dsyrk split only the output and give the same bits for any
+// thread count. So the factorization runs with OpenBLAS pinned to one thread (it is about a tenth
+// of the SparseGPT work on a square layer), and the previous count is restored afterwards. The
+// setting is process-wide: a BLAS call made concurrently by another thread also runs on one
+// thread meanwhile (slower, never wrong).
+class OpenBlasSingleThread {
+ public:
+  OpenBlasSingleThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+  ~OpenBlasSingleThread() { openblas_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
 double SmallestEigenvalue(std::span<const double> h, int64_t k) {
+  OpenBlasSingleThread pin;  // dsyevr is threaded too; keep the decision independent of threads
   std::vector<double> a(h.begin(), h.end()), w(static_cast<size_t>(k));
   lapack_int found = 0;
   std::vector<lapack_int> isuppz(2);
@@ -73,6 +90,7 @@ bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,
   // U = P L^-1 P, which is upper triangular with a positive diagonal: the same factor as
   // cholesky(cholesky_inverse(cholesky(H)), upper=True) in the reference, for one factorization
   // and one triangular inverse instead of two factorizations and a full inverse.
+  OpenBlasSingleThread pin;
   std::vector<double> a(static_cast<size_t>(k * k));
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t j = 0; j <= i; ++j) {

@@ -12,6 +12,7 @@
 #include "prune/prune_testutil.h"
 #include "sparq/prune.h"
 #include "src/prune/select.h"
+#include "src/prune/synthetic.h"
 
 namespace sparq {
 namespace {
@@ -308,6 +309,24 @@ TEST(PruneSparseGpt, SameBitsOnRerunAndAcrossThreadCounts) {
       EXPECT_EQ(0, std::memcmp(e.data(), f.data(), e.size() * 4)) << PruneMethodName(mm);
     }
   }
+}
+
+// OpenBLAS's parallel dpotrf/dtrtri give other bits than the serial ones (already at k = 512):
+// the factor must not depend on OpenBLAS's thread count.
+TEST(PruneSparseGpt, FactorIndependentOfOpenBlasThreads) {
+  const int64_t k = 700;
+  std::vector<float> x = prune_internal::SyntheticInputs(900, k, 3);
+  HessianAccumulator acc(k);
+  ASSERT_TRUE(acc.Add(x.data(), 900, k).ok());
+  const std::vector<double> h = acc.Hessian();
+  std::vector<double> u1, u2;
+  openblas_set_num_threads(2);
+  ASSERT_TRUE(prune_internal::InverseCholeskyUpper(h, k, 0.01, &u2));
+  EXPECT_EQ(openblas_get_num_threads(), 2);  // restored
+  openblas_set_num_threads(1);
+  ASSERT_TRUE(prune_internal::InverseCholeskyUpper(h, k, 0.01, &u1));
+  openblas_set_num_threads(2);
+  EXPECT_EQ(0, std::memcmp(u1.data(), u2.data(), u1.size() * 8));
 }
 
 TEST(PruneSparseGpt, PerRowMaskAndBlocksizeOptions) {
