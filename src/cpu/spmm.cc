@@ -253,8 +253,13 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
   const float* xt = BuildXt(a, w.cols, w.cols, nt, pool);
   const int64_t tiles = CeilDiv(a.n, nt);
+  // k blocks keep the X^T slice in L1, but each (group, k block) visit costs an accumulator
+  // load/store and a cursor scan: very sparse rows (99%) get wider blocks, >= ~32 columns per
+  // group and block on average.
+  const int64_t avg_cols = std::max<int64_t>(1, w.group_ptr.back() / std::max<int64_t>(1, w.groups()));
   const int64_t kb = tiles == 1 ? std::max<int64_t>(1, w.cols)
-                                : std::max<int64_t>(16, XtBlockBytes() / (nt * 4));
+                                : std::max<int64_t>({16, XtBlockBytes() / (nt * 4),
+                                                     32 * w.cols / avg_cols});
   const auto bounds = SplitTasks(RowCost(pw), a.n);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t g0 = bounds[task], g1 = bounds[task + 1];
