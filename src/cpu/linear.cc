@@ -16,7 +16,9 @@ LinearWeight::LinearWeight(LinearWeight&&) noexcept = default;
 LinearWeight& LinearWeight::operator=(LinearWeight&&) noexcept = default;
 
 Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const std::string& name) {
-  // Pack validates every part it reads (shapes, dtypes, index ranges, N:M metadata).
+  // The format's own Validate() is the single source of truth for a well-formed matrix (kernels
+  // assume valid input); Pack additionally checks what its layouts rely on.
+  SPARQ_RETURN_IF_ERROR(Validate(matrix, name));
   SPARQ_ASSIGN_OR_RETURN(cpu::PackedWeight packed, cpu::Pack(matrix, name));
   LinearWeight lw;
   lw.impl_ = std::make_unique<Impl>();
