@@ -76,7 +76,9 @@ Bytes GgufBuilder::Build() const {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const size_t need = data_start + offsets[i] + tensors[i].data.size();
     if (b.size() < need) b.resize(need, 0);
-    std::memcpy(b.data() + data_start + offsets[i], tensors[i].data.data(), tensors[i].data.size());
+    if (!tensors[i].data.empty()) {
+      std::memcpy(b.data() + data_start + offsets[i], tensors[i].data.data(), tensors[i].data.size());
+    }
   }
   return b;
 }
