@@ -1,66 +1,10 @@
 // Slow tier of the end-to-end pruning tests (2 blocks of SmolLM2-135M each): SparseGPT vs
 // magnitude on perplexity, and channel-permuted 2:4 with bf16 values.
-#include <gtest/gtest.h>
 
-#include <regex>
-
-#include "model/model_testutil.h"
-#include "sparq/checkpoint.h"
-#include "sparq/model.h"
+#include "model/prune_model_fixture.h"
 
 namespace sparq {
 namespace {
-
-class PruneModelTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    path_ = testing::SmolLmPath();
-    if (path_.empty()) return;
-    calib_ = testing::ReadFileOrEmpty(testing::SharedText("sherlock-holmes-pg1661.txt"));
-    const std::string wiki =
-        testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
-    auto m = LlamaModel::FromGguf(path_);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    dense_ = new LlamaModel(std::move(*m));
-    auto ids = dense_->tokenizer().Encode(wiki.substr(0, 20000));
-    ASSERT_TRUE(ids.ok());
-    eval_ids_ = new std::vector<int32_t>(ids->begin(), ids->begin() + 1024);
-  }
-  static void TearDownTestSuite() {
-    delete dense_;
-    delete eval_ids_;
-    dense_ = nullptr;
-  }
-  void SetUp() override {
-    if (dense_ == nullptr) GTEST_SKIP() << testing::kModelMissing;
-    if (calib_.empty()) GTEST_SKIP() << "../shared/data/text missing";
-  }
-  static ModelPruneOptions SmallOptions(PruneMethod method, const char* pattern) {
-    ModelPruneOptions o;
-    o.method = method;
-    o.pattern = *Pattern::Parse(pattern);
-    o.calib_samples = 8;
-    o.calib_len = 256;
-    o.max_blocks = 2;
-    o.progress = false;
-    return o;
-  }
-  static double Ppl(const LlamaModel& m) {
-    ThreadPool pool(2);
-    auto r = Perplexity(m, *eval_ids_, 512, &pool);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? r->perplexity : 0.0;
-  }
-  static std::string Out(const std::string& name) { return ::testing::TempDir() + "/" + name; }
-
-  static std::string path_, calib_;
-  static LlamaModel* dense_;
-  static std::vector<int32_t>* eval_ids_;
-};
-std::string PruneModelTest::path_, PruneModelTest::calib_;
-LlamaModel* PruneModelTest::dense_ = nullptr;
-std::vector<int32_t>* PruneModelTest::eval_ids_ = nullptr;
-
 TEST_F(PruneModelTest, SparseGptBeatsMagnitudeOnPerplexity) {
   ThreadPool pool(2);
   const std::string out_sgpt = Out("sgpt.sparq"), out_mag = Out("mag.sparq");

@@ -1,0 +1,60 @@
+// The shared fixture of the end-to-end pruning tests (CI tier prune_model_test.cc and slow tier
+// prune_model_slowtest.cc): SmolLM2-135M loaded once, the calibration text and 1,024 WikiText ids.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <regex>
+#include "model/model_testutil.h"
+#include "sparq/checkpoint.h"
+#include "sparq/model.h"
+
+namespace sparq {
+
+class PruneModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = testing::SmolLmPath();
+    if (path_.empty()) return;
+    calib_ = testing::ReadFileOrEmpty(testing::SharedText("sherlock-holmes-pg1661.txt"));
+    const std::string wiki =
+        testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
+    auto m = LlamaModel::FromGguf(path_);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    dense_ = new LlamaModel(std::move(*m));
+    auto ids = dense_->tokenizer().Encode(wiki.substr(0, 20000));
+    ASSERT_TRUE(ids.ok());
+    eval_ids_ = new std::vector<int32_t>(ids->begin(), ids->begin() + 1024);
+  }
+  static void TearDownTestSuite() {
+    delete dense_;
+    delete eval_ids_;
+    dense_ = nullptr;
+  }
+  void SetUp() override {
+    if (dense_ == nullptr) GTEST_SKIP() << testing::kModelMissing;
+    if (calib_.empty()) GTEST_SKIP() << "../shared/data/text missing";
+  }
+  static ModelPruneOptions SmallOptions(PruneMethod method, const char* pattern) {
+    ModelPruneOptions o;
+    o.method = method;
+    o.pattern = *Pattern::Parse(pattern);
+    o.calib_samples = 8;
+    o.calib_len = 256;
+    o.max_blocks = 2;
+    o.progress = false;
+    return o;
+  }
+  static double Ppl(const LlamaModel& m) {
+    ThreadPool pool(2);
+    auto r = Perplexity(m, *eval_ids_, 512, &pool);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->perplexity : 0.0;
+  }
+  static std::string Out(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+  static inline std::string path_, calib_;
+  static inline LlamaModel* dense_ = nullptr;
+  static inline std::vector<int32_t>* eval_ids_ = nullptr;
+};
+
+}  // namespace sparq
