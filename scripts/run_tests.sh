@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs dependencies, fetches the real model,
 # builds release and ASan+UBSan, runs every non-slow test in both, then runs each libFuzzer target
-# for FUZZ_SECONDS (default 60) under ASan+UBSan. Exit status is non-zero on any failure.
+# for FUZZ_SECONDS (default 30) under ASan+UBSan. Exit status is non-zero on any failure.
 #   SPARQ_TEST_LABELS="-LE slow" (default) — set to "" to include the slow tier.
 #   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 skip those stages (for quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 LABELS=${SPARQ_TEST_LABELS--LE slow}
 start=$(date +%s)
 stamp() { echo "[run_tests +$(( $(date +%s) - start ))s] $*"; }
