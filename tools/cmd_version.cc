@@ -3,8 +3,10 @@
 #include <hwy/targets.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
+#include "src/cpu/machine.h"
 #include "tools/command.h"
 
 namespace sparq::cli {
@@ -17,6 +19,9 @@ Registrar reg("info", "Print build information: SIMD targets, threads", [](CLI::
       compiled += std::string(hwy::TargetName(t)) + " ";
     }
     std::printf("sparq 0.1.0\nSIMD targets compiled and supported here: %s\n", compiled.c_str());
+    const char* env = std::getenv("OPENBLAS_CORETYPE");
+    std::printf("OpenBLAS kernels: %s%s\n", cpu::BlasCoreName().c_str(),
+                env ? (std::string(" (OPENBLAS_CORETYPE=") + env + ")").c_str() : "");
     return Status::Ok();
   };
 });

@@ -1,7 +1,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <cstdlib>
 #include <map>
+
+#include <unistd.h>
+
+#include "src/cpu/machine.h"
 
 #include "tools/command.h"
 
@@ -25,6 +30,14 @@ int ExitCodeFor(const Status& st) {
 
 int main(int argc, char** argv) {
   using namespace sparq::cli;
+  // OpenBLAS mis-detects CPUs newer than itself as Prescott (SSE3) and runs dense products ~5x
+  // slower (src/cpu/blas_core.cc). It reads OPENBLAS_CORETYPE only at load time, so set it and
+  // start again; SPARQ_KEEP_BLAS_CORE=1 keeps whatever OpenBLAS chose.
+  if (const char* core = sparq::cpu::SuggestedOpenBlasCore();
+      core != nullptr && std::getenv("SPARQ_KEEP_BLAS_CORE") == nullptr) {
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then run with the slow kernels
+  }
   CLI::App app{"sparq: prune, pack and run sparse neural networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sparq 0.1.0");

@@ -47,6 +47,9 @@ void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
 
 // Applies bias, activation and residual to a raw sum (scalar; shared by every kernel).
 float ApplyEpilogue(float v, int64_t t, int64_t r, int64_t m, const Epilogue& ep);
+// The same on y[r0, r1) of token t's output row (y points at Y[t, 0]), in the same order (bias,
+// activation, residual) so that the bits equal ApplyEpilogue's; contiguous loops that vectorize.
+void ApplyEpilogueRow(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m, const Epilogue& ep);
 
 // Applies SPARQ_MAX_ISA (once per process; idempotent). Returns the list of targets enabled.
 std::string ApplyMaxIsaFromEnv();

@@ -80,7 +80,9 @@ TEST_F(SmolLmTest, LogitsMatchNumpyReference) {
         max_err = std::max(max_err, std::abs(row[top[t]] - val[t]));
         EXPECT_NEAR(row[top[t]], val[t], 0.05) << "position " << i << " token " << top[t];
       }
-      if (val[0] - val[1] > 0.1) EXPECT_EQ(Argmax({row, static_cast<size_t>(vocab)}), top[0]);
+      if (val[0] - val[1] > 0.1) {
+        EXPECT_EQ(Argmax({row, static_cast<size_t>(vocab)}), top[0]);
+      }
     }
     std::printf("max |logit - reference| = %.5f over %zu positions\n", max_err, ids.size());
   }
