@@ -68,6 +68,9 @@ constexpr int64_t kScgDecodeMaxN = 4;
 constexpr int64_t kMinTaskWork = 1 << 16;
 // Most tasks per call: enough to balance 2..8 threads, few enough to keep per-task setup small.
 constexpr int64_t kMaxTasks = 64;
+// Fewest rows per task of the tiled kernels: every task streams all of X^T once per token tile,
+// so tiny tasks (9 rows for SmolLM2's 576-row layers at n = 512) multiply that traffic.
+constexpr int64_t kTiledMinRows = 32;
 // Bytes of the X^T slice of one k block: it should stay in L1 (48 KiB here) with room for weights.
 constexpr int64_t kXtBlockBytesDefault = 16 * 1024;
 int64_t XtBlockBytes() {
@@ -98,17 +101,21 @@ float* ThreadBuffer(int slot, size_t floats) {
   return bufs[slot].get();
 }
 
-// Splits [0, units) into tasks balanced by cost prefix `cum` (cum[i] = cost of units < i).
-std::vector<int64_t> SplitTasks(const std::vector<int64_t>& cum, int64_t n) {
+// Splits [0, units) into tasks balanced by cost prefix `cum` (cum[i] = cost of units < i), each
+// of at least `min_units` units and cut at multiples of `align` units (so that the row-blocked
+// kernels see whole blocks). The split depends on the shape only, never on the thread count.
+std::vector<int64_t> SplitTasks(const std::vector<int64_t>& cum, int64_t n, int64_t min_units = 1,
+                                int64_t align = 1) {
   const int64_t units = static_cast<int64_t>(cum.size()) - 1;
   const int64_t total = cum.back();
   int64_t tasks = std::clamp<int64_t>(total * std::max<int64_t>(n, 1) / kMinTaskWork, 1, kMaxTasks);
-  tasks = std::min(tasks, std::max<int64_t>(units, 1));
+  tasks = std::min(tasks, std::max<int64_t>(units / std::max<int64_t>(min_units, 1), 1));
   std::vector<int64_t> bounds{0};
   int64_t u = 0;
   for (int64_t t = 1; t < tasks; ++t) {
     const int64_t target = total * t / tasks;
     while (u < units && cum[u] < target) ++u;
+    u = std::min(units, (u + align - 1) / align * align);
     if (u > bounds.back()) bounds.push_back(u);
   }
   if (units > bounds.back() || bounds.size() == 1) bounds.push_back(units);
@@ -259,7 +266,7 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // tiles: k blocks whose X^T slice fits L1, weights of the task re-read from L2 per tile.
   const int64_t kb_chunks = tiles == 1 ? std::max<int64_t>(1, w.chunks)
                                        : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / chunk_cols);
-  const auto bounds = SplitTasks(RowCost(pw), a.n);
+  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows, 4);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t r0 = bounds[task], r1 = bounds[task + 1];
     float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
@@ -288,7 +295,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const int64_t kb = tiles == 1 ? std::max<int64_t>(1, w.cols)
                                 : std::max<int64_t>({16, XtBlockBytes() / (nt * 4),
                                                      32 * w.cols / avg_cols});
-  const auto bounds = SplitTasks(RowCost(pw), a.n);
+  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g));
   const int64_t tasks = int64_t(bounds.size()) - 1;
   // Tokens tiles [tile0, tile1) of one task's groups.
   auto run = [&](int64_t task, int64_t tile0, int64_t tile1) {
