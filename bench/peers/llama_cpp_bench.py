@@ -2,6 +2,7 @@
 """llama.cpp's own prefill and decode speed on a GGUF, as one JSON row for `sparq bench model`.
 
     pip install llama-cpp-python
+    # a -march=native build that dies with SIGILL: bench/peers/build_llama_cpp.sh (docs/model.md)
     python3 bench/peers/llama_cpp_bench.py MODEL.gguf [--threads 2] [--prompt 512] [--decode 32] \
         [--repeats 3] [--json]
 
@@ -15,6 +16,8 @@ import json
 import os
 import statistics
 import time
+
+import numpy as np
 
 
 def main():
@@ -31,6 +34,14 @@ def main():
                 n_ubatch=a.prompt, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
     # The same synthetic prompt as `sparq bench model` without --text.
     prompt = [100 + 37 * i % 20000 for i in range(a.prompt)]
+    n_vocab = llm.n_vocab()
+
+    def last_argmax():
+        # Without logits_all, Llama.eval() no longer copies logits into llm.scores (it stays 0,
+        # so argmax would always be token 0): read the last row straight from the context.
+        row = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
+        return int(row.argmax())
+
     pre, dec = [], []
     for _ in range(a.repeats):
         llm.reset()
@@ -38,8 +49,7 @@ def main():
         llm.eval(prompt)
         t1 = time.perf_counter()
         for _ in range(a.decode):
-            tok = int(llm.scores[llm.n_tokens - 1].argmax())
-            llm.eval([tok])
+            llm.eval([last_argmax()])
         t2 = time.perf_counter()
         pre.append(a.prompt / (t1 - t0))
         dec.append(a.decode / (t2 - t1))

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Rebuild only llama.cpp's CPU backend (libggml-cpu) without -march=native, for the llama.cpp peer
+# (bench/peers/llama_cpp_*.py). A `pip install llama-cpp-python` built with GGML_NATIVE=ON dies
+# with SIGILL on this VM; the rest of its libraries (libllama, libggml, libggml-base) hold no
+# CPU-specific code and are reused as they are.
+#
+#   bench/peers/build_llama_cpp.sh [PY_LIB_DIR]
+#
+# PY_LIB_DIR: the folder holding the installed package's libllama.so, libggml*.so (default: the
+# `lib/` folder of the installed llama_cpp package, or $LLCPP_LIB). Work folders: $LLSRC, $LLBUILD;
+# result: $LLLIB (a copy of PY_LIB_DIR with the new libggml-cpu.so*). Builds nice'd with 2 jobs.
+set -euo pipefail
+VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}   # must equal the installed llama-cpp-python version (ABI)
+LLSRC=${LLSRC:-/tmp/llsrc} LLBUILD=${LLBUILD:-/tmp/llbuild} LLLIB=${LLLIB:-/tmp/llcpp_lib2}
+PY_LIB_DIR=${1:-${LLCPP_LIB:-$(python3 -c 'import importlib.util as u, os; \
+print(os.path.join(os.path.dirname(u.find_spec("llama_cpp").origin), "lib"))')}}
+[ -f "$PY_LIB_DIR/libllama.so" ] || { echo "no libllama.so in $PY_LIB_DIR: pass the folder" >&2; exit 1; }
+
+# 1. The sdist carries llama.cpp in vendor/llama.cpp.
+[ -f "$LLSRC/llama_cpp_python-$VER.tar.gz" ] ||
+  pip download --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$LLSRC"
+[ -d "$LLSRC/llama_cpp_python-$VER" ] || tar xzf "$LLSRC/llama_cpp_python-$VER.tar.gz" -C "$LLSRC"
+
+# 2. Explicit x86 features: AVX2/FMA/F16C/BMI2 + AVX-512 F/CD/VL/DQ/BW. AMX, AVX-VNNI, AVX512
+#    VBMI/VNNI/BF16 off (AMX tile code in the native build is the likely SIGILL). Set
+#    AVX512=OFF to fall back to AVX2 only.
+nice -n 10 cmake -S "$LLSRC/llama_cpp_python-$VER/vendor/llama.cpp" -B "$LLBUILD" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_CCACHE=OFF \
+  -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_AVX512="${AVX512:-ON}" -DGGML_AVX_VNNI=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+  -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+  -DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_CURL=OFF \
+  -DLLAMA_OPENSSL=OFF
+
+# 3. Only the CPU backend (ggml-base is built as its dependency). ~10 min on 2 shared cores.
+nice -n 10 cmake --build "$LLBUILD" --target ggml-cpu -j 2
+
+# 4. The installed libraries, with libggml-cpu swapped (same ggml version, so ABI-compatible).
+rm -rf "$LLLIB" && cp -a "$PY_LIB_DIR" "$LLLIB"
+rm -f "$LLLIB"/libggml-cpu.so*
+cp -a "$LLBUILD"/bin/libggml-cpu.so* "$LLLIB"/
+
+PY_PKG_PARENT=$(python3 -c 'import importlib.util as u, os; \
+print(os.path.dirname(os.path.dirname(u.find_spec("llama_cpp").origin)))')
+echo "export PYTHONPATH=$PY_PKG_PARENT"
+echo "export LLAMA_CPP_LIB_PATH=$LLLIB"
