@@ -71,6 +71,8 @@ constexpr int64_t kMaxTasks = 64;
 // Fewest rows per task of the tiled kernels: every task streams all of X^T once per token tile,
 // so tiny tasks (9 rows for SmolLM2's 576-row layers at n = 512) multiply that traffic.
 constexpr int64_t kTiledMinRows = 32;
+// Largest X^T tile (all k x tile tokens) of the tile-outer order: a quarter of a 2 MiB L2.
+constexpr int64_t kXtTileL2Bytes = 512 * 1024;
 // Bytes of the X^T slice of one k block: it should stay in L1 (48 KiB here) with room for weights.
 constexpr int64_t kXtBlockBytesDefault = 16 * 1024;
 int64_t XtBlockBytes() {
@@ -285,7 +287,22 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
 
 void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const ScgWeight& w = pw.scg;
-  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
+  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g));
+  const int64_t tasks = int64_t(bounds.size()) - 1;
+  int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
+  // Loop order by bytes moved from beyond L2: task-outer keeps a task's weights cached across the
+  // token tiles but streams all of X^T once per task; tile-outer keeps one X^T tile cached for
+  // every task but streams all the weights once per tile. Sparse weights (90%, 99%) are smaller
+  // than X^T times the task count, so they go tile-outer (measured here, 4096x4096 n = 512, one
+  // thread: 99% 31 -> 12 ms, 90% 66 -> 40 ms). The order changes no sum: the bits are the same.
+  const double xt_all = static_cast<double>(a.n) * static_cast<double>(w.cols) * 4.0;
+  const bool tile_outer =
+      a.n > nt && static_cast<double>(tasks) * xt_all >
+                      static_cast<double>(CeilDiv(a.n, nt)) * static_cast<double>(pw.weight_bytes);
+  // Tile-outer, the columns a row touches are scattered over the whole X^T tile, so the tile must
+  // stay in L2 beside the streamed weights: narrower tiles (fewer tokens) when it would not.
+  const int64_t lanes = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, 1);
+  while (tile_outer && nt > lanes && w.cols * nt * 4 > kXtTileL2Bytes) nt /= 2;
   const float* xt = BuildXt(a, w.cols, w.cols, nt, pool);
   const int64_t tiles = CeilDiv(a.n, nt);
   // k blocks keep the X^T slice in L1, but each (group, k block) visit costs an accumulator
@@ -295,8 +312,6 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const int64_t kb = tiles == 1 ? std::max<int64_t>(1, w.cols)
                                 : std::max<int64_t>({16, XtBlockBytes() / (nt * 4),
                                                      32 * w.cols / avg_cols});
-  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g));
-  const int64_t tasks = int64_t(bounds.size()) - 1;
   // Tokens tiles [tile0, tile1) of one task's groups.
   auto run = [&](int64_t task, int64_t tile0, int64_t tile1) {
     const int64_t g0 = bounds[task], g1 = bounds[task + 1];
@@ -318,14 +333,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
     }
   };
-  // Loop order by bytes moved from beyond L2: task-outer keeps a task's weights cached across the
-  // token tiles but streams all of X^T once per task; tile-outer keeps one X^T tile cached for
-  // every task but streams all the weights once per tile. Sparse weights (90%, 99%) are smaller
-  // than X^T times the task count, so they go tile-outer (measured here, 4096x4096 n = 512, one
-  // thread: 99% 31 -> 12 ms, 90% 66 -> 40 ms). The order changes no sum: the bits are the same.
-  const double xt_bytes = static_cast<double>(tiles) * static_cast<double>(w.cols * nt) * 4.0;
-  if (tiles > 1 && static_cast<double>(tasks) * xt_bytes >
-                       static_cast<double>(tiles) * static_cast<double>(pw.weight_bytes)) {
+  if (tile_outer) {
     for (int64_t tile = 0; tile < tiles; ++tile) {
       ParallelTasks(pool, tasks, [&](int64_t task, int) { run(task, tile, tile + 1); });
     }
