@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -91,13 +92,22 @@ Bytes MakeSafetensors(const std::string& header, const Bytes& data) {
 }
 
 std::string TempDir() {
-  static std::string dir = [] {
+  // One folder per test process, removed with everything in it when the process exits.
+  struct Holder {
+    std::string path;
+    bool owned = false;
+    ~Holder() {
+      std::error_code ec;
+      if (owned) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Holder dir = [] {
     const char* base = std::getenv("TMPDIR");
     std::string tmpl = std::string(base && *base ? base : "/tmp") + "/sparq_io_test_XXXXXX";
     char* d = mkdtemp(tmpl.data());
-    return std::string(d ? d : "/tmp");
+    return d ? Holder{std::string(d), true} : Holder{"/tmp", false};
   }();
-  return dir;
+  return dir.path;
 }
 
 void WriteFile(const std::string& path, const Bytes& bytes) {
