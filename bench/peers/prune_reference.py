@@ -26,9 +26,10 @@ import sys
 import time
 
 import numpy as np
-from gguf import GGUFReader
-from gguf.quants import dequantize
-from tokenizers import Tokenizer, models, pre_tokenizers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "model"))
+from make_reference import load_gguf  # noqa: E402  (GGUF weights/config/tokenizer, no sparq)
 
 SLOTS = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
 SLOT_INPUT = {"attn_q": 0, "attn_k": 0, "attn_v": 0, "attn_output": 1, "ffn_gate": 2,
@@ -64,10 +65,6 @@ class Mt19937_64:
         y ^= (y << 37) & 0xFFF7EEE000000000
         y ^= y >> 43
         return y & self.MASK
-
-
-def field(r, key):
-    return r.fields[key].contents()
 
 
 def wanda(w, h_diag, sparsity):
@@ -126,29 +123,9 @@ def main():
     a = ap.parse_args()
     t0 = time.time()
 
-    r = GGUFReader(a.model)
-    tensors = {t.name: t for t in r.tensors}
-
-    def W(name):
-        t = tensors[name]
-        arr = dequantize(t.data, t.tensor_type).astype(np.float32)
-        return arr.reshape([int(x) for x in reversed(t.shape)])  # row-major [m, k]
-
-    n_layer = field(r, "llama.block_count")
-    d = field(r, "llama.embedding_length")
-    nh = field(r, "llama.attention.head_count")
-    nkv = field(r, "llama.attention.head_count_kv")
-    theta = field(r, "llama.rope.freq_base")
-    eps = field(r, "llama.attention.layer_norm_rms_epsilon")
-    hd = d // nh
-
-    toks = field(r, "tokenizer.ggml.tokens")
-    vocab = {t: i for i, t in reversed(list(enumerate(toks)))}
-    merges = [tuple(m.split(" ", 1)) for m in field(r, "tokenizer.ggml.merges")]
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    g = load_gguf(a.model, np.float32)
+    W, tk = g.W, g.tk
+    n_layer, d, nh, nkv, theta, eps, hd = g.n_layer, g.d, g.nh, g.nkv, g.theta, g.eps, g.hd
 
     emb = W("token_embd.weight")
     blocks = []

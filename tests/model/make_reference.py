@@ -13,6 +13,7 @@ in float64.
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 from gguf import GGUFReader
@@ -31,26 +32,20 @@ def field(r, key):
     return r.fields[key].contents()
 
 
-def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
-        "SmolLM2-135M-Instruct.Q4_1.gguf")
+def load_gguf(path, dtype=np.float64):
+    """Config, a weight reader W(name) -> row-major [m, k] array of `dtype`, and the tokenizer
+    (Hugging Face `tokenizers` from the GGUF vocabulary, SmolLM2's pre-tokenizer). Also used by
+    bench/peers/prune_reference.py."""
     r = GGUFReader(path)
     tensors = {t.name: t for t in r.tensors}
 
     def W(name):
         t = tensors[name]
-        a = dequantize(t.data, t.tensor_type).astype(np.float64)
+        a = dequantize(t.data, t.tensor_type).astype(dtype)
         return a.reshape([int(x) for x in reversed(t.shape)])  # row-major [m, k]
 
-    n_layer = field(r, "llama.block_count")
     d = field(r, "llama.embedding_length")
     nh = field(r, "llama.attention.head_count")
-    nkv = field(r, "llama.attention.head_count_kv")
-    theta = field(r, "llama.rope.freq_base")
-    eps = field(r, "llama.attention.layer_norm_rms_epsilon")
-    hd = d // nh
-
     toks = field(r, "tokenizer.ggml.tokens")
     vocab = {t: i for i, t in reversed(list(enumerate(toks)))}
     merges = [tuple(m.split(" ", 1)) for m in field(r, "tokenizer.ggml.merges")]
@@ -58,6 +53,19 @@ def main():
     tk.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    return SimpleNamespace(
+        W=W, tk=tk, n_layer=field(r, "llama.block_count"), d=d, nh=nh,
+        nkv=field(r, "llama.attention.head_count_kv"), theta=field(r, "llama.rope.freq_base"),
+        eps=field(r, "llama.attention.layer_norm_rms_epsilon"), hd=d // nh)
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
+        "SmolLM2-135M-Instruct.Q4_1.gguf")
+    g = load_gguf(path)
+    W, tk = g.W, g.tk
+    n_layer, d, nh, nkv, theta, eps, hd = g.n_layer, g.d, g.nh, g.nkv, g.theta, g.eps, g.hd
 
     emb = W("token_embd.weight")
     blocks = []
