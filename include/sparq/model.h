@@ -120,6 +120,15 @@ class LlamaModel {
   static Result<LlamaModel> Load(const std::string& path);
   static Result<LlamaModel> FromGguf(const std::string& path);
   static Result<LlamaModel> FromSparq(const std::string& path);
+  // A Hugging Face Llama folder: config.json (model_type "llama"), tokenizer.json, and the weights
+  // in model.safetensors, or in the shards named by model.safetensors.index.json ("weight_map"),
+  // or, with neither, in every *.safetensors of the folder. F32, F16 and BF16 tensors are
+  // converted to f32. q_proj/k_proj rows are permuted as llama.cpp's converter does
+  // (convert_hf_to_gguf.py, LlamaModel.permute), so the folder and its GGUF conversion give the
+  // same model. Errors name the file and tensor: missing files, shards or tensors, shapes that
+  // do not match config.json, other dtypes, non-finite values, tensors the runtime has no place
+  // for (biases, ...).
+  static Result<LlamaModel> FromHfFolder(const std::string& dir);
   // Assembles a model from parts (weights must match the config; checked).
   static Result<LlamaModel> FromParts(LlamaConfig config, LlamaWeights weights,
                                       Tokenizer tokenizer, const std::string& what);

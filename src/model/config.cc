@@ -118,6 +118,23 @@ Result<LlamaConfig> LlamaConfig::FromHfConfig(const std::string& path) {
     c.rms_eps = j.value("rms_norm_eps", 1e-5);
     c.tied_output = j.value("tie_word_embeddings", false);
     c.rope_dim = c.n_head > 0 ? c.n_embd / c.n_head : 0;
+    // What transformers' LlamaForCausalLM can be told to do that this runtime does not do.
+    const std::string act = j.value("hidden_act", "silu");
+    if (act != "silu") {
+      return Unsupported(path + ": hidden_act '" + act + "' is not supported (only 'silu')");
+    }
+    for (const char* key : {"attention_bias", "mlp_bias"}) {
+      if (j.value(key, false)) return Unsupported(path + ": " + key + " = true is not supported");
+    }
+    if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+      return Unsupported(path + ": rope_scaling " + rs->dump() + " is not supported");
+    }
+    if (auto hd = j.find("head_dim"); hd != j.end() && !hd->is_null() &&
+                                      hd->get<int64_t>() != c.rope_dim) {
+      return Unsupported(path + ": head_dim " + hd->dump() +
+                         " differs from hidden_size / num_attention_heads = " +
+                         std::to_string(c.rope_dim) + " (not supported)");
+    }
   } catch (const nlohmann::json::exception& e) {
     return InvalidInput(path + ": bad config.json: " + e.what());
   }

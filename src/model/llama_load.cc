@@ -1,5 +1,5 @@
 // LlamaModel construction: from GGUF (dequantized to f32 = the dense model), from parts, and the
-// Load() dispatcher. .sparq checkpoints: llama_checkpoint.cc.
+// Load() dispatcher. .sparq checkpoints: llama_checkpoint.cc; Hugging Face folders: llama_hf.cc.
 #include <sys/stat.h>
 
 #include <cmath>
@@ -70,15 +70,15 @@ std::vector<float> ToVector(const Tensor& t) {
   return std::vector<float>(p, p + t.numel());
 }
 
-Result<LinearWeight> DenseLinear(Tensor values, const std::string& name) {
+}  // namespace
+
+Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name) {
   DenseMatrix dm;
   dm.rows = values.dim(0);
   dm.cols = values.dim(1);
   dm.values = std::move(values);
   return LinearWeight::FromMatrix(SparseMatrix(std::move(dm)), name);
 }
-
-}  // namespace
 
 Result<LlamaModel> LlamaModel::FromParts(LlamaConfig config, LlamaWeights weights,
                                          Tokenizer tokenizer, const std::string& what) {
@@ -140,10 +140,10 @@ Result<LlamaModel> LlamaModel::FromGguf(const std::string& path) {
   SPARQ_ASSIGN_OR_RETURN(Tensor onorm, ReadChecked(f, "output_norm.weight", {c.n_embd}));
   w.output_norm = ToVector(onorm);
   if (c.tied_output) {
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinear(w.token_embd.Clone(), "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(w.token_embd.Clone(), "output.weight"));
   } else {
     SPARQ_ASSIGN_OR_RETURN(Tensor out, ReadChecked(f, "output.weight", {c.n_vocab, c.n_embd}));
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinear(std::move(out), "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(std::move(out), "output.weight"));
   }
   w.blocks.resize(c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -158,7 +158,7 @@ Result<LlamaModel> LlamaModel::FromGguf(const std::string& path) {
       const auto [m, k] = SlotShape(c, slot);
       const std::string name = blk + std::string(SlotName(slot)) + ".weight";
       SPARQ_ASSIGN_OR_RETURN(Tensor t, ReadChecked(f, name, {m, k}));
-      SPARQ_ASSIGN_OR_RETURN(b.linear[s], DenseLinear(std::move(t), name));
+      SPARQ_ASSIGN_OR_RETURN(b.linear[s], DenseLinearFromF32(std::move(t), name));
     }
   }
   return FromParts(c, std::move(w), std::move(tok), path);
@@ -167,9 +167,7 @@ Result<LlamaModel> LlamaModel::FromGguf(const std::string& path) {
 Result<LlamaModel> LlamaModel::Load(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return IoError(path + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) {
-    return Unsupported(path + ": Hugging Face folders are not supported yet; convert to GGUF");
-  }
+  if (S_ISDIR(st.st_mode)) return FromHfFolder(path);
   auto ends_with = [&](const char* suffix) {
     const size_t n = std::strlen(suffix);
     return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
