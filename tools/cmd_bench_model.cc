@@ -29,7 +29,11 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-std::string Base(const std::string& p) { return p.substr(p.find_last_of('/') + 1); }
+// Last path component ("models/smollm2-hf/" -> "smollm2-hf").
+std::string Base(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p.substr(p.find_last_of('/') + 1);
+}
 
 Status RunBenchModel(const BenchModelOptions& o) {
   openblas_set_num_threads(o.threads);
@@ -111,7 +115,7 @@ Status RunBenchModel(const BenchModelOptions& o) {
   return Status::Ok();
 }
 
-BenchRegistrar reg("model", "Prefill/decode tokens/s and weight bytes of models (GGUF or .sparq)",
+BenchRegistrar reg("model", "Prefill/decode tokens/s and weight bytes of models (GGUF, .sparq or HF folder)",
                    [](CLI::App& sub) -> RunFn {
                      auto o = std::make_shared<BenchModelOptions>();
                      sub.add_option("models", o->models, "Models; ratios are against the first")

@@ -65,10 +65,10 @@ Status RunEval(const EvalOptions& o) {
   return Status::Ok();
 }
 
-Registrar reg("eval", "Perplexity of a model (GGUF or .sparq) on a text file",
+Registrar reg("eval", "Perplexity of a model (GGUF, .sparq or HF folder) on a text file",
               [](CLI::App& sub) -> RunFn {
                 auto o = std::make_shared<EvalOptions>();
-                sub.add_option("model", o->model, "Model: .gguf or .sparq")->required();
+                sub.add_option("model", o->model, "Model: .gguf, .sparq or a Hugging Face folder")->required();
                 sub.add_option("--text", o->text, "UTF-8 text file")->required();
                 sub.add_option("--ctx", o->ctx, "Window (context) length in tokens")
                     ->capture_default_str()

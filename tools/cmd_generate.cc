@@ -59,7 +59,7 @@ Status RunGenerate(const GenOptions& o) {
 Registrar reg("generate", "Generate text from a prompt (greedy or sampled)",
               [](CLI::App& sub) -> RunFn {
                 auto o = std::make_shared<GenOptions>();
-                sub.add_option("model", o->model, "Model: .gguf or .sparq")->required();
+                sub.add_option("model", o->model, "Model: .gguf, .sparq or a Hugging Face folder")->required();
                 sub.add_option("--prompt", o->prompt, "Prompt text")->required();
                 sub.add_option("--max-new", o->max_new, "New tokens at most")
                     ->capture_default_str()

@@ -1,5 +1,6 @@
 #include "tools/model_source.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -46,6 +47,13 @@ const char* SourceKindName(SourceKind k) {
 Result<ModelSource> ModelSource::Open(const std::string& path) {
   ModelSource s;
   s.path = path;
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    // A Hugging Face folder is one model over several files; this lists one file's tensors.
+    return InvalidInput(path + ": is a folder; inspect and convert read one GGUF, safetensors or "
+                        ".sparq file (pass one of its *.safetensors files; eval, generate, "
+                        "bench model and prune load a Hugging Face folder whole)");
+  }
   char magic[4] = {0, 0, 0, 0};
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     const size_t got = std::fread(magic, 1, 4, f);

@@ -1,6 +1,7 @@
 // Opens any model file sparq reads (GGUF, safetensors, sparq checkpoint; detected by magic and
 // metadata, not by extension) as a list of named tensors that can each be read as dense f32.
-// Shared by `sparq inspect` and `sparq convert`.
+// Shared by `sparq inspect` and `sparq convert`. A folder (Hugging Face layout) is an error that
+// says so: these commands work on one file.
 #pragma once
 
 #include <cstdint>
