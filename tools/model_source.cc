@@ -51,8 +51,8 @@ Result<ModelSource> ModelSource::Open(const std::string& path) {
   if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
     // A Hugging Face folder is one model over several files; this lists one file's tensors.
     return InvalidInput(path + ": is a folder; inspect and convert read one GGUF, safetensors or "
-                        ".sparq file (pass one of its *.safetensors files; eval, generate, "
-                        "bench model and prune load a Hugging Face folder whole)");
+                        ".sparq file (pass one of its *.safetensors files; the commands that run "
+                        "a model, such as eval and generate, take a Hugging Face folder whole)");
   }
   char magic[4] = {0, 0, 0, 0};
   if (FILE* f = std::fopen(path.c_str(), "rb")) {

@@ -59,22 +59,22 @@ def load_gguf(path, dtype=np.float64):
         eps=field(r, "llama.attention.layer_norm_rms_epsilon"), hd=d // nh)
 
 
-def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
-        "SmolLM2-135M-Instruct.Q4_1.gguf")
-    g = load_gguf(path)
-    W, tk = g.W, g.tk
-    n_layer, d, nh, nkv, theta, eps, hd = g.n_layer, g.d, g.nh, g.nkv, g.theta, g.eps, g.hd
-
-    emb = W("token_embd.weight")
+def load_weights(g):
+    """Embedding, per-block weight dicts (GGUF names without the blk.N. prefix) and final norm."""
     blocks = []
-    for l in range(n_layer):
+    for l in range(g.n_layer):
         p = f"blk.{l}."
-        blocks.append({k: W(p + k + ".weight") for k in [
+        blocks.append({k: g.W(p + k + ".weight") for k in [
             "attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
             "ffn_up", "ffn_down"]})
-    out_norm = W("output_norm.weight")
+    return g.W("token_embd.weight"), blocks, g.W("output_norm.weight")
+
+
+def forward(g, weights, ids):
+    """Logits [n, vocab] of token ids, in the dtype of the weights (float64 by default). Also used
+    by tests/model/make_hf_folder.py."""
+    emb, blocks, out_norm = weights
+    d, nh, nkv, theta, eps, hd = g.d, g.nh, g.nkv, g.theta, g.eps, g.hd
 
     def rms(x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
@@ -88,31 +88,40 @@ def main():
         x0, x1 = x[..., 0], x[..., 1]
         return np.stack([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1).reshape(n, heads * hd)
 
+    x = emb[ids]
+    n = len(ids)
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for b in blocks:
+        h = rms(x, b["attn_norm"])
+        q = rope(h @ b["attn_q"].T, nh).reshape(n, nh, hd)
+        k = rope(h @ b["attn_k"].T, nkv).reshape(n, nkv, hd)
+        v = (h @ b["attn_v"].T).reshape(n, nkv, hd)
+        att = np.zeros((n, nh, hd))
+        for i in range(nh):
+            gi = i // (nh // nkv)
+            s = q[:, i, :] @ k[:, gi, :].T / np.sqrt(hd) + mask
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            att[:, i, :] = s @ v[:, gi, :]
+        x = x + att.reshape(n, d) @ b["attn_output"].T
+        h = rms(x, b["ffn_norm"])
+        gt = h @ b["ffn_gate"].T
+        x = x + ((gt / (1 + np.exp(-gt))) * (h @ b["ffn_up"].T)) @ b["ffn_down"].T
+    return rms(x, out_norm) @ emb.T
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
+        "SmolLM2-135M-Instruct.Q4_1.gguf")
+    g = load_gguf(path)
+    weights = load_weights(g)
     cases = []
     for text in PROMPTS:
-        ids = tk.encode(text, add_special_tokens=False).ids
-        x = emb[ids]
-        n = len(ids)
-        mask = np.triu(np.full((n, n), -np.inf), 1)
-        for b in blocks:
-            h = rms(x, b["attn_norm"])
-            q = rope(h @ b["attn_q"].T, nh).reshape(n, nh, hd)
-            k = rope(h @ b["attn_k"].T, nkv).reshape(n, nkv, hd)
-            v = (h @ b["attn_v"].T).reshape(n, nkv, hd)
-            att = np.zeros((n, nh, hd))
-            for i in range(nh):
-                g = i // (nh // nkv)
-                s = q[:, i, :] @ k[:, g, :].T / np.sqrt(hd) + mask
-                s = np.exp(s - s.max(axis=1, keepdims=True))
-                s /= s.sum(axis=1, keepdims=True)
-                att[:, i, :] = s @ v[:, g, :]
-            x = x + att.reshape(n, d) @ b["attn_output"].T
-            h = rms(x, b["ffn_norm"])
-            g = h @ b["ffn_gate"].T
-            x = x + ((g / (1 + np.exp(-g))) * (h @ b["ffn_up"].T)) @ b["ffn_down"].T
-        logits = rms(x, out_norm) @ emb.T
+        ids = g.tk.encode(text, add_special_tokens=False).ids
+        logits = forward(g, weights, ids)
         rows = []
-        for i in range(n):
+        for i in range(len(ids)):
             top = np.argsort(-logits[i], kind="stable")[:TOP]
             lse = float(np.log(np.sum(np.exp(logits[i] - logits[i].max()))) + logits[i].max())
             rows.append({"top_ids": [int(t) for t in top],
