@@ -24,7 +24,7 @@ struct Flags {
   std::string weight, inputs, hessian, method = "sparsegpt", pattern, out, report, perm_out;
   bool permute = false, per_row_mask = false, skip_error = false;
   double damp = 0.01, permute_budget = 10.0;
-  int64_t blocksize = 128;
+  int64_t blocksize = 128, permute_work = 0;
   int threads = 0;
 };
 
@@ -90,6 +90,7 @@ Status Run(const Flags& f) {
   opt.compute_error = !f.skip_error;
   opt.permute = f.permute;
   opt.permute_time_budget_s = f.permute_budget;
+  opt.permute_max_work = f.permute_work;
   opt.pool = &pool;
   opt.what = f.weight;
   float* wd = w.mutable_data_as<float>();
@@ -119,7 +120,9 @@ Status Run(const Flags& f) {
               rep.permutation.empty()
                   ? ""
                   : (", permuted: kept saliency " + std::to_string(rep.saliency_kept_identity) +
-                     " -> " + std::to_string(rep.saliency_kept_permuted))
+                     " -> " + std::to_string(rep.saliency_kept_permuted) + " (" +
+                     std::to_string(rep.permute_evals) + " swaps evaluated" +
+                     (rep.permute_stopped_early ? ", stopped at its bound)" : ")"))
                         .c_str());
   if (rep.method == "sparsegpt") {
     std::printf("sparsegpt phases: Cholesky factor of H^-1 %.2f s, batched sgemm updates %.2f s, "
@@ -151,8 +154,13 @@ Registrar reg("prune-layer", "Prune one linear layer (.npy in, .npy out) with ca
                                "vnm:8:2:4, rows:0.3, cols:0.3")
                     ->required();
                 sub.add_flag("--permute", f->permute, "channel permutation search (N:M, V:N:M)");
-                sub.add_option("--permute-budget", f->permute_budget, "seconds for the search")
+                sub.add_option("--permute-budget", f->permute_budget,
+                               "seconds for the search (0: no clock)")
                     ->default_val(10.0);
+                sub.add_option("--permute-work", f->permute_work,
+                               "bound on the search's work, candidate swaps x rows scored, the "
+                               "same on every machine (0: none)")
+                    ->default_val(0);
                 sub.add_option("--perm-out", f->perm_out, "write the permutation as int32 .npy");
                 sub.add_option("--damp", f->damp, "SparseGPT dampening, fraction of mean diag(H)")
                     ->default_val(0.01);

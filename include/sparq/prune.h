@@ -127,6 +127,7 @@ struct PruneOptions {
   bool permute = false;
   double permute_time_budget_s = 10.0;
   int64_t permute_max_rounds = 1 << 30;
+  int64_t permute_max_work = 0;  // see PermuteOptions::max_work
   Quantizer* quantizer = nullptr;
   ThreadPool* pool = nullptr;  // null: single-threaded row loops
   // Compute ReconstructionError for the report (costs two m x k x k dgemms).
@@ -152,6 +153,8 @@ struct PruneReport {
   int64_t dead_inputs = 0;    // columns with H_jj == 0 (their weights are zeroed by SparseGPT)
   std::vector<int32_t> permutation;  // if permuted: permuted column j = original column perm[j]
   double saliency_kept_identity = 0.0, saliency_kept_permuted = 0.0;
+  int64_t permute_evals = 0;         // candidate swaps the permutation search evaluated
+  bool permute_stopped_early = false;  // it hit its evaluation or time bound
   std::string ToJson() const;
 };
 
@@ -189,8 +192,14 @@ Status MagnitudePruneGlobal(std::span<LayerRef> layers, double fraction);
 // ---- channel permutation (Pool & Yu, NeurIPS 2021) ----------------------------------------------
 
 struct PermuteOptions {
-  double time_budget_s = 10.0;
+  double time_budget_s = 10.0;   // <= 0: no clock (the result then never depends on machine speed)
   int64_t max_rounds = 1 << 30;  // rounds of the swap search (a bound that makes runs repeatable)
+  // Bound on the work (0 = none): candidate column swaps evaluated, each counted as the number of
+  // row blocks it scores (m for N:M, m / V for V:N:M), so that a bound costs about the same time
+  // on a tall layer as on a short one. Unlike the time budget it stops the search at the same
+  // point on every machine and thread count: the permutation, and a checkpoint pruned with it,
+  // is reproducible.
+  int64_t max_work = 0;
   uint64_t seed = 0x5eed;
   ThreadPool* pool = nullptr;
 };
@@ -199,14 +208,17 @@ struct PermuteResult {
   double kept_identity = 0.0;    // saliency kept under the pattern without permutation
   double kept_permuted = 0.0;    // ... with perm
   int64_t rounds = 0;
+  int64_t evals = 0;  // candidate swaps evaluated
   bool hit_time_budget = false;
+  bool hit_work_bound = false;
 };
 // Finds a column permutation of saliency S[m, k] (>= 0, e.g. |W| * ||X_j||) maximizing the total
 // saliency kept under N:M (pattern kNM) or V:N:M (kVNM: per block of v rows, scores summed). Start:
 // the better of identity and a deal of columns sorted by total saliency round-robin over groups;
 // then greedy improving swaps between pairs of groups (exhaustive over the M x M column swaps of a
 // pair, pairs visited in a seeded random order) until a round finds no improvement, the round
-// bound or the time budget. Deterministic for a given max_rounds if the budget is not hit.
+// bound, the work bound or the time budget. Deterministic for given max_rounds and
+// max_work unless the time budget is hit (set it <= 0 for a result that never depends on time).
 Result<PermuteResult> FindPermutation(const Pattern& p, std::span<const float> saliency, int64_t m,
                                       int64_t k, const PermuteOptions& opt = {});
 // Saliency kept by the best N:M / V:N:M mask of S with columns taken in order perm (empty = identity).

@@ -161,8 +161,10 @@ Result<PermuteResult> FindPermutation(const Pattern& p, std::span<const float> s
   std::mt19937_64 rng(opt.seed);
   std::vector<float> n1(static_cast<size_t>(L.nrb)), n2(static_cast<size_t>(L.nrb));
   int32_t c1[16], c2[16];
-  bool timed_out = false;
-  for (int64_t round = 0; round < opt.max_rounds && !timed_out && L.G > 1; ++round) {
+  int64_t work = 0;
+  bool timed_out = false, out_of_work = false;
+  for (int64_t round = 0; round < opt.max_rounds && !timed_out && !out_of_work && L.G > 1;
+       ++round) {
     ++res.rounds;
     std::vector<std::pair<double, int64_t>> by_loss;
     for (int64_t g = 0; g < L.G; ++g) by_loss.push_back({-loss(g), g});
@@ -184,11 +186,18 @@ Result<PermuteResult> FindPermutation(const Pattern& p, std::span<const float> s
         }
       }
       for (int64_t g2 : partners) {
-        if (std::chrono::duration<double>(Clock::now() - t0).count() > opt.time_budget_s) {
+        if (opt.time_budget_s > 0 &&
+            std::chrono::duration<double>(Clock::now() - t0).count() > opt.time_budget_s) {
           timed_out = true;
           break;
         }
         const int64_t len1 = L.GroupLen(g1), len2 = L.GroupLen(g2);
+        if (opt.max_work > 0 && work + len1 * len2 * L.nrb > opt.max_work) {
+          out_of_work = true;
+          break;
+        }
+        work += len1 * len2 * L.nrb;
+        res.evals += len1 * len2;
         const double before = gsum[g1] + gsum[g2];
         double best = 1e-7 * std::max(before, 1e-30);
         int64_t best_a = -1, best_b = -1;
@@ -215,11 +224,12 @@ Result<PermuteResult> FindPermutation(const Pattern& p, std::span<const float> s
           improved = true;
         }
       }
-      if (timed_out) break;
+      if (timed_out || out_of_work) break;
     }
     if (!improved) break;
   }
   res.hit_time_budget = timed_out;
+  res.hit_work_bound = out_of_work;
   res.kept_permuted = TotalKept(L, perm);
   res.perm = std::move(perm);
   return res;

@@ -89,6 +89,8 @@ std::string PruneReport::ToJson() const {
     j["permutation"] = permutation;
     j["saliency_kept_identity"] = saliency_kept_identity;
     j["saliency_kept_permuted"] = saliency_kept_permuted;
+    j["permute_evals"] = permute_evals;
+    j["permute_stopped_early"] = permute_stopped_early;
   }
   return j.dump(2);
 }
@@ -152,11 +154,14 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
     PermuteOptions po;
     po.time_budget_s = opt.permute_time_budget_s;
     po.max_rounds = opt.permute_max_rounds;
+    po.max_work = opt.permute_max_work;
     po.pool = opt.pool;
     SPARQ_ASSIGN_OR_RETURN(PermuteResult pr, FindPermutation(pattern, sal, m, k, po));
     rep.permutation = pr.perm;
     rep.saliency_kept_identity = pr.kept_identity;
     rep.saliency_kept_permuted = pr.kept_permuted;
+    rep.permute_evals = pr.evals;
+    rep.permute_stopped_early = pr.hit_work_bound || pr.hit_time_budget;
     PermuteColumns(w, cur, m, k, pr.perm);
     if (!h.empty()) {
       hp.resize(h.size());

@@ -62,6 +62,49 @@ TEST(Permute, ClusteredLargeWeightsKeepMoreSaliencyAndLessError) {
   }
 }
 
+TEST(Permute, WorkBoundStopsAtTheSamePointEveryTime) {
+  // The work bound replaces the clock for reproducible checkpoints: with no time budget the search
+  // stops after the same number of evaluated swaps on every run, with the same permutation, and
+  // a larger bound keeps at least as much saliency (the search only takes improving swaps).
+  testing::Problem pr = ClusteredProblem(32, 256);
+  std::vector<float> sal(pr.w.size());
+  for (size_t i = 0; i < sal.size(); ++i) sal[i] = std::abs(pr.w[i]);
+  PermuteOptions po;
+  po.time_budget_s = 0;  // no clock
+  auto full = FindPermutation(Pattern::NM(2, 4), sal, pr.m, pr.k, po);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_FALSE(full->hit_work_bound);
+  EXPECT_FALSE(full->hit_time_budget);
+  ASSERT_GT(full->evals, 64);
+  // Work = swaps x row blocks scored; for 2:4 every one of the 32 rows is its own block.
+  const int64_t rows = pr.m, max_swaps = full->evals / 4;
+  po.max_work = max_swaps * rows;
+  auto a = FindPermutation(Pattern::NM(2, 4), sal, pr.m, pr.k, po);
+  auto b = FindPermutation(Pattern::NM(2, 4), sal, pr.m, pr.k, po);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->hit_work_bound);
+  EXPECT_LE(a->evals, max_swaps);
+  EXPECT_GT(a->evals, max_swaps - 16);  // stops within one pair of groups (M x M swaps)
+  EXPECT_EQ(a->perm, b->perm);
+  EXPECT_EQ(a->evals, b->evals);
+  EXPECT_GE(a->kept_permuted, a->kept_identity);
+  EXPECT_GE(full->kept_permuted, a->kept_permuted);
+  EXPECT_NEAR(a->kept_permuted, KeptSaliency(Pattern::NM(2, 4), sal, pr.m, pr.k, a->perm),
+              1e-3 * a->kept_permuted);
+  // Through Prune(): the report carries the count and the early stop.
+  std::vector<float> w = pr.w;
+  PruneOptions opt;
+  opt.method = PruneMethod::kWanda;
+  opt.permute = true;
+  opt.permute_time_budget_s = 0;
+  opt.permute_max_work = po.max_work;
+  auto rep = Prune(w, pr.m, pr.k, pr.h, Pattern::NM(2, 4), opt);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->permute_stopped_early);
+  EXPECT_GT(rep->permute_evals, 0);
+  EXPECT_LE(rep->permute_evals, max_swaps);
+}
+
 TEST(Permute, ApplyingThePermutationToWAndXLeavesOutputsUnchanged) {
   // Small integers: every product and sum is exact in f32, so the check is exact.
   const int64_t m = 6, k = 12, n = 5;
