@@ -3,9 +3,9 @@
 #include <cblas.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "sparq/model.h"
+#include "src/io/atomic_write.h"
 #include "tools/command.h"
 
 namespace sparq::cli {
@@ -14,7 +14,7 @@ namespace {
 struct PruneCliOptions {
   std::string model, method = "sparsegpt", pattern = "unstructured:0.5", calib, out, dtype = "f32";
   std::string include, report;
-  int64_t calib_samples = 64, calib_len = 512, blocks = -1;
+  int64_t calib_samples = 64, calib_len = 512, blocks = -1, permute_work = kDefaultPermuteWork;
   double damp = 0.01;
   uint64_t seed = 0;
   int threads = 0;
@@ -36,6 +36,7 @@ Status RunPrune(const PruneCliOptions& o) {
     return InvalidInput("--dtype must be f32 or bf16, not '" + o.dtype + "'");
   }
   opt.permute = o.permute;
+  opt.permute_max_work = o.permute_work;
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
   opt.max_blocks = o.blocks;
@@ -45,9 +46,11 @@ Status RunPrune(const PruneCliOptions& o) {
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.calib));
   SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(o.model, text, opt, o.out, &pool));
   if (!o.report.empty()) {
-    std::ofstream rep(o.report);
-    rep << r.ToJson(true) << "\n";
-    if (!rep) return IoError(o.report + ": cannot write the report");
+    const std::string text = r.ToJson(true) + "\n";
+    io::AtomicWriter wr;
+    SPARQ_RETURN_IF_ERROR(wr.Open(o.report));
+    SPARQ_RETURN_IF_ERROR(wr.Write(text.data(), text.size()));
+    SPARQ_RETURN_IF_ERROR(wr.Commit());
   }
   if (o.json) {
     std::printf("%s\n", r.ToJson(true).c_str());
@@ -87,6 +90,11 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option("--dtype", o->dtype, "Stored values: f32 | bf16")
                     ->capture_default_str();
                 sub.add_flag("--permute", o->permute, "Channel permutation (N:M, V:N:M)");
+                sub.add_option("--permute-work", o->permute_work,
+                               "Work bound of the permutation search per layer: candidate swaps x "
+                               "rows scored (the same on every machine, so reruns are identical)")
+                    ->capture_default_str()
+                    ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
                 sub.add_option("--include", o->include,
                                "Regex over layer names to prune (default: all block linears)");
                 sub.add_option("--blocks", o->blocks, "Prune only the first N blocks (-1: all)");

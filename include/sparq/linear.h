@@ -46,6 +46,10 @@ class LinearWeight {
   uint64_t weight_bytes() const;
   // Name of the kernel Forward runs for `n` tokens, e.g. "SpmmNm24F32_decode".
   std::string kernel_name(int64_t n) const;
+  // How the weight is stored for compute, e.g. "dense f32", "nm 2:4 bf16", "csr f32 u16".
+  const std::string& format() const;
+  // The weights [rows, cols] row-major when stored dense f32 (what pruning starts from), else null.
+  const float* dense_f32() const;
 
   // ldx >= k, ldy >= m (0 means k resp. m). pool may be null (single thread).
   void Forward(const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy, const Epilogue& ep,

@@ -30,6 +30,14 @@ Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const std::st
 int64_t LinearWeight::rows() const { return impl_ ? impl_->packed.rows : 0; }
 int64_t LinearWeight::cols() const { return impl_ ? impl_->packed.cols : 0; }
 uint64_t LinearWeight::weight_bytes() const { return impl_ ? impl_->packed.weight_bytes : 0; }
+const std::string& LinearWeight::format() const {
+  static const std::string kNone = "none";
+  return impl_ ? impl_->packed.source : kNone;
+}
+const float* LinearWeight::dense_f32() const {
+  if (!impl_ || impl_->packed.kind != cpu::PackedKind::kDenseF32) return nullptr;
+  return impl_->packed.dense.data_as<float>();
+}
 
 std::string LinearWeight::kernel_name(int64_t n) const {
   if (!impl_) return "none";

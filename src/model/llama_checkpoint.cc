@@ -81,7 +81,9 @@ Result<LlamaModel> LlamaModel::FromSparq(const std::string& path) {
     DenseMatrix dm;
     dm.rows = c.n_vocab;
     dm.cols = c.n_embd;
-    dm.values = w.token_embd.Clone();
+    // A bf16 embedding (`sparq prune --dtype bf16`) makes a bf16 head: half the bytes per token.
+    const NamedTensor* te = ck.FindTensor("token_embd.weight");
+    dm.values = te->tensor.dtype() == DType::kBF16 ? te->tensor.Clone() : w.token_embd.Clone();
     SPARQ_ASSIGN_OR_RETURN(w.output, LinearWeight::FromMatrix(std::move(dm), "output.weight"));
   } else {
     SPARQ_ASSIGN_OR_RETURN(w.output, MatrixLinear(ck, path, "output.weight", c.n_vocab, c.n_embd));

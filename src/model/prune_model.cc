@@ -5,7 +5,6 @@
 #include <random>
 #include <regex>
 
-#include "sparq/gguf.h"
 #include "src/model/llama_internal.h"
 #include "src/model/progress.h"
 
@@ -40,18 +39,17 @@ Result<std::vector<int32_t>> CalibrationTokens(const Tokenizer& tok, std::string
   return out;
 }
 
-// Dense f32 weight of a layer from the GGUF, row-major [m, k].
-Result<std::vector<float>> ReadDense(const GgufFile& f, const std::string& name, int64_t m,
-                                     int64_t k) {
-  const GgufTensorInfo* t = f.FindTensor(name);
-  if (t == nullptr) return InvalidInput(f.path() + ": missing tensor '" + name + "'");
-  if (t->shape() != std::vector<int64_t>{m, k}) {
-    return InvalidInput(f.path() + ": tensor '" + name + "' does not have shape [" +
-                        std::to_string(m) + ", " + std::to_string(k) + "]");
+// Dense f32 weight of a layer of the loaded model, row-major [m, k]. Pruning starts from the dense
+// model (GGUF or Hugging Face folder), not from an already pruned or bf16 checkpoint.
+Result<std::vector<float>> DenseWeights(const LinearWeight& lw, const std::string& source,
+                                        const std::string& name) {
+  const float* p = lw.dense_f32();
+  if (p == nullptr) {
+    return InvalidInput(source + ": '" + name + "' is stored as " + lw.format() +
+                        ", not dense f32: prune the dense model (GGUF or Hugging Face folder), "
+                        "not a pruned checkpoint");
   }
-  SPARQ_ASSIGN_OR_RETURN(Tensor x, f.ReadF32(*t));
-  const float* p = x.data_as<float>();
-  return std::vector<float>(p, p + x.numel());
+  return std::vector<float>(p, p + lw.rows() * lw.cols());
 }
 
 Tensor VectorTensor(const std::vector<float>& v) {
@@ -76,14 +74,15 @@ struct PrunedLayer {
 };
 
 Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
-                             const ModelPruneOptions& opt, ThreadPool* pool) {
+                             const ModelPruneOptions& opt, bool allow_permute, ThreadPool* pool) {
   PruneOptions po;
   po.method = opt.method;
   po.damp = opt.damp;
-  po.permute = opt.permute && (opt.pattern.kind == PatternKind::kNM ||
-                               opt.pattern.kind == PatternKind::kVNM);
+  po.permute = allow_permute && opt.permute &&
+               (opt.pattern.kind == PatternKind::kNM || opt.pattern.kind == PatternKind::kVNM);
   po.permute_time_budget_s = opt.permute_time_budget_s;
   po.permute_max_rounds = opt.permute_max_rounds;
+  po.permute_max_work = opt.permute_max_work;
   po.pool = pool;
   po.what = job.name;
   SPARQ_ASSIGN_OR_RETURN(PruneReport rep,
@@ -123,6 +122,10 @@ std::string ModelPruneResult::ToJson(bool with_timings) const {
                         {"rel_error", l.report.rel_error},
                         {"damp_used", l.report.damp_used},
                         {"permuted", !l.report.permutation.empty()}};
+    if (!l.report.permutation.empty()) {
+      j["permute_evals"] = l.report.permute_evals;
+      j["permute_stopped_early"] = l.report.permute_stopped_early;
+    }
     if (with_timings) j["seconds"] = l.report.seconds;
     layers_j.push_back(j);
   }
@@ -151,12 +154,9 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   } catch (const std::regex_error& e) {
     return InvalidInput("prune: --include '" + opt.include + "' is not a valid regex: " + e.what());
   }
-  if (std::regex_match(std::string("output.weight"), include)) {
-    return Unsupported("prune: pruning the output head is not implemented yet");
-  }
-  SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(model_path));
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::FromGguf(model_path));
-  const LlamaConfig& c = model.config();
+  const bool prune_head = std::regex_match(std::string("output.weight"), include);
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path));
+  LlamaConfig c = model.config();
   LlamaWeights& w = model.mutable_weights();
   const int64_t d = c.n_embd, L = opt.calib_len, S = opt.calib_samples;
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> calib,
@@ -204,8 +204,9 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
         const auto slot = static_cast<LinearSlot>(s);
         const auto [m, k] = SlotShape(c, slot);
         LayerJob job{blk + std::string(SlotName(slot)) + ".weight", m, k, &acc[kSlotInput[s]]};
-        SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, ReadDense(f, job.name, m, k));
-        SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, pool));
+        SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
+                               DenseWeights(b.linear[s], model_path, job.name));
+        SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, true, pool));
         result.prune_seconds += p.result.report.seconds;
         result.dense_bytes += static_cast<double>(m * k * 4);
         result.stored_bytes += static_cast<double>(p.result.stored_bytes);
@@ -227,7 +228,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
       const auto slot = static_cast<LinearSlot>(s);
       const auto [m, k] = SlotShape(c, slot);
       const std::string name = blk + std::string(SlotName(slot)) + ".weight";
-      SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, ReadDense(f, name, m, k));
+      SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, DenseWeights(b.linear[s], model_path, name));
       SPARQ_ASSIGN_OR_RETURN(SparseMatrix dm,
                              Encode(dense, m, k, FormatKind::kDense, Pattern::Dense(),
                                     DType::kF32));
@@ -235,14 +236,44 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     }
     ck.tensors.push_back({blk + "attn_norm.weight", VectorTensor(b.attn_norm)});
     ck.tensors.push_back({blk + "ffn_norm.weight", VectorTensor(b.ffn_norm)});
-    // 3. Outputs of this block (with its pruned weights) feed the next one.
-    if (l + 1 < blocks) {
+    // 3. Outputs of this block (with its pruned weights) feed the next one, or the head.
+    if (l + 1 < blocks || prune_head) {
       for (int64_t s = 0; s < S; ++s) {
         RunBlock(c, b, x.data() + s * L * d, L, 0, kc.data(), vc.data(), &scratch, pool);
       }
     }
   }
-  ck.tensors.push_back({"token_embd.weight", w.token_embd.Clone()});
+  if (prune_head) {
+    // The head: pruned on the final-norm hidden states of the calibration tokens, stored untied
+    // from the embedding. No channel permutation (the head has no input gather).
+    std::vector<float> xn(x.size());
+    RmsNorm(x.data(), S * L, d, w.output_norm.data(), c.rms_eps, xn.data());
+    HessianAccumulator acc(d);
+    SPARQ_RETURN_IF_ERROR(acc.Add(xn.data(), S * L, d, pool, "output.weight inputs"));
+    LayerJob job{"output.weight", c.n_vocab, d, &acc};
+    SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, DenseWeights(w.output, model_path, job.name));
+    SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, false, pool));
+    result.prune_seconds += p.result.report.seconds;
+    result.dense_bytes += static_cast<double>(c.n_vocab * d * 4);
+    result.stored_bytes += static_cast<double>(p.result.stored_bytes);
+    ck.matrices.push_back({job.name, std::move(p.stored), opt.pattern});
+    result.layers.push_back(std::move(p.result));
+    c.tied_output = false;
+  } else if (!c.tied_output) {
+    SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
+                           DenseWeights(w.output, model_path, "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(SparseMatrix dm, Encode(dense, c.n_vocab, d, FormatKind::kDense,
+                                                   Pattern::Dense(), opt.value_dtype));
+    ck.matrices.push_back({"output.weight", std::move(dm), Pattern::Dense()});
+  }
+  // --dtype bf16 stores the embedding in bf16 too; a tied head then runs as a dense bf16 product
+  // (half the bytes per generated token of the f32 head, the largest matrix of a small model).
+  if (opt.value_dtype == DType::kBF16) {
+    SPARQ_ASSIGN_OR_RETURN(Tensor te, FromF32(w.token_embd, DType::kBF16));
+    ck.tensors.push_back({"token_embd.weight", std::move(te)});
+  } else {
+    ck.tensors.push_back({"token_embd.weight", w.token_embd.Clone()});
+  }
   ck.tensors.push_back({"output_norm.weight", VectorTensor(w.output_norm)});
   ck.metadata["sparq.model"] = c.ToJson();
   ck.metadata["sparq.tokenizer"] = model.tokenizer().data().ToJson();
