@@ -42,8 +42,9 @@ class ThreadPool {
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};
-  uint64_t generation_ = 0;
-  int busy_ = 0;
+  // Written under mu_, read without it by spinning workers (generation_) and the caller (busy_).
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> busy_{0};
   bool stop_ = false;
 };
 
