@@ -242,9 +242,9 @@ Status RunModelDemo(const DemoOptions& o) {
   std::vector<DemoRow> rows(3);
   rows[0] = {"dense (Q4_1 dequantized to f32)", model};
   rows[1] = {"SparseGPT 50% unstructured, bf16", out_dir + "/smollm2-sparsegpt-u50-bf16.sparq"};
-  rows[2] = {"SparseGPT 2:4, f32", out_dir + "/smollm2-sparsegpt-2of4-f32.sparq"};
+  rows[2] = {"SparseGPT 2:4, bf16", out_dir + "/smollm2-sparsegpt-2of4-bf16.sparq"};
   const std::pair<const char*, DType> variants[2] = {{"unstructured:0.5", DType::kBF16},
-                                                     {"2:4", DType::kF32}};
+                                                     {"2:4", DType::kBF16}};
   for (int v = 0; v < 2; ++v) {
     ModelPruneOptions po;
     po.method = PruneMethod::kSparseGpt;
@@ -307,8 +307,9 @@ Status RunModelDemo(const DemoOptions& o) {
                 static_cast<double>(rows[i].linear_bytes) / rows[0].linear_bytes,
                 i + 1 < rows.size() ? "\n          " : "\n");
   }
-  std::printf("(weights MB: everything the runtime reads, incl. the f32 embedding and tied output "
-              "head; linears MB: the 210 block linear layers, what pruning changes)\n\n");
+  std::printf("(weights MB: everything the runtime holds for compute, incl. the embedding (f32 in "
+              "memory) and the tied output head (bf16 in the bf16 checkpoints); linears MB: the "
+              "210 block linear layers, what pruning changes)\n\n");
   for (const DemoRow& r : rows) std::printf("%-34s \"%s\"\n", r.label.c_str(), r.sentence.c_str());
   std::printf("\ntotal %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
