@@ -277,7 +277,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   ck.tensors.push_back({"output_norm.weight", VectorTensor(w.output_norm)});
   ck.metadata["sparq.model"] = c.ToJson();
   ck.metadata["sparq.tokenizer"] = model.tokenizer().data().ToJson();
-  nlohmann::json how = {{"source", model_path.substr(model_path.find_last_of('/') + 1)},
+  std::string source = model_path;
+  while (source.size() > 1 && source.back() == '/') source.pop_back();  // a folder "dir/"
+  source = source.substr(source.find_last_of('/') + 1);
+  nlohmann::json how = {{"source", source},
                         {"method", std::string(PruneMethodName(opt.method))},
                         {"pattern", opt.pattern.ToString()},
                         {"dtype", opt.value_dtype == DType::kBF16 ? "bf16" : "f32"},

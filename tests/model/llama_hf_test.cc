@@ -20,6 +20,7 @@
 #include <random>
 
 #include "model/model_testutil.h"
+#include "sparq/format.h"
 #include "sparq/gguf.h"
 #include "sparq/model.h"
 #include "sparq/safetensors.h"
@@ -558,6 +559,37 @@ TEST_F(SmolLmHfFolderTest, F32FolderIsTheGgufModelBitwise) {
   const std::vector<float> got = AllLogits(*m, first, &pool);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST_F(SmolLmHfFolderTest, PruningTheFolderGivesTheGgufsPrunedMatrices) {
+  // `sparq prune` starts from LlamaModel::Load, so a folder prunes exactly like its GGUF.
+  const std::string calib =
+      testing::ReadFileOrEmpty(testing::SharedText("sherlock-holmes-pg1661.txt"));
+  if (calib.empty()) GTEST_SKIP() << "../shared/data/text missing";
+  ModelPruneOptions o;
+  o.method = PruneMethod::kWanda;
+  o.pattern = Pattern::NM(2, 4);
+  o.calib_samples = 2;
+  o.calib_len = 64;
+  o.max_blocks = 1;
+  o.progress = false;
+  ThreadPool pool(2);
+  const std::string a = f32_->path + "_pruned_gguf.sparq", b = f32_->path + "_pruned_hf.sparq";
+  ASSERT_TRUE(PruneLlama(testing::SmolLmPath(), calib, o, a, &pool).ok());
+  auto r = PruneLlama(f32_->path, calib, o, b, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->layers.size(), 7u);
+  auto ca = ReadCheckpoint(a), cb = ReadCheckpoint(b);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  ASSERT_EQ(ca->matrices.size(), cb->matrices.size());
+  for (size_t i = 0; i < ca->matrices.size(); ++i) {
+    const Tensor da = ToDense(ca->matrices[i].matrix), db = ToDense(cb->matrices[i].matrix);
+    EXPECT_EQ(ca->matrices[i].name, cb->matrices[i].name);
+    ASSERT_EQ(da.nbytes(), db.nbytes());
+    EXPECT_EQ(std::memcmp(da.data(), db.data(), da.nbytes()), 0) << ca->matrices[i].name;
+  }
+  std::remove(a.c_str());
+  std::remove(b.c_str());
 }
 
 // bf16 keeps 8 significant bits: each weight moves by a relative error of at most 2^-9 (0.2%),

@@ -64,6 +64,13 @@ TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
       PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out2, &pool).ok());
   EXPECT_TRUE(testing::ReadFileOrEmpty(out1) == testing::ReadFileOrEmpty(out2))
       << "pruning twice gave different checkpoints";
+  // Pruning starts from dense f32 weights: a pruned checkpoint is refused with its tensor named.
+  auto again = PruneLlama(out1, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"),
+                          Out("again.sparq"), &pool);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("blk.0.attn_q.weight' is stored as nm 2:4"),
+            std::string::npos)
+      << again.status().ToString();
   // The pruned model runs and stays close to the dense one (2 of 30 blocks pruned).
   auto m = LlamaModel::Load(out1);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -77,27 +84,20 @@ TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
 
 TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
   ThreadPool pool(2);
-  auto opts = [](PruneMethod method) {
-    ModelPruneOptions o = SmallOptions(method, "unstructured:0.5");
-    o.calib_samples = 4;
-    o.calib_len = 128;
-    o.include = "output\\.weight";
-    return o;
-  };
-  const std::string out_s = Out("head_sgpt.sparq"), out_m = Out("head_mag.sparq");
-  auto rs = PruneLlama(path_, calib_, opts(PruneMethod::kSparseGpt), out_s, &pool);
-  ASSERT_TRUE(rs.ok()) << rs.status().ToString();
-  auto rm = PruneLlama(path_, calib_, opts(PruneMethod::kMagnitude), out_m, &pool);
-  ASSERT_TRUE(rm.ok()) << rm.status().ToString();
-  ASSERT_EQ(rs->layers.size(), 1u);
-  ASSERT_EQ(rm->layers.size(), 1u);
-  EXPECT_EQ(rs->layers[0].name, "output.weight");
-  EXPECT_NEAR(rs->layers[0].report.sparsity, 0.5, 0.01);
-  // Reconstruction error on the calibration activations: SparseGPT's update beats the plain mask.
-  std::printf("head 50%%: rel error sparsegpt %.4f, magnitude %.4f\n",
-              rs->layers[0].report.rel_error, rm->layers[0].report.rel_error);
-  EXPECT_LT(rs->layers[0].report.rel_error, 0.7 * rm->layers[0].report.rel_error);
-  auto m = LlamaModel::Load(out_s);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "unstructured:0.5");
+  o.calib_samples = 4;
+  o.calib_len = 128;
+  o.include = "output\\.weight";
+  const std::string out = Out("head_sgpt.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->layers.size(), 1u);
+  EXPECT_EQ(r->layers[0].name, "output.weight");
+  EXPECT_NEAR(r->layers[0].report.sparsity, 0.5, 0.01);
+  // Measured: 0.0019 (magnitude on the same activations: 0.0148).
+  EXPECT_GT(r->layers[0].report.rel_error, 0.0);
+  EXPECT_LT(r->layers[0].report.rel_error, 0.01);
+  auto m = LlamaModel::Load(out);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->config().tied_output);
   EXPECT_NE(m->weights().output.format().find("csr"), std::string::npos)
@@ -110,22 +110,21 @@ TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
   std::printf("perplexity (1024 tokens): dense %.3f, head sparsegpt 50%% %.3f\n", dense, pruned);
   EXPECT_GT(pruned, dense);
   EXPECT_LT(pruned, 1.5 * dense);
-  for (const auto& p : {out_s, out_m}) std::remove(p.c_str());
+  std::remove(out.c_str());
 }
 
-TEST_F(PruneModelTest, Bf16CheckpointHasABf16HeadAndRejectsRepruning) {
+TEST_F(PruneModelTest, Bf16CheckpointHasABf16HeadAndCanBePruned) {
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
-  o.max_blocks = 1;
-  const std::string out32 = Out("mag32.sparq"), out16 = Out("mag16.sparq");
-  ASSERT_TRUE(PruneLlama(path_, calib_, o, out32, &pool).ok());
+  o.max_blocks = 0;  // nothing pruned: the dense model with a bf16 embedding and head
   o.value_dtype = DType::kBF16;
+  const std::string out16 = Out("dense16.sparq"), again = Out("again.sparq");
   ASSERT_TRUE(PruneLlama(path_, calib_, o, out16, &pool).ok());
-  auto m32 = LlamaModel::Load(out32), m16 = LlamaModel::Load(out16);
-  ASSERT_TRUE(m32.ok() && m16.ok());
+  auto m16 = LlamaModel::Load(out16);
+  ASSERT_TRUE(m16.ok()) << m16.status().ToString();
   const LlamaConfig& c = m16->config();
   EXPECT_TRUE(c.tied_output);
-  EXPECT_EQ(m32->weights().output.format(), "dense f32");
+  EXPECT_EQ(dense_->weights().output.format(), "dense f32");
   EXPECT_EQ(m16->weights().output.format(), "dense bf16");
   EXPECT_EQ(m16->weights().output.weight_bytes(), uint64_t(c.n_vocab * c.n_embd * 2));
   // The embedding is the bf16 rounding of the dense one (round to nearest even).
@@ -134,16 +133,17 @@ TEST_F(PruneModelTest, Bf16CheckpointHasABf16HeadAndRejectsRepruning) {
   for (int64_t i = 0; i < c.n_vocab * c.n_embd; i += 997) {
     ASSERT_EQ(e16[i], BF16ToF32(F32ToBF16(e32[i]))) << i;
   }
-  // bf16 weights cost little accuracy: perplexity within 1% of the f32 checkpoint's.
-  const double p32 = Ppl(*m32), p16 = Ppl(*m16);
-  std::printf("perplexity (1024 tokens), magnitude 2:4 in block 0: f32 %.4f, bf16 %.4f\n", p32, p16);
+  // bf16 costs little: perplexity within 1% of the f32 model's (measured with magnitude 2:4 in
+  // block 0: 38.6029 f32 vs 38.6138 bf16).
+  const double p32 = Ppl(*dense_), p16 = Ppl(*m16);
+  std::printf("perplexity (1024 tokens): f32 %.4f, bf16 embedding and head %.4f\n", p32, p16);
   EXPECT_NEAR(p16, p32, 0.01 * p32);
-  // Pruning starts from dense f32 weights: a pruned checkpoint is refused with its tensor named.
-  auto again = PruneLlama(out16, calib_, o, Out("again.sparq"), &pool);
-  ASSERT_FALSE(again.ok());
-  EXPECT_NE(again.status().message().find("blk.0.attn_q.weight' is stored as nm"), std::string::npos)
-      << again.status().ToString();
-  for (const auto& p : {out32, out16}) std::remove(p.c_str());
+  // An unpruned .sparq is a valid starting point for pruning.
+  o.max_blocks = 1;
+  auto r = PruneLlama(out16, calib_, o, again, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->layers.size(), 7u);
+  for (const auto& p : {out16, again}) std::remove(p.c_str());
 }
 
 TEST_F(PruneModelTest, BadOptionsAreErrors) {
