@@ -436,14 +436,11 @@ TEST(HfFolderTest, ErrorsNameTheFileAndTensor) {
 class SmolLmHfFolderTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string path = testing::SmolLmPath();
-    if (path.empty()) return;
-    auto m = LlamaModel::FromGguf(path);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    gguf_model_ = new LlamaModel(std::move(*m));
+    gguf_model_ = testing::NewSmolLm();
+    if (gguf_model_ == nullptr) return;
     f32_ = new TempFolder("smollm_f32");
     bf16_ = new TempFolder("smollm_bf16");
-    WriteFolders(path);
+    WriteFolders(testing::SmolLmPath());
   }
   static void TearDownTestSuite() {
     delete gguf_model_;

@@ -15,11 +15,7 @@ namespace {
 class SmolLmTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string path = testing::SmolLmPath();
-    if (path.empty()) return;
-    auto m = LlamaModel::FromGguf(path);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = new LlamaModel(std::move(*m));
+    model_ = testing::NewSmolLm();
   }
   static void TearDownTestSuite() {
     delete model_;

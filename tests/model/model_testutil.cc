@@ -1,5 +1,6 @@
 #include "model/model_testutil.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -46,6 +47,17 @@ nlohmann::json LoadTestJson(const std::string& name) {
 
 std::string SharedText(const std::string& name) {
   return std::string(SPARQ_SHARED_DIR) + "/data/text/" + name;
+}
+
+LlamaModel* NewSmolLm() {
+  const std::string path = SmolLmPath();
+  if (path.empty()) return nullptr;
+  auto m = LlamaModel::FromGguf(path);
+  if (!m.ok()) {
+    ADD_FAILURE() << m.status().ToString();
+    return nullptr;
+  }
+  return new LlamaModel(std::move(*m));
 }
 
 }  // namespace sparq::testing

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "sparq/model.h"
+
 namespace sparq::testing {
 
 // $SPARQ_MODEL, else ${SPARQ_CACHE:-$HOME/.cache/sparq}/models/SmolLM2-135M-Instruct.Q4_1.gguf;
@@ -11,6 +13,9 @@ namespace sparq::testing {
 std::string SmolLmPath();
 inline constexpr const char* kModelMissing =
     "SmolLM2-135M-Instruct.Q4_1.gguf not found: run scripts/fetch_model.sh or set SPARQ_MODEL";
+// The SmolLM2 GGUF loaded as the dense model (for fixtures' SetUpTestSuite; the caller owns it).
+// Null if the file is missing (tests skip) or does not load (a test failure is recorded).
+LlamaModel* NewSmolLm();
 
 // Whole file as bytes ("" if missing).
 std::string ReadFileOrEmpty(const std::string& path);
