@@ -6,23 +6,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "src/cpu/attention.h"
 #include "src/model/llama_internal.h"
 
 namespace sparq {
 namespace {
-
-// Sum of a[i] * b[i] with 8 independent partial sums (vectorizable without -ffast-math; the
-// summation order is fixed, so results do not depend on threads).
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // Rotates adjacent pairs (2i, 2i+1) of the first rope_dim dims of every head of x[n, heads*hd]
 // by angle pos * theta^(-2i/rope_dim), pos = pos0 + row (ggml's GGML_ROPE_TYPE_NORM).
@@ -94,17 +82,8 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
     const int64_t g = h / group;
     std::vector<float> sc(static_cast<size_t>(total));
     for (int64_t i = 0; i < n; ++i) {
-      const float* qi = q + i * d + h * hd;
-      const int64_t len = pos0 + i + 1;
-      for (int64_t j = 0; j < len; ++j) sc[j] = Dot(qi, kc + j * kvd + g * hd, hd) * scale;
-      Softmax(sc.data(), len);
-      float* o = out + i * d + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
-        const float p = sc[j];
-        const float* vj = vc + j * kvd + g * hd;
-        for (int64_t e = 0; e < hd; ++e) o[e] += p * vj[e];
-      }
+      cpu::AttendRow(q + i * d + h * hd, kc + g * hd, vc + g * hd, pos0 + i + 1, kvd, hd, scale,
+                     sc.data(), out + i * d + h * hd);
     }
   };
   if (pool != nullptr && pool->num_threads() > 1) {
