@@ -20,7 +20,8 @@ struct Shape {
   int64_t m, k;
 };
 const Shape kShapes[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {576, 576}, {1536, 576}, {576, 1536}};
-const char* kPatterns[] = {"dense", "2:4", "vnm:16:2:4", "unstructured:0.9", "block:32x32:0.9"};
+const char* kPatterns[] = {"dense", "2:4", "vnm:16:2:4", "unstructured:0.5", "unstructured:0.9",
+                           "block:32x32:0.9"};
 const int64_t kNs[] = {1, 16, 512};
 
 std::vector<float> Random(size_t n, uint64_t seed) {
@@ -90,8 +91,11 @@ int Register() {
           for (DType dt : {DType::kF32, DType::kBF16}) {
             const Pattern p = *Pattern::Parse(pat);
             const bool dense = p.kind == PatternKind::kDense;
+            // Unstructured rows are a bit mask from kMaskMinDensity kept up, else column lists.
+            const bool mask = p.kind == PatternKind::kUnstructured && 1.0 - p.fraction >= cpu::kMaskMinDensity;
             const cpu::PackedKind want = dense && dt == DType::kF32 ? cpu::PackedKind::kDenseF32
                                          : p.kind == PatternKind::kNM ? cpu::PackedKind::kNm
+                                         : mask                       ? cpu::PackedKind::kMask
                                                                       : cpu::PackedKind::kScg;
             if (want != kern.kind) continue;
             const std::string name = std::string(kern.name) + "/" + pat + "/" + std::string(DTypeName(dt)) + "/" + shape;

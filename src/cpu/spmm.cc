@@ -25,6 +25,14 @@ void ScgTiledT(const ScgWeight* w, int64_t nt, int64_t g0, int64_t g1, const flo
                int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
   ScgTiled(*w, nt, g0, g1, xt, kc0, kc1, cursor, scratch);
 }
+void MaskDecodeT(const MaskWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
+                 float* raw) {
+  MaskDecode(*w, xpad, n, r0, r1, raw);
+}
+void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
+                int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch) {
+  MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch);
+}
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 
@@ -52,6 +60,8 @@ HWY_EXPORT(NmDecodeT);
 HWY_EXPORT(ScgDecodeT);
 HWY_EXPORT(NmTiledT);
 HWY_EXPORT(ScgTiledT);
+HWY_EXPORT(MaskDecodeT);
+HWY_EXPORT(MaskTiledT);
 HWY_EXPORT(TileWidthT);
 HWY_EXPORT(TargetNameT);
 
@@ -64,6 +74,10 @@ namespace {
 // is cheap per token); CSR gathers cost more per token, so shared-column layouts switch at 4.
 constexpr int64_t kNmDecodeMaxN = 16;
 constexpr int64_t kScgDecodeMaxN = 4;
+// The bit-mask decode expands each 16 columns once for up to 4 tokens, so it stays ahead of the
+// tiled kernel further: measured at 50% (4096x4096 and 1536x576, one thread), decode is 2-5x
+// faster up to n = 8, 1.4x at 12, even at 16.
+constexpr int64_t kMaskDecodeMaxN = 12;
 // Fewest multiply-adds per task: below, thread hand-off costs more than it saves.
 constexpr int64_t kMinTaskWork = 1 << 16;
 // Most tasks per call: enough to balance 2..8 threads, few enough to keep per-task setup small.
@@ -138,6 +152,13 @@ std::vector<int64_t> RowCost(const PackedWeight& w) {
     for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * w.nm.chunks * kNmChunk;
     return cum;
   }
+  if (w.kind == PackedKind::kMask) {
+    // Decode steps through every 16 columns (a vector step costs about as much as two kept
+    // weights), and each kept weight is a load and an FMA.
+    std::vector<int64_t> cum(w.rows + 1);
+    for (int64_t r = 0; r <= w.rows; ++r) cum[r] = w.mask.row_ptr[r] + r * w.mask.chunks * 2;
+    return cum;
+  }
   const ScgWeight& s = w.scg;
   std::vector<int64_t> cum(s.groups() + 1);
   // Each group costs its columns times g, plus a little per row (setup and write-out).
@@ -196,13 +217,19 @@ void RunDenseBlas(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool) {
   for (int64_t t = 0; t < a.n; ++t) ApplyEpilogueRow(a.y + t * a.ldy, t, 0, w.rows, w.rows, a.ep);
 }
 
+// X copied to rows of k_pad floats, zero beyond cols (the padded kernels read whole chunks).
+float* PaddedX(const SpmmArgs& a, int64_t cols, int64_t k_pad) {
+  float* xpad = ThreadBuffer(0, a.n * k_pad);
+  for (int64_t t = 0; t < a.n; ++t) {
+    std::memcpy(xpad + t * k_pad, a.x + t * a.ldx, cols * sizeof(float));
+    std::fill(xpad + t * k_pad + cols, xpad + (t + 1) * k_pad, 0.0f);
+  }
+  return xpad;
+}
+
 void RunNmDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const NmWeight& w = pw.nm;
-  float* xpad = ThreadBuffer(0, a.n * w.k_pad);
-  for (int64_t t = 0; t < a.n; ++t) {
-    std::memcpy(xpad + t * w.k_pad, a.x + t * a.ldx, w.cols * sizeof(float));
-    std::fill(xpad + t * w.k_pad + w.cols, xpad + (t + 1) * w.k_pad, 0.0f);
-  }
+  const float* xpad = PaddedX(a, w.cols, w.k_pad);
   const auto bounds = SplitTasks(RowCost(pw), a.n);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t r0 = bounds[task], r1 = bounds[task + 1];
@@ -234,6 +261,18 @@ void RunScgDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
     const int64_t r0 = w.group_row[g0], r1 = w.group_row[g1];
     float* raw = ThreadBuffer(1, a.n * (r1 - r0));
     HWY_DYNAMIC_DISPATCH(ScgDecodeT)(&w, x, ldx, a.n, g0, g1, raw);
+    WriteRaw(raw, a.n, r0, r1, a, w.rows);
+  });
+}
+
+void RunMaskDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const MaskWeight& w = pw.mask;
+  const float* xpad = PaddedX(a, w.cols, w.k_pad());
+  const auto bounds = SplitTasks(RowCost(pw), a.n, 1, 4);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    const int64_t r0 = bounds[task], r1 = bounds[task + 1];
+    float* raw = ThreadBuffer(1, a.n * (r1 - r0));
+    HWY_DYNAMIC_DISPATCH(MaskDecodeT)(&w, xpad, a.n, r0, r1, raw);
     WriteRaw(raw, a.n, r0, r1, a, w.rows);
   });
 }
@@ -279,6 +318,34 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
         HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, nt, r0, r1, xtt, c0, std::min(w.chunks, c0 + kb_chunks),
                                        scratch);
+      }
+      WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
+    }
+  });
+}
+
+void RunMaskTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const MaskWeight& w = pw.mask;
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, a.n);
+  const float* xt = BuildXt(a, w.cols, w.k_pad(), nt, pool);
+  const int64_t tiles = CeilDiv(a.n, nt);
+  // As RunNmTiled: one tile streams whole rows, several tiles go by k blocks that keep their X^T
+  // slice in L1.
+  const int64_t kb_chunks = tiles == 1 ? std::max<int64_t>(1, w.chunks)
+                                       : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / kMaskChunk);
+  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows, 2);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    const int64_t r0 = bounds[task], r1 = bounds[task + 1];
+    float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
+    int64_t* cursor = reinterpret_cast<int64_t*>(ThreadBuffer(2, (r1 - r0) * 2));
+    int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(3, (r1 - r0) * 2 + 2 * (kb_chunks + 1) * kMaskChunk));
+    int32_t* off = reinterpret_cast<int32_t*>(row_off + (r1 - r0));
+    for (int64_t r = r0; r < r1; ++r) row_off[r - r0] = (r - r0) * nt;
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const float* xtt = xt + tile * w.k_pad() * nt;
+      for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
+        HWY_DYNAMIC_DISPATCH(MaskTiledT)(&w, nt, r0, r1, xtt, c0, std::min(w.chunks, c0 + kb_chunks),
+                                         cursor, off, scratch);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
     }
@@ -380,39 +447,24 @@ void ApplyEpilogueRow(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m,
   }
 }
 
-const std::vector<SpmmKernel>& SpmmRegistry() {
-  static const std::vector<SpmmKernel> kKernels = {
-      {"DenseF32Blas", PackedKind::kDenseF32, 0, INT64_MAX, false, RunDenseBlas},
-      {"SpmmNm_decode", PackedKind::kNm, 0, kNmDecodeMaxN, true, RunNmDecode},
-      {"SpmmNm_tiled", PackedKind::kNm, kNmDecodeMaxN + 1, INT64_MAX, true, RunNmTiled},
-      {"SpmmScg_decode", PackedKind::kScg, 0, kScgDecodeMaxN, true, RunScgDecode},
-      {"SpmmScg_tiled", PackedKind::kScg, kScgDecodeMaxN + 1, INT64_MAX, true, RunScgTiled},
-  };
-  return kKernels;
-}
-
-const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n) {
-  ApplyMaxIsaFromEnv();
-  for (const auto& k : SpmmRegistry()) {
-    if (k.kind == w.kind && n >= k.min_n && n <= k.max_n) return k;
-  }
-  return SpmmRegistry().front();  // unreachable: every kind has rows covering all n
-}
-
-std::string ApplyMaxIsaFromEnv() {
+namespace {
+// Every product dispatches through here: a flag test, not the target list (building that string
+// on every call cost 3% of a whole model's decode).
+void ApplyMaxIsaOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     const char* env = std::getenv("SPARQ_MAX_ISA");
     if (!env || !*env) return;
     const std::string s(env);
     int64_t cap = 0;
+    if (s == "AVX3_DL") cap = HWY_AVX3_DL;
     if (s == "AVX3" || s == "AVX512") cap = HWY_AVX3;
     if (s == "AVX2") cap = HWY_AVX2;
     if (s == "SSE4") cap = HWY_SSE4;
     if (s == "SSSE3") cap = HWY_SSSE3;
     if (s == "EMU128" || s == "SCALAR") cap = HWY_EMU128 | HWY_SCALAR;
     if (cap == 0) {
-      std::fprintf(stderr, "sparq: SPARQ_MAX_ISA=%s not recognised (AVX3, AVX2, SSE4, SSSE3, SCALAR)\n",
+      std::fprintf(stderr, "sparq: SPARQ_MAX_ISA=%s not recognised (AVX3_DL, AVX3, AVX2, SSE4, SSSE3, SCALAR)\n",
                    env);
       return;
     }
@@ -423,6 +475,32 @@ std::string ApplyMaxIsaFromEnv() {
     }
     if (allowed) hwy::SetSupportedTargetsForTest(allowed);
   });
+}
+}  // namespace
+
+const std::vector<SpmmKernel>& SpmmRegistry() {
+  static const std::vector<SpmmKernel> kKernels = {
+      {"DenseF32Blas", PackedKind::kDenseF32, 0, INT64_MAX, false, RunDenseBlas},
+      {"SpmmNm_decode", PackedKind::kNm, 0, kNmDecodeMaxN, true, RunNmDecode},
+      {"SpmmNm_tiled", PackedKind::kNm, kNmDecodeMaxN + 1, INT64_MAX, true, RunNmTiled},
+      {"SpmmScg_decode", PackedKind::kScg, 0, kScgDecodeMaxN, true, RunScgDecode},
+      {"SpmmScg_tiled", PackedKind::kScg, kScgDecodeMaxN + 1, INT64_MAX, true, RunScgTiled},
+      {"SpmmMask_decode", PackedKind::kMask, 0, kMaskDecodeMaxN, true, RunMaskDecode},
+      {"SpmmMask_tiled", PackedKind::kMask, kMaskDecodeMaxN + 1, INT64_MAX, true, RunMaskTiled},
+  };
+  return kKernels;
+}
+
+const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n) {
+  ApplyMaxIsaOnce();
+  for (const auto& k : SpmmRegistry()) {
+    if (k.kind == w.kind && n >= k.min_n && n <= k.max_n) return k;
+  }
+  return SpmmRegistry().front();  // unreachable: every kind has rows covering all n
+}
+
+std::string ApplyMaxIsaFromEnv() {
+  ApplyMaxIsaOnce();
   std::string out;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) out += std::string(hwy::TargetName(t)) + " ";
   return out + "(running " + HWY_DYNAMIC_DISPATCH(TargetNameT)() + ")";

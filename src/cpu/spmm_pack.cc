@@ -2,6 +2,7 @@
 // Everything here reads data that may come from a file, so every index is checked before use and
 // every error names the tensor part and position.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -190,7 +191,58 @@ Result<PackedWeight> PackDense(const DenseMatrix& d, const std::string& name, Pa
 
 // CSR-like input (CSR directly, COO converted): row_start[r]..row_start[r+1] into col/value
 // arrays given by accessors.
-Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, PackedWeight pw) {
+bool UseMask(CsrLayout layout, double density) {
+  if (layout == CsrLayout::kAuto) {
+    static const CsrLayout env = [] {
+      const char* e = std::getenv("SPARQ_CSR_LAYOUT");  // experiments: compare the two layouts
+      if (e && std::string(e) == "columns") return CsrLayout::kColumns;
+      if (e && std::string(e) == "bitmask") return CsrLayout::kBitmask;
+      return CsrLayout::kAuto;
+    }();
+    layout = env;
+  }
+  if (layout == CsrLayout::kAuto) return density >= kMaskMinDensity;
+  return layout == CsrLayout::kBitmask;
+}
+
+// kMask from validated CSR arrays (ascending columns < cols per row).
+Result<PackedWeight> PackMask(const CsrMatrix& s, const std::string& name, DType vt,
+                              PackedWeight pw) {
+  const int64_t* rp = s.row_ptr.data_as<int64_t>();
+  const int64_t nnz = rp[s.rows];
+  MaskWeight& w = pw.mask;
+  w.rows = s.rows;
+  w.cols = s.cols;
+  w.chunks = CeilDiv(s.cols, int64_t{kMaskChunk});
+  w.value_dtype = vt;
+  SPARQ_ASSIGN_OR_RETURN(w.bits, Tensor::TryAlloc(DType::kU16, {s.rows * w.chunks}, name + ".bits"));
+  SPARQ_ASSIGN_OR_RETURN(w.values, Tensor::TryAlloc(vt, {nnz + 2 * kMaskChunk}, name + ".values"));
+  uint16_t* bits = w.bits.mutable_data_as<uint16_t>();
+  std::fill(bits, bits + s.rows * w.chunks, uint16_t{0});
+  w.row_ptr.assign(rp, rp + s.rows + 1);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+      const int64_t c = int64_t(IndexAt(s.col_idx, p));
+      bits[r * w.chunks + c / kMaskChunk] |= uint16_t(1u << (c % kMaskChunk));
+    }
+  }
+  for (int64_t p = 0; p < nnz; ++p) StoreValue(w.values, p, s.values, p);
+  for (int64_t p = nnz; p < nnz + 2 * kMaskChunk; ++p) {
+    if (vt == DType::kBF16) {
+      w.values.mutable_data_as<uint16_t>()[p] = 0;
+    } else {
+      w.values.mutable_data_as<float>()[p] = 0.0f;
+    }
+  }
+  pw.kind = PackedKind::kMask;
+  pw.source = "csr " + std::string(DTypeName(vt)) + " as bitmask";
+  pw.weight_bytes = DTypeBytes(vt, uint64_t(nnz)) + w.bits.nbytes() + 8 * (uint64_t(s.rows) + 1);
+  pw.stored = nnz;
+  return pw;
+}
+
+Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, PackedWeight pw,
+                             CsrLayout layout) {
   if (s.row_ptr.dtype() != DType::kI64 || s.row_ptr.numel() != uint64_t(s.rows) + 1 ||
       s.row_ptr.data() == nullptr) {
     return InvalidInput(name + ".row_ptr: want i64 [" + std::to_string(s.rows + 1) + "], got " +
@@ -219,6 +271,11 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
     return InvalidInput(Pos(name, "row_ptr", s.rows) + " = " + std::to_string(rp[s.rows]) +
                         ", want nnz " + std::to_string(nnz));
   }
+  const DType vt = PackedValueType(s.values.dtype());
+  const double all = static_cast<double>(s.rows) * static_cast<double>(s.cols);
+  if (UseMask(layout, all > 0 ? static_cast<double>(nnz) / all : 0.0)) {
+    return PackMask(s, name, vt, std::move(pw));
+  }
   pw.kind = PackedKind::kScg;
   ScgBuilder b;
   b.w.rows = s.rows;
@@ -230,7 +287,6 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
     b.w.group_row.push_back(r);
     b.w.group_ptr.push_back(rp[r]);
   }
-  const DType vt = PackedValueType(s.values.dtype());
   SPARQ_ASSIGN_OR_RETURN(pw.scg, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst,
                                                         int64_t at) { StoreValue(dst, at, s.values, p); }));
   pw.source = std::string("csr ") + std::string(DTypeName(vt)) + (pw.scg.idx16 ? " u16" : " u32");
@@ -239,7 +295,8 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
   return pw;
 }
 
-Result<PackedWeight> PackCoo(const CooMatrix& s, const std::string& name, PackedWeight pw) {
+Result<PackedWeight> PackCoo(const CooMatrix& s, const std::string& name, PackedWeight pw,
+                             CsrLayout layout) {
   const uint64_t nnz = s.values.numel();
   SPARQ_RETURN_IF_ERROR(CheckValues(name, s.values, nnz));
   SPARQ_RETURN_IF_ERROR(CheckIndexTensor(name, "row_idx", s.row_idx, nnz, false));
@@ -262,7 +319,7 @@ Result<PackedWeight> PackCoo(const CooMatrix& s, const std::string& name, Packed
   for (int64_t r = 0; r < s.rows; ++r) rp[r + 1] += rp[r];
   csr.col_idx = s.col_idx;
   csr.values = s.values;
-  return PackCsr(csr, name, std::move(pw));
+  return PackCsr(csr, name, std::move(pw), layout);
 }
 
 Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, PackedWeight pw) {
@@ -490,7 +547,22 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
 
 }  // namespace
 
-Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name) {
+const int32_t* ExpandTable8() {
+  static const std::vector<int32_t> table = [] {
+    std::vector<int32_t> t(256 * 8);
+    for (int mask = 0; mask < 256; ++mask) {
+      int rank = 0;
+      for (int j = 0; j < 8; ++j) {
+        t[mask * 8 + j] = (mask >> j) & 1 ? rank++ : static_cast<int32_t>(0x80000000u);
+      }
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
+                          const PackOptions& options) {
   PackedWeight pw;
   std::visit([&](const auto& s) { pw.rows = s.rows; pw.cols = s.cols; }, matrix);
   SPARQ_RETURN_IF_ERROR(CheckDims(name, pw.rows, pw.cols));
@@ -498,8 +570,10 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name) {
       [&](const auto& s) -> Result<PackedWeight> {
         using T = std::decay_t<decltype(s)>;
         if constexpr (std::is_same_v<T, DenseMatrix>) return PackDense(s, name, std::move(pw));
-        if constexpr (std::is_same_v<T, CsrMatrix>) return PackCsr(s, name, std::move(pw));
-        if constexpr (std::is_same_v<T, CooMatrix>) return PackCoo(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, CsrMatrix>) return PackCsr(s, name, std::move(pw), options.csr_layout);
+        if constexpr (std::is_same_v<T, CooMatrix>) {
+          return PackCoo(s, name, std::move(pw), options.csr_layout);
+        }
         if constexpr (std::is_same_v<T, BsrMatrix>) return PackBsr(s, name, std::move(pw));
         if constexpr (std::is_same_v<T, NmMatrix>) return PackNm(s, name, std::move(pw));
         if constexpr (std::is_same_v<T, VnmMatrix>) return PackVnm(s, name, std::move(pw));

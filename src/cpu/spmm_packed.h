@@ -12,6 +12,11 @@
 //          a row of X^T) feeds g rows. CSR / COO / other N:M are g = 1; BSR and V:N:M share
 //          columns across the rows of a block row / slab; dense bf16 is g = 4 with implicit
 //          columns 0..k-1 (no index bytes).
+//  - kMask: unstructured rows (CSR / COO) dense enough that one bit per weight costs fewer bytes
+//          than a 16-bit column index per kept weight (density >= kMaskMinDensity): a u16 bit mask
+//          per 16 columns plus the kept values packed row after row. Decode expands the values in
+//          registers to a dense 16-column vector and multiplies it with contiguous X (no gather);
+//          the tiled kernels turn each k block's bits into column offsets.
 // Values are f32 or bf16 (f16 is widened to f32 at pack time: correct, not fast).
 #pragma once
 
@@ -66,7 +71,28 @@ struct ScgWeight {
   }
 };
 
-enum class PackedKind : uint8_t { kDenseF32, kNm, kScg };
+// Columns per bit-mask word of the kMask layout.
+inline constexpr int kMaskChunk = 16;
+
+struct MaskWeight {
+  int64_t rows = 0, cols = 0;
+  int64_t chunks = 0;                // ceil(cols / kMaskChunk) per row; X is zero-padded to k_pad
+  DType value_dtype = DType::kF32;   // kF32 or kBF16
+  Tensor bits;                       // u16 [rows, chunks]: bit j of (r, c) keeps W[r, c * 16 + j]
+  std::vector<int64_t> row_ptr;      // [rows + 1]: row r's kept values are [row_ptr[r], [r+1])
+  Tensor values;                     // f32/bf16 [nnz + 2 * kMaskChunk], kept values in column
+                                     // order; the zero tail lets a 32-value load start at any value
+  int64_t k_pad() const { return chunks * kMaskChunk; }
+};
+
+// Lowest density (kept / all) packed as kMask instead of column indices. Bytes alone favour the
+// mask above 1/16 (one bit per weight against 16 per kept weight), but decode then spends a
+// vector step per 16 columns however few are kept. Measured here (4096x4096, one thread, AVX-512,
+// f32 and bf16): at n = 1 the mask is faster up to 80% sparsity and slower from 85%; at n = 4
+// faster up to 90%; at n = 512 (tiled) 1.5-3x faster at 50%. See docs/kernels.md.
+inline constexpr double kMaskMinDensity = 0.2;
+
+enum class PackedKind : uint8_t { kDenseF32, kNm, kScg, kMask };
 
 struct PackedWeight {
   PackedKind kind = PackedKind::kDenseF32;
@@ -75,13 +101,28 @@ struct PackedWeight {
   Tensor dense;           // kDenseF32: f32 [rows, cols]
   NmWeight nm;
   ScgWeight scg;
+  MaskWeight mask;
   uint64_t weight_bytes = 0;  // bytes a product streams: values + indices/metadata
   int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
 };
 
+// How CSR / COO rows are laid out: by density (kAuto: kMask from kMaskMinDensity up, unless the
+// environment variable SPARQ_CSR_LAYOUT=columns|bitmask says otherwise, for experiments), or
+// forced (tests run both layouts on the same matrices).
+enum class CsrLayout : uint8_t { kAuto, kColumns, kBitmask };
+struct PackOptions {
+  CsrLayout csr_layout = CsrLayout::kAuto;
+};
+
 // Validates `matrix` (shapes, dtypes, index ranges, N:M metadata) and packs it. Errors name
 // `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").
-Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name);
+Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
+                          const PackOptions& options = {});
+
+// Lane permutations that expand up to 8 packed values to the set bits of an 8-bit mask (for
+// targets without an expand instruction): entry [mask][j] is the rank of lane j among the set
+// bits, with the sign bit set where bit j is clear (the lane becomes zero).
+const int32_t* ExpandTable8();
 
 // Value of weight p of an f32/bf16 value array, widened to f32.
 inline float ValueAt(const Tensor& values, int64_t p) {

@@ -44,6 +44,21 @@ void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* /*pool*
         }
         break;
       }
+      case PackedKind::kMask: {
+        const MaskWeight& mw = w.mask;
+        const uint16_t* bits = mw.bits.data_as<uint16_t>();
+        for (int64_t r = 0; r < w.rows; ++r) {
+          int64_t p = mw.row_ptr[r];
+          for (int64_t c = 0; c < mw.chunks; ++c) {
+            for (int j = 0; j < kMaskChunk; ++j) {
+              if ((bits[r * mw.chunks + c] >> j) & 1) {
+                acc[r] += double(ValueAt(mw.values, p++)) * x[c * kMaskChunk + j];
+              }
+            }
+          }
+        }
+        break;
+      }
     }
     for (int64_t r = 0; r < w.rows; ++r) {
       a.y[t * a.ldy + r] = ApplyEpilogue(static_cast<float>(acc[r]), t, r, w.rows, a.ep);

@@ -22,10 +22,13 @@ struct Case {
   FormatKind format;
   std::string pattern;
   DType dtype;
+  cpu::CsrLayout layout = cpu::CsrLayout::kAuto;  // CSR / COO: column indices or bit mask
 };
 
 std::string Name(const Case& c) {
-  return std::string(FormatName(c.format)) + " " + c.pattern + " " + std::string(DTypeName(c.dtype));
+  const char* layout[] = {"", " (columns)", " (bitmask)"};
+  return std::string(FormatName(c.format)) + " " + c.pattern + " " + std::string(DTypeName(c.dtype)) +
+         layout[static_cast<int>(c.layout)];
 }
 
 std::vector<Case> AllCases() {
@@ -52,6 +55,12 @@ std::vector<Case> AllCases() {
     cases.push_back({FormatKind::kBsr, "block:16x16:0.7", dt});
     cases.push_back({FormatKind::kVNM, "vnm:2:2:4", dt});
     cases.push_back({FormatKind::kVNM, "vnm:6:1:4", dt});
+    // Both CSR layouts at densities on either side of kMaskMinDensity, and the extremes.
+    for (const char* pat : {"unstructured:0.0", "unstructured:0.5", "unstructured:0.95", "unstructured:1.0"}) {
+      cases.push_back({FormatKind::kCsr, pat, dt, cpu::CsrLayout::kColumns});
+      cases.push_back({FormatKind::kCsr, pat, dt, cpu::CsrLayout::kBitmask});
+    }
+    cases.push_back({FormatKind::kCoo, "unstructured:0.6", dt, cpu::CsrLayout::kBitmask});
   }
   return cases;
 }
@@ -69,8 +78,12 @@ Built Build(const Case& c, int64_t m, int64_t k, uint64_t seed) {
   EXPECT_TRUE(s.ok()) << Name(c) << ": " << s.status().ToString();
   Built b;
   b.dense = testing_cpu::Densify(*s);
-  auto pw = cpu::Pack(*s, "w");
+  auto pw = cpu::Pack(*s, "w", cpu::PackOptions{c.layout});
   EXPECT_TRUE(pw.ok()) << Name(c) << ": " << pw.status().ToString();
+  if (pw.ok() && c.layout != cpu::CsrLayout::kAuto) {
+    EXPECT_EQ(pw->kind, c.layout == cpu::CsrLayout::kBitmask ? cpu::PackedKind::kMask
+                                                            : cpu::PackedKind::kScg) << Name(c);
+  }
   b.packed = std::move(pw).value();
   return b;
 }
@@ -162,6 +175,9 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
                         {FormatKind::kNM, "4:8", DType::kF32},
                         {FormatKind::kCsr, "unstructured:0.9", DType::kBF16},
                         {FormatKind::kCsr, "unstructured:0.5", DType::kF32},
+                        {FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask},
+                        {FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kBitmask},
+                        {FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kColumns},
                         {FormatKind::kBsr, "block:4x4:0.5", DType::kF32},
                         {FormatKind::kVNM, "vnm:4:2:4", DType::kBF16},
                         {FormatKind::kDense, "dense", DType::kBF16}};
@@ -198,6 +214,7 @@ TEST(SpmmTest, EpilogueBiasActivationResidual) {
                         Case{FormatKind::kDense, "dense", DType::kF32},
                         Case{FormatKind::kDense, "dense", DType::kBF16},
                         Case{FormatKind::kCsr, "unstructured:0.8", DType::kBF16},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},
                         Case{FormatKind::kBsr, "block:2x2:0.5", DType::kF32}}) {
     const Built b = Build(c, m, k, 9);
     for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu, Activation::kSilu}) {
@@ -227,6 +244,8 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
   ThreadPool p1(1), p2(2), p3(3);
   for (const Case& c : {Case{FormatKind::kNM, "2:4", DType::kF32},
                         Case{FormatKind::kCsr, "unstructured:0.9", DType::kBF16},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kColumns},
                         Case{FormatKind::kBsr, "block:16x16:0.5", DType::kF32},
                         Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
                         Case{FormatKind::kDense, "dense", DType::kBF16}}) {
@@ -276,6 +295,37 @@ TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
     std::vector<double> want, abs_sum;
     testing_cpu::ReferenceForward(w, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
     ExpectClose(want, abs_sum, y.data(), n, m, m, k, "LinearWeight");
+  }
+}
+
+TEST(LinearWeightTest, CsrLayoutFollowsDensity) {
+  // 50% kept: one bit per weight (2 bytes per 16 columns) beats a u16 index per kept weight, so
+  // the rows are packed as a bit mask; 5% kept: column indices.
+  const int64_t m = 24, k = 100;  // 7 chunks of 16 columns per row, the last one partial
+  for (double sparsity : {0.5, 0.95}) {
+    std::vector<float> w = testing_cpu::PatternWeights(Pattern::Unstructured(sparsity), m, k, 8);
+    auto s = CsrMatrix::FromDense(w, m, k, DType::kF32);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const uint64_t nnz = s->values.numel();
+    auto lw = LinearWeight::FromMatrix(std::move(s).value(), "w");
+    ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+    if (sparsity == 0.5) {
+      EXPECT_EQ(lw->kernel_name(1), "SpmmMask_decode(csr f32 as bitmask)");
+      EXPECT_EQ(lw->kernel_name(12), "SpmmMask_decode(csr f32 as bitmask)");
+      EXPECT_EQ(lw->kernel_name(13), "SpmmMask_tiled(csr f32 as bitmask)");
+      EXPECT_EQ(lw->weight_bytes(), nnz * 4 + uint64_t(m) * 7 * 2 + 8 * uint64_t(m + 1));
+    } else {
+      EXPECT_EQ(lw->kernel_name(1), "SpmmScg_decode(csr f32 u16)");
+      EXPECT_EQ(lw->weight_bytes(), nnz * 4 + nnz * 2 + 8 * uint64_t(m + 1));
+    }
+    for (int64_t n : {1, 5, 40}) {
+      const std::vector<float> x = RandomVector(n * k, 9);
+      std::vector<float> y(n * m);
+      lw->Forward(x.data(), n, y.data(), nullptr);
+      std::vector<double> want, abs_sum;
+      testing_cpu::ReferenceForward(w, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
+      ExpectClose(want, abs_sum, y.data(), n, m, m, k, "CSR " + std::to_string(sparsity));
+    }
   }
 }
 
