@@ -1,14 +1,26 @@
-// Decode attention of one query row (see attention.cc).
+// Decode attention over a KV cache in key ranges (see attention.cc): each range gives a partial
+// result (its max score, its sum of exp(score - max) and its unnormalized output), and the
+// partials of one query and head merge into the softmax-weighted sum over all keys. Splitting the
+// keys lets the heads that share a KV head read it once and balances threads.
 #pragma once
 
 #include <cstdint>
 
 namespace sparq::cpu {
 
-// out[0, hd) = softmax_j(scale * q . k_j) weighted sum of v_j over j < len, where k_j = k + j *
-// stride and v_j = v + j * stride (rows of a KV cache). scores: room for len floats (left holding
-// the probabilities).
-void AttendRow(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
-               int64_t hd, float scale, float* scores, float* out);
+struct AttendPartial {
+  float max = 0.0f;
+  double sum = 0.0;
+  float* out = nullptr;  // [hd], caller's storage
+};
+
+// Over the len keys k_j = k + j * stride and values v_j = v + j * stride (rows of a KV cache):
+// scores s_j = scale * q . k_j; part->max = max_j s_j, part->sum = sum_j exp(s_j - max) and
+// part->out = sum_j exp(s_j - max) v_j. scores: room for len floats. len may be 0.
+void AttendRange(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
+                 int64_t hd, float scale, float* scores, AttendPartial* part);
+
+// out[0, hd) = the softmax-weighted sum over the union of the ranges, merged in order.
+void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out);
 
 }  // namespace sparq::cpu

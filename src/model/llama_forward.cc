@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "sparq/checked.h"
 #include "src/cpu/attention.h"
 #include "src/model/llama_internal.h"
 
@@ -77,19 +78,45 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
     }
     return;
   }
-  // Decode: one task per head, plain loops.
-  auto task = [&](int64_t h, int) {
-    const int64_t g = h / group;
-    std::vector<float> sc(static_cast<size_t>(total));
-    for (int64_t i = 0; i < n; ++i) {
-      cpu::AttendRow(q + i * d + h * hd, kc + g * hd, vc + g * hd, pos0 + i + 1, kvd, hd, scale,
-                     sc.data(), out + i * d + h * hd);
+  // Decode: tasks of (KV head, key range). A task runs the `group` query heads that share its KV
+  // head over its keys, so the KV rows come from memory once and from cache for the next heads;
+  // key ranges (a count fixed by the context length, never by the thread count) balance the
+  // threads, and the partials of each query head merge in range order.
+  const int64_t ranges = std::clamp<int64_t>(total / 128, 1, 8);
+  const int64_t chunk = CeilDiv(total, ranges);
+  const int64_t tasks = c.n_head_kv * ranges;
+  const auto stride = static_cast<size_t>(hd + 1);
+  s->scores.resize(static_cast<size_t>(tasks) * static_cast<size_t>(chunk));
+  s->attn_part.resize(static_cast<size_t>(tasks * group * n) * stride);
+  std::vector<cpu::AttendPartial> parts(static_cast<size_t>(tasks * group * n));
+  for (size_t p = 0; p < parts.size(); ++p) parts[p].out = s->attn_part.data() + p * stride;
+  auto task = [&](int64_t t, int) {
+    const int64_t g = t / ranges, r = t % ranges;
+    const int64_t j0 = r * chunk;
+    float* sc = s->scores.data() + t * chunk;
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const int64_t h = g * group + hh;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t len = std::clamp<int64_t>(pos0 + i + 1 - j0, 0, chunk);
+        cpu::AttendRange(q + i * d + h * hd, kc + j0 * kvd + g * hd, vc + j0 * kvd + g * hd, len,
+                         kvd, hd, scale, sc, &parts[static_cast<size_t>((t * group + hh) * n + i)]);
+      }
     }
   };
   if (pool != nullptr && pool->num_threads() > 1) {
-    pool->ParallelFor(nh, task);
+    pool->ParallelFor(tasks, task);
   } else {
-    for (int64_t h = 0; h < nh; ++h) task(h, 0);
+    for (int64_t t = 0; t < tasks; ++t) task(t, 0);
+  }
+  std::vector<cpu::AttendPartial> row(static_cast<size_t>(ranges));
+  for (int64_t h = 0; h < nh; ++h) {
+    const int64_t g = h / group, hh = h % group;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < ranges; ++r) {
+        row[static_cast<size_t>(r)] = parts[static_cast<size_t>(((g * ranges + r) * group + hh) * n + i)];
+      }
+      cpu::MergeAttend(row.data(), ranges, hd, out + i * d + h * hd);
+    }
   }
 }
 

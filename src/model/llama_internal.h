@@ -20,6 +20,7 @@ struct LlamaModel::Impl {
 // (gate/up input), act (ffn_down input).
 struct BlockScratch {
   std::vector<float> attn_in, q, k, v, att, hidden, ffn_in, gate, up, act, scores, gathered;
+  std::vector<float> attn_part;  // decode attention: per (task, head, token) partial outputs
   void Reserve(const LlamaConfig& c, int64_t n, int64_t total_len);
 };
 

@@ -113,6 +113,31 @@ TEST_F(SmolLmTest, DecodeMatchesPrefillAndRerunsAreBitwise) {
   EXPECT_EQ(cache->length(), n);
 }
 
+TEST_F(SmolLmTest, LongContextDecodeMatchesPrefill) {
+  // From 256 cached tokens on, decode attention splits the keys into ranges (several tasks per KV
+  // head) and merges the partial softmaxes: the logits must still match the batched pass.
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Line " + std::to_string(i) + " of a long, repetitive text. ";
+  auto ids = model_->tokenizer().Encode(text);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GE(ids->size(), 400u);
+  ids->resize(400);
+  const int64_t n = 400, vocab = model_->config().n_vocab;
+  ThreadPool pool(2);
+  const std::vector<float> full = AllLogits(*ids, &pool);
+  auto cache = KvCache::Create(model_->config(), n);
+  ASSERT_TRUE(cache.ok());
+  std::vector<float> last(vocab);
+  ASSERT_TRUE(model_->Forward(std::span(*ids).first(n - 3), &*cache, last.data(), false, &pool).ok());
+  for (int64_t i = n - 3; i < n; ++i) {
+    ASSERT_TRUE(model_->Forward(std::span(*ids).subspan(i, 1), &*cache, last.data(), false, &pool)
+                    .ok());
+    for (int64_t j = 0; j < vocab; j += 97) {
+      ASSERT_NEAR(last[j], full[i * vocab + j], 2e-3) << "position " << i << " vocab " << j;
+    }
+  }
+}
+
 TEST_F(SmolLmTest, PerplexityOnWikiTextSlice) {
   const std::string wiki = testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
   if (wiki.empty()) GTEST_SKIP() << "wikitext missing";
