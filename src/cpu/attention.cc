@@ -5,6 +5,7 @@
 #define HWY_TARGET_INCLUDE "src/cpu/attention.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,8 +36,18 @@ void AttendPartialT(const float* q, const float* k, const float* v, int64_t len,
     scores[j] = s * scale;
     mx = std::max(mx, scores[j]);
   }
-  double sum = 0.0;
-  for (int64_t j = 0; j < len; ++j) {
+  // exp(s - max) through Highway's Exp (max error 1 ulp; libm's expf per score was 2% of a
+  // whole decode at 512 tokens of context), summed in vector lanes.
+  const auto vmx = hn::Set(df, mx);
+  auto vsum = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + L <= len; j += L) {
+    const auto ev = hn::Exp(df, hn::Sub(hn::LoadU(df, scores + j), vmx));
+    hn::StoreU(ev, df, scores + j);
+    vsum = hn::Add(vsum, ev);
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; j < len; ++j) {
     scores[j] = std::exp(scores[j] - mx);
     sum += scores[j];
   }
