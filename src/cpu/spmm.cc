@@ -78,8 +78,11 @@ constexpr int64_t kScgDecodeMaxN = 4;
 // tiled kernel further: measured at 50% (4096x4096 and 1536x576, one thread), decode is 2-5x
 // faster up to n = 8, 1.4x at 12, even at 16.
 constexpr int64_t kMaskDecodeMaxN = 12;
-// Fewest multiply-adds per task: below, thread hand-off costs more than it saves.
-constexpr int64_t kMinTaskWork = 1 << 16;
+// Fewest multiply-adds per task: below, thread hand-off costs more than it saves. 16K (a few
+// microseconds of decode): with 64K, SmolLM2's 576x576 layers made 3 decode tasks and its
+// 192x576 ones a single task, so 2 threads idled; at 16K the model's 2-thread decode went
+// 59.1 -> 63.0 tok/s (2:4 bf16) and 58.0 -> 60.3 (50% bf16), `sparq bench model`, 5 interleaved.
+constexpr int64_t kMinTaskWork = 1 << 14;
 // Most tasks per call: enough to balance 2..8 threads, few enough to keep per-task setup small.
 constexpr int64_t kMaxTasks = 64;
 // Fewest rows per task of the tiled kernels: every task streams all of X^T once per token tile,
