@@ -368,7 +368,7 @@ HWY_INLINE void MaskDecodeRows(const MaskWeight& w, const int32_t* lut, const fl
   if constexpr (R > q) {                                                       \
     const uint32_t bq = (b##q >> shift) & part_mask;                           \
     const auto v = ExpandValues<kBf16>(vp##q, bq, lut);                        \
-    vp##q += hwy::PopCount(bq) * vb;                                       \
+    vp##q += hwy::PopCount(bq) * vb;                                           \
     a##q##0 = hn::MulAdd(v, x0, a##q##0);                                      \
     if constexpr (T > 1) a##q##1 = hn::MulAdd(v, x1, a##q##1);                 \
     if constexpr (T > 2) a##q##2 = hn::MulAdd(v, x2, a##q##2);                 \
@@ -454,7 +454,6 @@ HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, 
 #undef SPARQ_BF16_ROW
   }
   if (c < w.chunks) {  // odd chunk count: the last 16 columns as the plain path does them
-    const DF df;
     const float* xc = x + c * kMaskChunk;
     const __m512 x0 = _mm512_load_ps(xc);
     const __m512 x1 = T > 1 ? _mm512_load_ps(xc + kp * (T > 1)) : x0;
@@ -474,7 +473,6 @@ HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, 
     SPARQ_BF16_LAST(2)
     SPARQ_BF16_LAST(3)
 #undef SPARQ_BF16_LAST
-    (void)df;
   }
   const int64_t rows = r1 - r0;
   float* out = raw + t0 * rows + (r - r0);
@@ -591,26 +589,26 @@ HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t 
   SPARQ_FOR_QV(SPARQ_ACC_STORE);
 }
 
-// Two CSR rows (g = 1 groups) at once, columns [pa0, pa1) and [pb0, pb1): the common length runs
-// with 2 * NV chains, the longer row's rest alone.
-template <int NV, bool kBf16>
-HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64_t pb0,
-                             int64_t pb1, const float* xt, float* scr, bool first) {
+// G (1 or 2) rows: kept weight i of row q has its X^T row at xt + off_q(i) and its value at
+// vals_q[i]. The common length runs with G * NV chains, the longer row's rest alone. CSR rows
+// (column indices) and bit-mask rows (offsets decoded per k block) share it.
+template <int G, int NV, bool kBf16, class Off0, class Off1>
+HWY_INLINE void PairTiledRows(Off0 off0, const void* vals0, int64_t cnt0, Off1 off1,
+                              const void* vals1, int64_t cnt1, const float* xt, float* scr,
+                              bool first) {
   const DF df;
-  constexpr int G = 2;
   const size_t L = hn::Lanes(df);
   const int64_t NT = NV * static_cast<int64_t>(L);
-  const void* vals = w.values.data();
   SPARQ_ACC_ROW(0);
   SPARQ_ACC_ROW(1);
   SPARQ_FOR_V(SPARQ_ACC_LOAD, 0);
   SPARQ_FOR_V(SPARQ_ACC_LOAD, 1);
-  const int64_t common = std::min(pa1 - pa0, pb1 - pb0);
+  const int64_t common = G > 1 ? std::min(cnt0, cnt1) : 0;
   for (int64_t i = 0; i < common; ++i) {
-    const float* xa = xt + w.Col(pa0 + i) * NT;
-    const float* xb = xt + w.Col(pb0 + i) * NT;
-    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals, pa0 + i));
-    const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals, pb0 + i));
+    const float* xa = xt + off0(i);
+    const float* xb = xt + off1(i);
+    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals0, i));
+    const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals1, i));
     a00 = hn::MulAdd(w0, hn::LoadU(df, xa), a00);
     a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
     if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xa + L), a01);
@@ -620,24 +618,38 @@ HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64
     if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
     if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
   }
-  for (int64_t p = pa0 + common; p < pa1; ++p) {
-    const float* xa = xt + w.Col(p) * NT;
-    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals, p));
+  for (int64_t i = common; i < cnt0; ++i) {
+    const float* xa = xt + off0(i);
+    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals0, i));
     a00 = hn::MulAdd(w0, hn::LoadU(df, xa), a00);
     if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xa + L), a01);
     if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xa + 2 * L), a02);
     if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
   }
-  for (int64_t p = pb0 + common; p < pb1; ++p) {
-    const float* xb = xt + w.Col(p) * NT;
-    const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals, p));
-    a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
-    if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xb + L), a11);
-    if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
-    if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
+  if constexpr (G > 1) {
+    for (int64_t i = common; i < cnt1; ++i) {
+      const float* xb = xt + off1(i);
+      const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals1, i));
+      a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
+      if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xb + L), a11);
+      if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
+      if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
+    }
   }
   SPARQ_FOR_V(SPARQ_ACC_STORE, 0);
   SPARQ_FOR_V(SPARQ_ACC_STORE, 1);
+}
+
+// Two CSR rows (g = 1 groups) at once, columns [pa0, pa1) and [pb0, pb1).
+template <int NV, bool kBf16>
+HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64_t pb0,
+                             int64_t pb1, const float* xt, float* scr, bool first) {
+  const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
+  const size_t vb = kBf16 ? 2 : 4;
+  PairTiledRows<2, NV, kBf16>([&](int64_t i) { return w.Col(pa0 + i) * NT; }, vals + pa0 * vb,
+                              pa1 - pa0, [&](int64_t i) { return w.Col(pb0 + i) * NT; },
+                              vals + pb0 * vb, pb1 - pb0, xt, scr, first);
 }
 
 // One group of G rows sharing columns; columns [p0, p1) (all < the k block's end).
@@ -750,56 +762,6 @@ HWY_INLINE int64_t MaskOffsets(const uint16_t* bits, int64_t c0, int64_t c1, int
   return cnt;
 }
 
-// G (1 or 2) rows: row q has cnt_q kept weights at offsets off_q with values from vals_q. The
-// common length runs with G * NV chains, the longer row's rest alone (as CsrTiledPair).
-template <int G, int NV, bool kBf16>
-HWY_INLINE void OffsetsTiledRows(const int32_t* off0, const void* vals0, int64_t cnt0,
-                                 const int32_t* off1, const void* vals1, int64_t cnt1,
-                                 const float* xt, float* scr, bool first) {
-  const DF df;
-  const size_t L = hn::Lanes(df);
-  const int64_t NT = NV * static_cast<int64_t>(L);
-  SPARQ_ACC_ROW(0);
-  SPARQ_ACC_ROW(1);
-  SPARQ_FOR_V(SPARQ_ACC_LOAD, 0);
-  SPARQ_FOR_V(SPARQ_ACC_LOAD, 1);
-  const int64_t common = G > 1 ? std::min(cnt0, cnt1) : 0;
-  for (int64_t i = 0; i < common; ++i) {
-    const float* xa = xt + off0[i];
-    const float* xb = xt + off1[i];
-    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals0, i));
-    const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals1, i));
-    a00 = hn::MulAdd(w0, hn::LoadU(df, xa), a00);
-    a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
-    if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xa + L), a01);
-    if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xb + L), a11);
-    if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xa + 2 * L), a02);
-    if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
-    if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
-    if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
-  }
-  for (int64_t i = common; i < cnt0; ++i) {
-    const float* xa = xt + off0[i];
-    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals0, i));
-    a00 = hn::MulAdd(w0, hn::LoadU(df, xa), a00);
-    if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xa + L), a01);
-    if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xa + 2 * L), a02);
-    if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
-  }
-  if constexpr (G > 1) {
-    for (int64_t i = common; i < cnt1; ++i) {
-      const float* xb = xt + off1[i];
-      const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals1, i));
-      a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
-      if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xb + L), a11);
-      if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
-      if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
-    }
-  }
-  SPARQ_FOR_V(SPARQ_ACC_STORE, 0);
-  SPARQ_FOR_V(SPARQ_ACC_STORE, 1);
-}
-
 // Rows [r0, r1) over chunks [c0, c1); cursor[r - r0]: the row's first value of this k block
 // (reset at c0 == 0, advanced here); off: room for 2 * ((c1 - c0) * 16 + 16) offsets.
 template <int NV, bool kBf16>
@@ -820,17 +782,19 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
     for (; r + 1 < r1; r += 2) {
       const int64_t n0 = MaskOffsets(bits + r * w.chunks, c0, c1, NT, off);
       const int64_t n1 = MaskOffsets(bits + (r + 1) * w.chunks, c0, c1, NT, off1);
-      OffsetsTiledRows<2, NV, kBf16>(off, vals + cursor[r - r0] * vb, n0, off1,
-                                     vals + cursor[r + 1 - r0] * vb, n1, xt,
-                                     scratch + (r - r0) * NT, first);
+      PairTiledRows<2, NV, kBf16>([off](int64_t i) { return off[i]; }, vals + cursor[r - r0] * vb,
+                                  n0, [off1](int64_t i) { return off1[i]; },
+                                  vals + cursor[r + 1 - r0] * vb, n1, xt, scratch + (r - r0) * NT,
+                                  first);
       cursor[r - r0] += n0;
       cursor[r + 1 - r0] += n1;
     }
   }
   for (; r < r1; ++r) {
     const int64_t n0 = MaskOffsets(bits + r * w.chunks, c0, c1, NT, off);
-    OffsetsTiledRows<1, NV, kBf16>(off, vals + cursor[r - r0] * vb, n0, off, nullptr, 0, xt,
-                                   scratch + (r - r0) * NT, first);
+    auto at = [off](int64_t i) { return off[i]; };
+    PairTiledRows<1, NV, kBf16>(at, vals + cursor[r - r0] * vb, n0, at, nullptr, 0, xt,
+                                scratch + (r - r0) * NT, first);
     cursor[r - r0] += n0;
   }
 }
