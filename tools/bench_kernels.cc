@@ -171,7 +171,9 @@ Status RunKernels(const Options& o) {
               "pattern", "val", "kernel", "ms", "GFLOP/s", "GB/s", "peer", "peer ms", "speedup",
               "sparse", "sp ms", "vs sp");
   std::mt19937_64 rng(42);
-  for (auto [m, k] : shapes) {
+  for (const auto& shape : shapes) {
+    // Plain locals, not a structured binding: lambdas below capture them (clang 14 cannot).
+    const int64_t m = shape.first, k = shape.second;
     std::vector<float> w0(size_t(m * k)), x(size_t(nmax * k)), y(size_t(nmax * m)), yref(size_t(nmax * m));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (auto& v : w0) v = u(rng);
