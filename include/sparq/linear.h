@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "sparq/format.h"
@@ -57,6 +58,19 @@ class LinearWeight {
   void Forward(const float* x, int64_t n, float* y, ThreadPool* pool) const {
     Forward(x, n, 0, y, 0, Epilogue{}, pool);
   }
+
+  // One product of ForwardShared: y [n, weight->rows()] (row-major, no padding) = ep(x W^T).
+  struct Output {
+    const LinearWeight* weight;
+    float* y;
+    Epilogue ep;
+  };
+  // Several weights on the same input x [n, cols] (every weight has the same cols), e.g. an
+  // attention block's q/k/v or an MLP's gate/up. Where their kernels allow (the few-token decode
+  // kernels of one storage kind), all products go out as one parallel call, so the threads wait
+  // once instead of once per weight. Each output's bits equal those of its own Forward.
+  static void ForwardShared(const float* x, int64_t n, std::span<const Output> outputs,
+                            ThreadPool* pool);
 
  private:
   struct Impl;

@@ -1,6 +1,8 @@
 // LinearWeight: pack once (spmm_pack.cc), then run the registry's kernel for each call.
 #include "sparq/linear.h"
 
+#include <vector>
+
 #include "src/cpu/spmm.h"
 
 namespace sparq {
@@ -57,6 +59,22 @@ void LinearWeight::Forward(const float* x, int64_t n, int64_t ldx, float* y, int
   a.ep = ep;
   SPARQ_DCHECK(a.ldx >= w.cols && a.ldy >= w.rows);
   cpu::ChooseKernel(w, n).run(w, a, pool);
+}
+
+void LinearWeight::ForwardShared(const float* x, int64_t n, std::span<const Output> outputs,
+                                 ThreadPool* pool) {
+  if (n <= 0) return;
+  std::vector<cpu::SharedInputJob> jobs;
+  jobs.reserve(outputs.size());
+  int64_t cols = -1;
+  for (const Output& o : outputs) {
+    if (o.weight == nullptr || !o.weight->impl_) continue;
+    const cpu::PackedWeight& w = o.weight->impl_->packed;
+    SPARQ_DCHECK(cols < 0 || cols == w.cols);
+    cols = w.cols;
+    jobs.push_back({&w, o.y, 0, o.ep});
+  }
+  cpu::RunSharedInput(x, n, 0, jobs.data(), jobs.size(), pool);
 }
 
 }  // namespace sparq

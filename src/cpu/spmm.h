@@ -42,6 +42,19 @@ struct SpmmKernel {
 const std::vector<SpmmKernel>& SpmmRegistry();
 const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n);
 
+// Several weights applied to the same X (q/k/v, gate/up): job j computes
+// Y_j = epilogue_j(X * W_j^T). Where every job runs a decode kernel over the same staged input, all
+// of them go out as one parallel call; otherwise one call each. Either way each job's output bits
+// equal those of its own ChooseKernel(...).run call.
+struct SharedInputJob {
+  const PackedWeight* w;
+  float* y;
+  int64_t ldy = 0;  // 0 means w->rows
+  Epilogue ep;
+};
+void RunSharedInput(const float* x, int64_t n, int64_t ldx, const SharedInputJob* jobs,
+                    size_t count, ThreadPool* pool);
+
 // The plain reference: loops over the packed layout, sums in double. For tests and as a fallback.
 void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <vector>
 
 #include "sparq/checked.h"
 #include "src/cpu/attention.h"
@@ -160,15 +162,8 @@ void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> token
 
 namespace {
 
-// y = W x for one slot, gathering x's columns first when the layer was stored permuted.
-void Linear(const LlamaBlock& b, LinearSlot slot, const float* x, int64_t n, float* y,
-            const Epilogue& ep, BlockScratch* s, ThreadPool* pool) {
-  const int i = static_cast<int>(slot);
-  const std::vector<int32_t>& perm = b.perm[i];
-  if (perm.empty()) {
-    b.linear[i].Forward(x, n, 0, y, 0, ep, pool);
-    return;
-  }
+// x's columns gathered by `perm` into s->gathered (layers stored permuted read their input so).
+const float* Gather(const std::vector<int32_t>& perm, const float* x, int64_t n, BlockScratch* s) {
   const auto k = static_cast<int64_t>(perm.size());
   s->gathered.resize(static_cast<size_t>(n * k));
   for (int64_t r = 0; r < n; ++r) {
@@ -176,7 +171,36 @@ void Linear(const LlamaBlock& b, LinearSlot slot, const float* x, int64_t n, flo
     float* g = s->gathered.data() + r * k;
     for (int64_t j = 0; j < k; ++j) g[j] = xr[perm[j]];
   }
-  b.linear[i].Forward(s->gathered.data(), n, 0, y, 0, ep, pool);
+  return s->gathered.data();
+}
+
+// y = W x for one slot, gathering x's columns first when the layer was stored permuted.
+void Linear(const LlamaBlock& b, LinearSlot slot, const float* x, int64_t n, float* y,
+            const Epilogue& ep, BlockScratch* s, ThreadPool* pool) {
+  const int i = static_cast<int>(slot);
+  const std::vector<int32_t>& perm = b.perm[i];
+  b.linear[i].Forward(perm.empty() ? x : Gather(perm, x, n, s), n, 0, y, 0, ep, pool);
+}
+
+// Several slots on the same input: one shared call (LinearWeight::ForwardShared) when they read
+// it with the same column permutation (or none), else one call each.
+struct SlotOut {
+  LinearSlot slot;
+  float* y;
+  Epilogue ep;
+};
+void LinearShared(const LlamaBlock& b, std::initializer_list<SlotOut> outs, const float* x,
+                  int64_t n, BlockScratch* s, ThreadPool* pool) {
+  const std::vector<int32_t>& perm = b.perm[static_cast<int>(outs.begin()->slot)];
+  bool same = true;
+  for (const SlotOut& o : outs) same = same && b.perm[static_cast<int>(o.slot)] == perm;
+  if (!same) {
+    for (const SlotOut& o : outs) Linear(b, o.slot, x, n, o.y, o.ep, s, pool);
+    return;
+  }
+  std::vector<LinearWeight::Output> shared;
+  for (const SlotOut& o : outs) shared.push_back({&b.linear[static_cast<int>(o.slot)], o.y, o.ep});
+  LinearWeight::ForwardShared(perm.empty() ? x : Gather(perm, x, n, s), n, shared, pool);
 }
 
 }  // namespace
@@ -187,9 +211,9 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   s->Reserve(c, n, pos0 + n);
   const Epilogue none;
   RmsNorm(x, n, d, b.attn_norm.data(), c.rms_eps, s->attn_in.data());
-  Linear(b, LinearSlot::kQ, s->attn_in.data(), n, s->q.data(), none, s, pool);
-  Linear(b, LinearSlot::kK, s->attn_in.data(), n, s->k.data(), none, s, pool);
-  Linear(b, LinearSlot::kV, s->attn_in.data(), n, s->v.data(), none, s, pool);
+  LinearShared(b, {{LinearSlot::kQ, s->q.data(), none}, {LinearSlot::kK, s->k.data(), none},
+                   {LinearSlot::kV, s->v.data(), none}},
+               s->attn_in.data(), n, s, pool);
   Rope(s->q.data(), n, c.n_head, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
   Rope(s->k.data(), n, c.n_head_kv, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
   std::memcpy(kc + pos0 * kvd, s->k.data(), sizeof(float) * n * kvd);
@@ -202,8 +226,8 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   RmsNorm(s->hidden.data(), n, d, b.ffn_norm.data(), c.rms_eps, s->ffn_in.data());
   Epilogue silu;
   silu.act = Activation::kSilu;
-  Linear(b, LinearSlot::kGate, s->ffn_in.data(), n, s->gate.data(), silu, s, pool);
-  Linear(b, LinearSlot::kUp, s->ffn_in.data(), n, s->up.data(), none, s, pool);
+  LinearShared(b, {{LinearSlot::kGate, s->gate.data(), silu}, {LinearSlot::kUp, s->up.data(), none}},
+               s->ffn_in.data(), n, s, pool);
   const size_t nff = static_cast<size_t>(n * c.n_ff);
   for (size_t i = 0; i < nff; ++i) s->act[i] = s->gate[i] * s->up[i];
   // x = hidden + Wdown act

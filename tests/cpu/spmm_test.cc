@@ -329,6 +329,79 @@ TEST(LinearWeightTest, CsrLayoutFollowsDensity) {
   }
 }
 
+// ForwardShared (q/k/v, gate/up: one parallel call for weights that read the same X) must give
+// each output the bits of its own Forward, whether the jobs fuse (decode kernels of one kind) or
+// fall back to one call each (dense f32, tiled n, mixed kinds), for any thread count; one output
+// is also checked against the double reference so that both sides cannot be wrong together.
+TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
+  const int64_t k = 80;
+  const int64_t rows[3] = {96, 24, 24};  // a wide q and two narrow k/v, as in grouped attention
+  struct Group {
+    const char* what;
+    Case c[3];
+  };
+  const Group groups[] = {
+      {"bitmask bf16", {{FormatKind::kCsr, "unstructured:0.5", DType::kBF16},
+                        {FormatKind::kCsr, "unstructured:0.5", DType::kBF16},
+                        {FormatKind::kCsr, "unstructured:0.5", DType::kBF16}}},
+      {"2:4 f32", {{FormatKind::kNM, "2:4", DType::kF32}, {FormatKind::kNM, "2:4", DType::kF32},
+                   {FormatKind::kNM, "2:4", DType::kF32}}},
+      {"dense bf16", {{FormatKind::kDense, "dense", DType::kBF16}, {FormatKind::kDense, "dense", DType::kBF16},
+                      {FormatKind::kDense, "dense", DType::kBF16}}},
+      {"csr columns", {{FormatKind::kCsr, "unstructured:0.9", DType::kF32},
+                       {FormatKind::kCsr, "unstructured:0.9", DType::kF32},
+                       {FormatKind::kCsr, "unstructured:0.9", DType::kF32}}},
+      {"dense f32", {{FormatKind::kDense, "dense", DType::kF32}, {FormatKind::kDense, "dense", DType::kF32},
+                     {FormatKind::kDense, "dense", DType::kF32}}},
+      {"mixed", {{FormatKind::kCsr, "unstructured:0.5", DType::kBF16}, {FormatKind::kNM, "2:4", DType::kBF16},
+                 {FormatKind::kNM, "4:8", DType::kF32}}},
+  };
+  ThreadPool p1(1), p2(2), p3(3);
+  for (const Group& g : groups) {
+    std::vector<LinearWeight> lw;
+    std::vector<std::vector<float>> dense;
+    for (int i = 0; i < 3; ++i) {
+      auto p = Pattern::Parse(g.c[i].pattern);
+      ASSERT_TRUE(p.ok());
+      std::vector<float> w = testing_cpu::PatternWeights(*p, rows[i], k, 20 + i);
+      auto sm = Encode(w, rows[i], k, g.c[i].format, *p, g.c[i].dtype);
+      ASSERT_TRUE(sm.ok()) << g.what << ": " << sm.status().ToString();
+      dense.push_back(testing_cpu::Densify(*sm));
+      auto l = LinearWeight::FromMatrix(std::move(sm).value(), "w");
+      ASSERT_TRUE(l.ok()) << g.what << ": " << l.status().ToString();
+      lw.push_back(std::move(l).value());
+    }
+    for (int64_t n : {1, 3, 12, 40}) {
+      const std::vector<float> x = RandomVector(n * k, 30 + n);
+      const std::vector<float> res = RandomVector(n * rows[1], 40 + n);
+      Epilogue ep[3];
+      ep[0].act = Activation::kSilu;
+      ep[1].residual = res.data();
+      std::vector<float> own[3];
+      for (int i = 0; i < 3; ++i) {
+        own[i].assign(n * rows[i], 0.0f);
+        lw[i].Forward(x.data(), n, 0, own[i].data(), 0, ep[i], &p2);
+      }
+      std::vector<double> want, abs_sum;
+      testing_cpu::ReferenceForward(dense[1], rows[1], k, x.data(), n, k, ep[1], want, abs_sum);
+      ExpectClose(want, abs_sum, own[1].data(), n, rows[1], rows[1], k, g.what);
+      for (ThreadPool* pool : {&p1, &p2, &p3}) {
+        std::vector<float> got[3];
+        std::vector<LinearWeight::Output> outs;
+        for (int i = 0; i < 3; ++i) {
+          got[i].assign(n * rows[i], kGuard);
+          outs.push_back({&lw[i], got[i].data(), ep[i]});
+        }
+        LinearWeight::ForwardShared(x.data(), n, outs, pool);
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_EQ(0, std::memcmp(own[i].data(), got[i].data(), own[i].size() * 4))
+              << g.what << " output " << i << " n=" << n << " threads=" << pool->num_threads();
+        }
+      }
+    }
+  }
+}
+
 TEST(LinearWeightTest, MalformedInputsAreErrorsNamingThePart) {
   CsrMatrix csr;
   csr.rows = 2;
