@@ -62,21 +62,36 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
   const int64_t total = pos0 + n;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   if (n >= 4) {
-    // Batched: per head S = Q K^T (OpenBLAS), causal softmax by row, O = P V.
-    s->scores.resize(static_cast<size_t>(n * total));
-    float* sc = s->scores.data();
-    for (int64_t h = 0; h < nh; ++h) {
-      const int64_t g = h / group;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, total, hd, scale, q + h * hd, d,
-                  kc + g * hd, kvd, 0.0f, sc, total);
-      for (int64_t i = 0; i < n; ++i) {
-        float* row = sc + i * total;
+    // Batched: tasks of (head, block of query rows): S = Q K^T over the keys the block's last row
+    // sees (causal: later keys would be masked anyway, so this skips half the products of a
+    // prompt), softmax by row, O = P V. The tasks go to sparq's pool, each running OpenBLAS
+    // single-threaded: with OpenBLAS's own threads, its idle workers spin for ~0.1 s after each
+    // call, beside the pool's workers that run the linear layers around it.
+    constexpr int64_t kRows = 64;
+    const int64_t blocks = CeilDiv(n, kRows);
+    const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+    s->scores.resize(static_cast<size_t>(threads * kRows * total));  // one block per thread
+    openblas_set_num_threads(1);  // process-global; RunDenseBlas sets it again per call
+    auto task = [&](int64_t t, int thread) {
+      const int64_t h = t / blocks, g = h / group;
+      const int64_t i0 = (t % blocks) * kRows, i1 = std::min(n, i0 + kRows);
+      const int64_t keys = pos0 + i1;
+      float* sc = s->scores.data() + thread * kRows * total;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, keys, hd, scale,
+                  q + i0 * d + h * hd, d, kc + g * hd, kvd, 0.0f, sc, keys);
+      for (int64_t i = i0; i < i1; ++i) {
+        float* row = sc + (i - i0) * keys;
         const int64_t len = pos0 + i + 1;
         Softmax(row, len);
-        std::fill(row + len, row + total, 0.0f);
+        std::fill(row + len, row + keys, 0.0f);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, total, 1.0f, sc, total,
-                  vc + g * hd, kvd, 0.0f, out + h * hd, d);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hd, keys, 1.0f, sc, keys,
+                  vc + g * hd, kvd, 0.0f, out + i0 * d + h * hd, d);
+    };
+    if (pool != nullptr && pool->num_threads() > 1) {
+      pool->ParallelFor(nh * blocks, task);
+    } else {
+      for (int64_t t = 0; t < nh * blocks; ++t) task(t, 0);
     }
     return;
   }
