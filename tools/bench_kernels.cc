@@ -2,6 +2,7 @@
 // same shapes, same run, interleaved, medians over repeats; table, JSON and plot.
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -28,9 +29,11 @@ double Now() {
 }
 
 // One timing sample of fn: repeats the call until at least 2 ms have passed (calls of a few
-// microseconds are otherwise dominated by the clock), returns seconds per call.
+// microseconds are otherwise dominated by the clock), returns seconds per call. Sleeps 2 ms first,
+// so that the previous sample's library has parked its spinning threads (tools/main.cc).
 template <typename Fn>
 double Sample(Fn&& fn) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const double t0 = Now();
   int calls = 0;
   double t;
@@ -67,14 +70,6 @@ Result<std::vector<T>> ParseList(const std::string& s, const char* what) {
   return out;
 }
 
-double Sparsity(const Pattern& p) {
-  switch (p.kind) {
-    case PatternKind::kNM:
-    case PatternKind::kVNM: return 1.0 - double(p.n) / p.m;
-    case PatternKind::kDense: return 0.0;
-    default: return p.fraction;
-  }
-}
 
 struct Options {
   std::string json_path, plot_path, shapes, ns, patterns, threads, values, py_peers;

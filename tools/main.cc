@@ -3,6 +3,7 @@
 #include <exception>
 #include <cstdlib>
 #include <map>
+#include <string>
 
 #include <unistd.h>
 
@@ -33,11 +34,29 @@ int main(int argc, char** argv) {
   // OpenBLAS mis-detects CPUs newer than itself as Prescott (SSE3) and runs dense products ~5x
   // slower (src/cpu/blas_core.cc). It reads OPENBLAS_CORETYPE only at load time, so set it and
   // start again; SPARQ_KEEP_BLAS_CORE=1 keeps whatever OpenBLAS chose.
+  bool restart = false;
   if (const char* core = sparq::cpu::SuggestedOpenBlasCore();
       core != nullptr && std::getenv("SPARQ_KEEP_BLAS_CORE") == nullptr) {
     setenv("OPENBLAS_CORETYPE", core, 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then run with the slow kernels
+    restart = true;
   }
+  // `bench kernels` alternates sparq with OpenBLAS, oneDNN (OpenMP) and BLIS in one process. Each
+  // library's idle threads spin after a call: OpenBLAS's for 2^28 cycles (~0.1 s), libgomp's for
+  // its spin count, sparq's pool for 200 us. Spinners left by the previous library took the
+  // second core from the next one's 2-thread run: measured, 4096x4096 2:4 f32 at n = 1 ran 3.30 ms
+  // with 2 threads against 2.69 ms with one. Short spins (OpenBLAS 2^20 cycles, ~0.3 ms; libgomp
+  // 10,000 polls) still keep every library's threads awake across its own back-to-back calls, and
+  // Sample() sleeps 2 ms first, so each sample starts with the other libraries' threads asleep
+  // (then 1.59 ms with 2 threads). Both are read at load time, so they are set here; a value the
+  // user set is kept.
+  if (argc >= 3 && std::string(argv[1]) == "bench" && std::string(argv[2]) == "kernels" &&
+      std::getenv("SPARQ_BENCH_SPINS_SET") == nullptr) {
+    setenv("SPARQ_BENCH_SPINS_SET", "1", 1);
+    setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
+    setenv("GOMP_SPINCOUNT", "10000", 0);
+    restart = true;
+  }
+  if (restart) execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   CLI::App app{"sparq: prune, pack and run sparse neural networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sparq 0.1.0");
