@@ -70,7 +70,6 @@ Result<std::vector<T>> ParseList(const std::string& s, const char* what) {
   return out;
 }
 
-
 struct Options {
   std::string json_path, plot_path, shapes, ns, patterns, threads, values, py_peers;
   int repeats = 5;

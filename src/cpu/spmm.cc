@@ -221,10 +221,10 @@ void RunDenseBlas(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool) {
 }
 
 // X copied to rows of k_pad floats, zero beyond cols (the padded kernels read whole chunks).
-float* PaddedX(const SpmmArgs& a, int64_t cols, int64_t k_pad) {
-  float* xpad = ThreadBuffer(0, a.n * k_pad);
-  for (int64_t t = 0; t < a.n; ++t) {
-    std::memcpy(xpad + t * k_pad, a.x + t * a.ldx, cols * sizeof(float));
+float* PaddedX(const float* x, int64_t n, int64_t ldx, int64_t cols, int64_t k_pad) {
+  float* xpad = ThreadBuffer(0, n * k_pad);
+  for (int64_t t = 0; t < n; ++t) {
+    std::memcpy(xpad + t * k_pad, x + t * ldx, cols * sizeof(float));
     std::fill(xpad + t * k_pad + cols, xpad + (t + 1) * k_pad, 0.0f);
   }
   return xpad;
@@ -250,20 +250,9 @@ struct DecodeInput {
 };
 DecodeInput StageDecodeInput(const PackedWeight& pw, const float* x, int64_t n, int64_t ldx) {
   switch (pw.kind) {
-    case PackedKind::kNm: {
-      SpmmArgs a;
-      a.x = x;
-      a.n = n;
-      a.ldx = ldx;
-      return {PaddedX(a, pw.nm.cols, pw.nm.k_pad), pw.nm.k_pad};
-    }
-    case PackedKind::kMask: {
-      SpmmArgs a;
-      a.x = x;
-      a.n = n;
-      a.ldx = ldx;
-      return {PaddedX(a, pw.mask.cols, pw.mask.k_pad()), pw.mask.k_pad()};
-    }
+    case PackedKind::kNm: return {PaddedX(x, n, ldx, pw.nm.cols, pw.nm.k_pad), pw.nm.k_pad};
+    case PackedKind::kMask:
+      return {PaddedX(x, n, ldx, pw.mask.cols, pw.mask.k_pad()), pw.mask.k_pad()};
     case PackedKind::kScg: {
       const ScgWeight& w = pw.scg;
       if (!w.implicit_cols) return {x, ldx};
