@@ -240,9 +240,12 @@ Status RunModelDemo(const DemoOptions& o) {
               calib_path.c_str(), static_cast<long long>(o.eval_tokens), eval_path.c_str(),
               static_cast<long long>(o.ctx));
   std::vector<DemoRow> rows(3);
-  rows[0] = {"dense (Q4_1 dequantized to f32)", model};
-  rows[1] = {"SparseGPT 50% unstructured, bf16", out_dir + "/smollm2-sparsegpt-u50-bf16.sparq"};
-  rows[2] = {"SparseGPT 2:4, bf16", out_dir + "/smollm2-sparsegpt-2of4-bf16.sparq"};
+  rows[0].label = "dense (Q4_1 dequantized to f32)";
+  rows[0].path = model;
+  rows[1].label = "SparseGPT 50% unstructured, bf16";
+  rows[1].path = out_dir + "/smollm2-sparsegpt-u50-bf16.sparq";
+  rows[2].label = "SparseGPT 2:4, bf16";
+  rows[2].path = out_dir + "/smollm2-sparsegpt-2of4-bf16.sparq";
   const std::pair<const char*, DType> variants[2] = {{"unstructured:0.5", DType::kBF16},
                                                      {"2:4", DType::kBF16}};
   for (int v = 0; v < 2; ++v) {

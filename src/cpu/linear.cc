@@ -66,7 +66,7 @@ void LinearWeight::ForwardShared(const float* x, int64_t n, std::span<const Outp
   if (n <= 0) return;
   std::vector<cpu::SharedInputJob> jobs;
   jobs.reserve(outputs.size());
-  int64_t cols = -1;
+  [[maybe_unused]] int64_t cols = -1;  // read by SPARQ_DCHECK only
   for (const Output& o : outputs) {
     if (o.weight == nullptr || !o.weight->impl_) continue;
     const cpu::PackedWeight& w = o.weight->impl_->packed;
