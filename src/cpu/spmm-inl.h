@@ -193,12 +193,22 @@ HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, 
   for (; r < r1; ++r) NmDecodeRows<kBits, kBf16, kPerm, 1>(w, tab, xpad, n, r, r0, r1, raw);
 }
 
+// Column indices col_idx[p, p + L) as i32 lanes.
+template <bool kIdx16>
+HWY_INLINE hn::Vec<DI> ColumnVector(const ScgWeight& w, int64_t p) {
+  if constexpr (kIdx16) {
+    const hn::Rebind<uint16_t, DF> d16;
+    return hn::BitCast(DI(), hn::PromoteTo(DU(), hn::LoadU(d16, w.col_idx.data_as<uint16_t>() + p)));
+  } else {
+    return hn::BitCast(DI(), hn::LoadU(DU(), w.col_idx.data_as<uint32_t>() + p));
+  }
+}
+
 // Decode, shared-column groups. g = 1 with explicit columns: gather X by the column indices.
 template <bool kIdx16, bool kBf16>
 HWY_NOINLINE void ScgDecodeG1Impl(const ScgWeight& w, const float* x, int64_t ldx, int64_t n,
                                   int64_t g0, int64_t g1, float* raw) {
   const DF df;
-  const DI di;
   const size_t L = hn::Lanes(df);
   const int64_t rows = w.group_row[g1] - w.group_row[g0];
   const void* values = w.values.data();
@@ -214,21 +224,31 @@ HWY_NOINLINE void ScgDecodeG1Impl(const ScgWeight& w, const float* x, int64_t ld
         hwy::Prefetch(static_cast<const uint8_t*>(values) + p * (kBf16 ? 2 : 4) + kPrefetchBytes);
         hwy::Prefetch(static_cast<const uint8_t*>(w.col_idx.data()) + p * (kIdx16 ? 2 : 4) +
                       kPrefetchBytes);
-        hn::Vec<DI> c0, c1;
-        if constexpr (kIdx16) {
-          const hn::Rebind<uint16_t, DF> d16;
-          const uint16_t* ci = w.col_idx.data_as<uint16_t>() + p;
-          c0 = hn::BitCast(di, hn::PromoteTo(DU(), hn::LoadU(d16, ci)));
-          c1 = hn::BitCast(di, hn::PromoteTo(DU(), hn::LoadU(d16, ci + L)));
-        } else {
-          const uint32_t* ci = w.col_idx.data_as<uint32_t>() + p;
-          c0 = hn::BitCast(di, hn::LoadU(DU(), ci));
-          c1 = hn::BitCast(di, hn::LoadU(DU(), ci + L));
-        }
+        const auto c0 = ColumnVector<kIdx16>(w, p);
+        const auto c1 = ColumnVector<kIdx16>(w, p + static_cast<int64_t>(L));
         const size_t vb = kBf16 ? 2 : 4;
         const uint8_t* vp = static_cast<const uint8_t*>(values) + p * vb;
         acc0 = hn::MulAdd(LoadValues<kBf16>(df, vp), hn::GatherIndex(df, xt, c0), acc0);
         acc1 = hn::MulAdd(LoadValues<kBf16>(df, vp + L * vb), hn::GatherIndex(df, xt, c1), acc1);
+      }
+      // Tail (fewer than 2L kept weights left): one more whole vector if L are left, then the
+      // last L weights of the row as one vector whose lanes already summed are zeroed on the X
+      // side (0 * x could be NaN for an infinite x; x zeroed cannot). The row's own entries only,
+      // so nothing is read past the arrays. A scalar tail here was a serial chain of up to 2L - 1
+      // FMAs per row: at 90% sparsity (~410 kept per 4096-column row) about a third of the time.
+      if (p + static_cast<int64_t>(L) <= p1) {
+        const uint8_t* vp = static_cast<const uint8_t*>(values) + p * (kBf16 ? 2 : 4);
+        acc0 = hn::MulAdd(LoadValues<kBf16>(df, vp), hn::GatherIndex(df, xt, ColumnVector<kIdx16>(w, p)),
+                          acc0);
+        p += static_cast<int64_t>(L);
+      }
+      if (p < p1 && p1 - p0 >= static_cast<int64_t>(L)) {
+        const int64_t q = p1 - static_cast<int64_t>(L);
+        const auto fresh = hn::Not(hn::FirstN(df, static_cast<size_t>(p - q)));
+        const uint8_t* vp = static_cast<const uint8_t*>(values) + q * (kBf16 ? 2 : 4);
+        const auto xg = hn::IfThenElseZero(fresh, hn::GatherIndex(df, xt, ColumnVector<kIdx16>(w, q)));
+        acc1 = hn::MulAdd(LoadValues<kBf16>(df, vp), xg, acc1);
+        p = p1;
       }
       float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
       for (; p < p1; ++p) s += ScalarValue<kBf16>(values, p) * xt[w.Col(p)];
