@@ -649,24 +649,19 @@ HWY_INLINE void PairTiledRows(Off0 off0, const void* vals0, int64_t cnt0, Off1 o
     if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
     if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
   }
-  for (int64_t i = common; i < cnt0; ++i) {
-    const float* xa = xt + off0(i);
-    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals0, i));
-    a00 = hn::MulAdd(w0, hn::LoadU(df, xa), a00);
-    if constexpr (NV > 1) a01 = hn::MulAdd(w0, hn::LoadU(df, xa + L), a01);
-    if constexpr (NV > 2) a02 = hn::MulAdd(w0, hn::LoadU(df, xa + 2 * L), a02);
-    if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
-  }
-  if constexpr (G > 1) {
-    for (int64_t i = common; i < cnt1; ++i) {
-      const float* xb = xt + off1(i);
-      const auto w1 = hn::Set(df, ScalarValue<kBf16>(vals1, i));
-      a10 = hn::MulAdd(w1, hn::LoadU(df, xb), a10);
-      if constexpr (NV > 1) a11 = hn::MulAdd(w1, hn::LoadU(df, xb + L), a11);
-      if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
-      if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
+  // The longer row's remaining weights, one row at a time.
+  auto tail = [&](auto off, const void* vals, int64_t cnt, auto& b0, auto& b1, auto& b2, auto& b3) {
+    for (int64_t i = common; i < cnt; ++i) {
+      const float* xr = xt + off(i);
+      const auto wv = hn::Set(df, ScalarValue<kBf16>(vals, i));
+      b0 = hn::MulAdd(wv, hn::LoadU(df, xr), b0);
+      if constexpr (NV > 1) b1 = hn::MulAdd(wv, hn::LoadU(df, xr + L), b1);
+      if constexpr (NV > 2) b2 = hn::MulAdd(wv, hn::LoadU(df, xr + 2 * L), b2);
+      if constexpr (NV > 3) b3 = hn::MulAdd(wv, hn::LoadU(df, xr + 3 * L), b3);
     }
-  }
+  };
+  tail(off0, vals0, cnt0, a00, a01, a02, a03);
+  if constexpr (G > 1) tail(off1, vals1, cnt1, a10, a11, a12, a13);
   SPARQ_FOR_V(SPARQ_ACC_STORE, 0);
   SPARQ_FOR_V(SPARQ_ACC_STORE, 1);
 }
