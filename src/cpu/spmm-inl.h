@@ -706,41 +706,23 @@ HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const 
   SPARQ_FOR_QV(SPARQ_ACC_STORE);
 }
 
-// Columns [p0, p1) of group gi inside k block [kc0, kc1): advance a cursor (columns ascending).
-HWY_INLINE void ScgBlockRange(const ScgWeight& w, int64_t gi, int64_t kc0, int64_t kc1,
-                              int64_t& cur, int64_t& p0, int64_t& p1) {
-  if (w.implicit_cols) {
-    p0 = w.group_ptr[gi] + kc0;
-    p1 = w.group_ptr[gi] + kc1;
-    return;
-  }
-  if (kc0 == 0) cur = w.group_ptr[gi];
-  p0 = cur;
-  p1 = p0;
-  const int64_t end = w.group_ptr[gi + 1];
-  while (p1 < end && w.Col(p1) < kc1) ++p1;
-  cur = p1;
-}
-
+// Groups [g0, g1) over k block blk (the column ranges are found once per call by the caller,
+// not rescanned in every token tile).
 template <int G, int NV, bool kBf16>
 HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
-                               int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
+                               const ScgBlock& blk, float* scratch) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
-  const bool first = kc0 == 0;
+  const bool first = blk.kc0 == 0;
   int64_t gi = g0;
   if constexpr (G == 1 && 2 * NV <= kMaxAcc) {
     for (; gi + 1 < g1; gi += 2) {
-      int64_t pa0, pa1, pb0, pb1;
-      ScgBlockRange(w, gi, kc0, kc1, cursor[gi - g0], pa0, pa1);
-      ScgBlockRange(w, gi + 1, kc0, kc1, cursor[gi + 1 - g0], pb0, pb1);
-      CsrTiledPair<NV, kBf16>(w, pa0, pa1, pb0, pb1, xt, scratch + (gi - g0) * NT, first);
+      CsrTiledPair<NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], blk.pb[gi + 1 - g0],
+                              blk.pe[gi + 1 - g0], xt, scratch + (gi - g0) * NT, first);
     }
   }
   for (; gi < g1; ++gi) {
     float* scr = scratch + (gi - g0) * G * NT;  // [group][G][NT]: padded rows stay inside
-    int64_t p0, p1;
-    ScgBlockRange(w, gi, kc0, kc1, cursor[gi - g0], p0, p1);
-    ScgTiledGroup<G, NV, kBf16>(w, p0, p1, xt, scr, first);
+    ScgTiledGroup<G, NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], xt, scr, first);
   }
 }
 
@@ -918,38 +900,38 @@ inline void MaskTiled(const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1, c
 
 template <int G, int NV>
 HWY_INLINE void ScgTiledGN(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
-                           int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
+                           const ScgBlock& blk, float* scratch) {
   if constexpr (G * NV <= kMaxAcc || NV == 1) {
     if (w.value_dtype == DType::kBF16) {
-      ScgTiledImpl<G, NV, true>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+      ScgTiledImpl<G, NV, true>(w, g0, g1, xt, blk, scratch);
     } else {
-      ScgTiledImpl<G, NV, false>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+      ScgTiledImpl<G, NV, false>(w, g0, g1, xt, blk, scratch);
     }
   }
 }
 
 template <int G>
 HWY_INLINE void ScgTiledG(const ScgWeight& w, int nv, int64_t g0, int64_t g1, const float* xt,
-                          int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
+                          const ScgBlock& blk, float* scratch) {
   if (nv == 1) {
-    ScgTiledGN<G, 1>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledGN<G, 1>(w, g0, g1, xt, blk, scratch);
   } else if (nv == 2) {
-    ScgTiledGN<G, 2>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledGN<G, 2>(w, g0, g1, xt, blk, scratch);
   } else {
-    ScgTiledGN<G, 4>(w, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledGN<G, 4>(w, g0, g1, xt, blk, scratch);
   }
 }
 
 // nt: the tile width TileWidth(w.g, n) the caller built X^T with.
 inline void ScgTiled(const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
-                     int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
+                     const ScgBlock& blk, float* scratch) {
   const int nv = static_cast<int>(nt / static_cast<int64_t>(hn::Lanes(DF())));
   if (w.g == 1) {
-    ScgTiledG<1>(w, nv, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledG<1>(w, nv, g0, g1, xt, blk, scratch);
   } else if (w.g == 2) {
-    ScgTiledG<2>(w, nv, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledG<2>(w, nv, g0, g1, xt, blk, scratch);
   } else {
-    ScgTiledG<4>(w, nv, g0, g1, xt, kc0, kc1, cursor, scratch);
+    ScgTiledG<4>(w, nv, g0, g1, xt, blk, scratch);
   }
 }
 

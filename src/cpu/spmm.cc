@@ -22,8 +22,8 @@ void NmTiledT(const NmWeight* w, int64_t nt, int64_t r0, int64_t r1, const float
   NmTiled(*w, nt, r0, r1, xt, c0, c1, scratch);
 }
 void ScgTiledT(const ScgWeight* w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
-               int64_t kc0, int64_t kc1, int64_t* cursor, float* scratch) {
-  ScgTiled(*w, nt, g0, g1, xt, kc0, kc1, cursor, scratch);
+               const ScgBlock* blk, float* scratch) {
+  ScgTiled(*w, nt, g0, g1, xt, *blk, scratch);
 }
 void MaskDecodeT(const MaskWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
                  float* raw) {
@@ -423,14 +423,24 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
   // Loop order by bytes moved from beyond L2: task-outer keeps a task's weights cached across the
   // token tiles but streams all of X^T once per task; tile-outer keeps one X^T tile cached for
-  // every task but streams all the weights once per tile. Sparse weights (90%, 99%) are smaller
-  // than X^T times the task count, so they go tile-outer (measured here, 4096x4096 n = 512, one
-  // thread, CPU time: 99% unstructured 31 -> 22 ms, and about 30% more with the L2-sized tiles
-  // below). The order changes no sum: the bits are the same.
+  // every task but streams all the weights once per tile. Very sparse weights are smaller than X^T
+  // times the task count, so they go tile-outer (measured here, 4096x4096 n = 512, one thread,
+  // CPU time: 99% unstructured 31 -> 22 ms, and about 30% more with the L2-sized tiles below).
+  // The order changes no sum: the bits are the same.
+  //
+  // Tile-outer also narrows the tiles (below), which costs the kernels their X^T load reuse (4
+  // rows x 2 vectors of accumulators instead of x 4, CSR rows in pairs x 2 instead of x 4), so it
+  // also needs the weights under half of X^T. Measured here (n = 512, one thread, sparq ms
+  // tile-outer -> task-outer; weights / X^T in brackets): 4096x4096 V:16:2:4 (34 MB / 8.4 MB)
+  // 126 -> 93, V:32:2:4 133 -> 89, BSR 32x32 50% 124 -> 89, BSR 16x16 70% 75 -> 67, 90% CSR f32
+  // (10 MB) 85 -> 58, 90% CSR bf16 (6.7 MB) 76 -> 52, 95% CSR f32 (5 MB) 42 -> 38, BSR 32x32 90%
+  // bf16 (3.4 MB) 35 -> 29, f32 (6.7 MB) within noise; tile-outer stays ahead for 99% CSR:
+  // 4096x4096 (1 MB) 12.5 vs 20, 11008x4096 (2.7 MB) 29 vs 35.
   const double xt_all = static_cast<double>(a.n) * static_cast<double>(w.cols) * 4.0;
-  const bool tile_outer =
-      a.n > nt && static_cast<double>(tasks) * xt_all >
-                      static_cast<double>(CeilDiv(a.n, nt)) * static_cast<double>(pw.weight_bytes);
+  const double wbytes = static_cast<double>(pw.weight_bytes);
+  const bool tile_outer = a.n > nt && 2.0 * wbytes < xt_all &&
+                          static_cast<double>(tasks) * xt_all >
+                              static_cast<double>(CeilDiv(a.n, nt)) * wbytes;
   // Tile-outer, the columns a row touches are scattered over the whole X^T tile, so the tile must
   // stay in L2 beside the streamed weights: narrower tiles (fewer tokens) when it would not.
   const int64_t lanes = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, 1);
@@ -444,11 +454,27 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const int64_t kb = tiles == 1 ? std::max<int64_t>(1, w.cols)
                                 : std::max<int64_t>({16, XtBlockBytes() / (nt * 4),
                                                      32 * w.cols / avg_cols});
-  // Tokens tiles [tile0, tile1) of one task's groups.
+  const int64_t kblocks = CeilDiv(std::max<int64_t>(w.cols, 1), kb);
+  // Token tiles [tile0, tile1) of one task's groups.
   auto run = [&](int64_t task, int64_t tile0, int64_t tile1) {
-    const int64_t g0 = bounds[task], g1 = bounds[task + 1];
-    float* scratch = ThreadBuffer(1, (g1 - g0) * w.g * nt);
-    int64_t* cursor = reinterpret_cast<int64_t*>(ThreadBuffer(2, (g1 - g0) * 2));
+    const int64_t g0 = bounds[task], g1 = bounds[task + 1], ng = g1 - g0;
+    float* scratch = ThreadBuffer(1, ng * w.g * nt);
+    // starts[b * ng + i]: group g0 + i's first column position in k block b (b = kblocks: its
+    // end). Found once here instead of scanning the columns again in every token tile.
+    int64_t* starts = reinterpret_cast<int64_t*>(ThreadBuffer(2, (kblocks + 1) * ng * 2));
+    for (int64_t i = 0; i < ng; ++i) {
+      int64_t p = w.group_ptr[g0 + i];
+      const int64_t end = w.group_ptr[g0 + i + 1];
+      for (int64_t b = 0; b < kblocks; ++b) {
+        if (w.implicit_cols) {
+          p = w.group_ptr[g0 + i] + b * kb;
+        } else {
+          while (p < end && w.Col(p) < b * kb) ++p;
+        }
+        starts[b * ng + i] = p;
+      }
+      starts[kblocks * ng + i] = end;
+    }
     const int64_t r0 = w.group_row[g0], r1 = w.group_row[g1];
     int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(3, (r1 - r0) * 2));
     for (int64_t gi = g0; gi < g1; ++gi) {
@@ -458,9 +484,13 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
     }
     for (int64_t tile = tile0; tile < tile1; ++tile) {
       const float* xtt = xt + tile * w.cols * nt;
-      for (int64_t kc0 = 0; kc0 == 0 || kc0 < w.cols; kc0 += kb) {
-        HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, kc0, std::min(w.cols, kc0 + kb), cursor,
-                                        scratch);
+      for (int64_t b = 0; b < kblocks; ++b) {
+        ScgBlock blk;
+        blk.kc0 = b * kb;
+        blk.kc1 = std::min(w.cols, (b + 1) * kb);
+        blk.pb = starts + b * ng;
+        blk.pe = starts + (b + 1) * ng;
+        HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
     }

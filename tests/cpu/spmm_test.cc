@@ -206,6 +206,33 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
   EXPECT_GE(targets_run, 2);  // at least one SIMD target and the emulated/scalar one
 }
 
+TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
+  // The shared-column tiled kernel runs task-outer (each task keeps its weights cached across
+  // the token tiles) unless the weights are under half of X^T (then tile-outer); both with
+  // several token tiles and k blocks (k = 200 -> blocks of 64 columns), the column ranges of each
+  // block found once per call. m = 300, n = 70 / 130: X^T is 56 / 104 KB; V:N:M, BSR 50% and
+  // dense bf16 weights (60-120 KB) go task-outer, CSR 90% f32 (~36 KB) task-outer at n = 70 and
+  // tile-outer at n = 130, CSR 99% tile-outer.
+  const int64_t m = 300, k = 200;
+  ThreadPool pool(2);
+  for (const Case& c : {Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
+                        Case{FormatKind::kVNM, "vnm:8:2:4", DType::kBF16},
+                        Case{FormatKind::kBsr, "block:16x16:0.5", DType::kF32},
+                        Case{FormatKind::kBsr, "block:8x1:0.7", DType::kBF16},
+                        Case{FormatKind::kDense, "dense", DType::kBF16},
+                        Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kColumns},
+                        Case{FormatKind::kCsr, "unstructured:0.99", DType::kBF16, cpu::CsrLayout::kColumns}}) {
+    const Built b = Build(c, m, k, 21);
+    for (const auto& kern : cpu::SpmmRegistry()) {
+      if (kern.kind != b.packed.kind) continue;
+      for (int64_t n : {70, 130}) {
+        RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool,
+                    Name(c) + " " + kern.name + " n=" + std::to_string(n));
+      }
+    }
+  }
+}
+
 TEST(SpmmTest, EpilogueBiasActivationResidual) {
   const int64_t m = 19, k = 40;
   const std::vector<float> bias = RandomVector(m, 3);
