@@ -109,8 +109,8 @@ struct AlignedFree {
 };
 float* ThreadBuffer(int slot, size_t floats) {
   constexpr size_t kAlign = 64;
-  thread_local std::unique_ptr<float, AlignedFree> bufs[4];
-  thread_local size_t sizes[4] = {0, 0, 0, 0};
+  thread_local std::unique_ptr<float, AlignedFree> bufs[5];
+  thread_local size_t sizes[5] = {0, 0, 0, 0, 0};
   if (sizes[slot] < floats || !bufs[slot]) {
     const size_t bytes = (std::max<size_t>(floats, 1) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
     bufs[slot].reset(static_cast<float*>(std::aligned_alloc(kAlign, bytes)));
@@ -455,26 +455,30 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
                                 : std::max<int64_t>({16, XtBlockBytes() / (nt * 4),
                                                      32 * w.cols / avg_cols});
   const int64_t kblocks = CeilDiv(std::max<int64_t>(w.cols, 1), kb);
-  // Token tiles [tile0, tile1) of one task's groups.
-  auto run = [&](int64_t task, int64_t tile0, int64_t tile1) {
-    const int64_t g0 = bounds[task], g1 = bounds[task + 1], ng = g1 - g0;
-    float* scratch = ThreadBuffer(1, ng * w.g * nt);
-    // starts[b * ng + i]: group g0 + i's first column position in k block b (b = kblocks: its
-    // end). Found once here instead of scanning the columns again in every token tile.
-    int64_t* starts = reinterpret_cast<int64_t*>(ThreadBuffer(2, (kblocks + 1) * ng * 2));
-    for (int64_t i = 0; i < ng; ++i) {
-      int64_t p = w.group_ptr[g0 + i];
-      const int64_t end = w.group_ptr[g0 + i + 1];
+  // starts[b * groups + g]: group g's first column position in k block b (b = kblocks: its end),
+  // found once per call (in parallel over the tasks) instead of scanning each group's columns
+  // again in every token tile and k block.
+  const int64_t groups = w.groups();
+  int64_t* starts = reinterpret_cast<int64_t*>(ThreadBuffer(4, (kblocks + 1) * groups * 2));
+  ParallelTasks(pool, tasks, [&](int64_t task, int) {
+    for (int64_t gi = bounds[task]; gi < bounds[task + 1]; ++gi) {
+      int64_t p = w.group_ptr[gi];
+      const int64_t end = w.group_ptr[gi + 1];
       for (int64_t b = 0; b < kblocks; ++b) {
         if (w.implicit_cols) {
-          p = w.group_ptr[g0 + i] + b * kb;
+          p = w.group_ptr[gi] + b * kb;
         } else {
           while (p < end && w.Col(p) < b * kb) ++p;
         }
-        starts[b * ng + i] = p;
+        starts[b * groups + gi] = p;
       }
-      starts[kblocks * ng + i] = end;
+      starts[kblocks * groups + gi] = end;
     }
+  });
+  // Token tiles [tile0, tile1) of one task's groups.
+  auto run = [&](int64_t task, int64_t tile0, int64_t tile1) {
+    const int64_t g0 = bounds[task], g1 = bounds[task + 1];
+    float* scratch = ThreadBuffer(1, (g1 - g0) * w.g * nt);
     const int64_t r0 = w.group_row[g0], r1 = w.group_row[g1];
     int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(3, (r1 - r0) * 2));
     for (int64_t gi = g0; gi < g1; ++gi) {
@@ -488,8 +492,8 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
         ScgBlock blk;
         blk.kc0 = b * kb;
         blk.kc1 = std::min(w.cols, (b + 1) * kb);
-        blk.pb = starts + b * ng;
-        blk.pe = starts + (b + 1) * ng;
+        blk.pb = starts + b * groups + g0;
+        blk.pe = starts + (b + 1) * groups + g0;
         HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
