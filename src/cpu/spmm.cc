@@ -34,6 +34,10 @@ void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const f
   MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch);
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
+void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                int64_t ldd) {
+  TransposeBlock(src, lds, rows, cols, dst, ldd);
+}
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace sparq::cpu::HWY_NAMESPACE
@@ -63,6 +67,7 @@ HWY_EXPORT(ScgTiledT);
 HWY_EXPORT(MaskDecodeT);
 HWY_EXPORT(MaskTiledT);
 HWY_EXPORT(TileWidthT);
+HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
 
 namespace {
@@ -186,6 +191,16 @@ void WriteRaw(const float* raw, int64_t n, int64_t r0, int64_t r1, const SpmmArg
 // touched once per row otherwise), then the epilogue runs over each contiguous span.
 void WriteTile(const float* scratch, const int64_t* row_off, int64_t r0, int64_t r1, int64_t t0,
                int64_t t1, const SpmmArgs& a, int64_t m) {
+  // Rows one after the other in scratch (all but shared-column groups with padded rows): one
+  // register transpose of the [rows][tokens] block.
+  const int64_t nt = r1 - r0 > 1 ? row_off[1] - row_off[0] : 0;
+  bool regular = row_off[0] == 0 && nt >= t1 - t0;
+  for (int64_t r = r0; regular && r < r1; ++r) regular = row_off[r - r0] == (r - r0) * nt;
+  if (regular && r1 - r0 > 1) {
+    HWY_DYNAMIC_DISPATCH(TransposeT)(scratch, nt, r1 - r0, t1 - t0, a.y + t0 * a.ldy + r0, a.ldy);
+    for (int64_t t = t0; t < t1; ++t) ApplyEpilogueRow(a.y + t * a.ldy, t, r0, r1, m, a.ep);
+    return;
+  }
   for (int64_t t = t0; t < t1; ++t) {
     float* y = a.y + t * a.ldy;
     const float* s = scratch + (t - t0);
@@ -351,12 +366,15 @@ float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, Thre
     const int64_t tile = task / cblocks, c0 = (task % cblocks) * kCb;
     const int64_t c1 = std::min(k_rows, c0 + kCb);
     float* dst = xt + tile * k_rows * nt;
-    for (int64_t c = c0; c < c1; ++c) std::fill(dst + c * nt, dst + (c + 1) * nt, 0.0f);
-    const int64_t cx = std::min(c1, cols);
-    for (int64_t j = 0; j < nt && tile * nt + j < a.n; ++j) {
-      const float* src = a.x + (tile * nt + j) * a.ldx;
-      for (int64_t c = c0; c < cx; ++c) dst[c * nt + j] = src[c];
+    const int64_t cx = std::max(c0, std::min(c1, cols));
+    const int64_t tokens = std::min(nt, a.n - tile * nt);
+    // Zeros where no X lands: padded tokens of the last tile, columns past cols.
+    if (tokens < nt) {
+      for (int64_t c = c0; c < cx; ++c) std::fill(dst + c * nt + tokens, dst + (c + 1) * nt, 0.0f);
     }
+    for (int64_t c = cx; c < c1; ++c) std::fill(dst + c * nt, dst + (c + 1) * nt, 0.0f);
+    HWY_DYNAMIC_DISPATCH(TransposeT)(a.x + tile * nt * a.ldx + c0, a.ldx, tokens, cx - c0,
+                                     dst + c0 * nt, nt);
   });
   return xt;
 }
