@@ -71,10 +71,10 @@ struct ScgWeight {
   }
 };
 
-// One k block [kc0, kc1) of a tiled shared-column call: group g0 + i's columns in it are
-// [pb[i], pe[i]).
+// One k block (its first column kc0) of a tiled shared-column call: group g0 + i's columns in
+// it are [pb[i], pe[i]).
 struct ScgBlock {
-  int64_t kc0 = 0, kc1 = 0;
+  int64_t kc0 = 0;
   const int64_t* pb = nullptr;
   const int64_t* pe = nullptr;
 };

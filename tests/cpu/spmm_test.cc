@@ -210,9 +210,9 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
   // The shared-column tiled kernel runs task-outer (each task keeps its weights cached across
   // the token tiles) unless the weights are under half of X^T (then tile-outer); both with
   // several token tiles and k blocks (k = 200 -> blocks of 64 columns), the column ranges of each
-  // block found once per call. m = 300, n = 70 / 130: X^T is 56 / 104 KB; V:N:M, BSR 50% and
-  // dense bf16 weights (60-120 KB) go task-outer, CSR 90% f32 (~36 KB) task-outer at n = 70 and
-  // tile-outer at n = 130, CSR 99% tile-outer.
+  // block found once per call. m = 300, n = 70 / 130: X^T is 56 / 104 KB; V:N:M, BSR 16x16 50%
+  // and dense bf16 (75-120 KB of weights) go task-outer, BSR 8x1 70% bf16 (~45 KB) and CSR 90%
+  // f32 (~36 KB) task-outer at n = 70 and tile-outer at n = 130, CSR 99% tile-outer.
   const int64_t m = 300, k = 200;
   ThreadPool pool(2);
   for (const Case& c : {Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
