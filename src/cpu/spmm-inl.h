@@ -712,7 +712,7 @@ template <int G, int NV, bool kBf16>
 HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
                                const ScgBlock& blk, float* scratch) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
-  const bool first = blk.kc0 == 0;
+  const bool first = blk.first;
   int64_t gi = g0;
   if constexpr (G == 1 && 2 * NV <= kMaxAcc) {
     for (; gi + 1 < g1; gi += 2) {

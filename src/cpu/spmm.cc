@@ -508,7 +508,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       const float* xtt = xt + tile * w.cols * nt;
       for (int64_t b = 0; b < kblocks; ++b) {
         ScgBlock blk;
-        blk.kc0 = b * kb;
+        blk.first = b == 0;
         blk.pb = starts + b * groups + g0;
         blk.pe = starts + (b + 1) * groups + g0;
         HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch);

@@ -71,10 +71,10 @@ struct ScgWeight {
   }
 };
 
-// One k block (its first column kc0) of a tiled shared-column call: group g0 + i's columns in
-// it are [pb[i], pe[i]).
+// One k block of a tiled shared-column call: group g0 + i's columns in it are [pb[i], pe[i]);
+// first: the first block (the partial sums start from zero).
 struct ScgBlock {
-  int64_t kc0 = 0;
+  bool first = false;
   const int64_t* pb = nullptr;
   const int64_t* pe = nullptr;
 };
