@@ -23,4 +23,7 @@ void AttendRange(const float* q, const float* k, const float* v, int64_t len, in
 // out[0, hd) = the softmax-weighted sum over the union of the ranges, merged in order.
 void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out);
 
+// In-place softmax of s[0, len) (len >= 1 to do anything), vectorized.
+void SoftmaxRow(float* s, int64_t len);
+
 }  // namespace sparq::cpu

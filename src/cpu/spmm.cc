@@ -34,11 +34,15 @@ void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const f
   MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch);
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
+int64_t NmTileWidthT(int64_t n) { return NmTileWidth(n); }
 void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                 int64_t ldd) {
   TransposeBlock(src, lds, rows, cols, dst, ldd);
 }
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
+void EpilogueRowT(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m, const Epilogue* ep) {
+  EpilogueRow(y, t, r0, r1, m, *ep);
+}
 
 }  // namespace sparq::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -67,8 +71,10 @@ HWY_EXPORT(ScgTiledT);
 HWY_EXPORT(MaskDecodeT);
 HWY_EXPORT(MaskTiledT);
 HWY_EXPORT(TileWidthT);
+HWY_EXPORT(NmTileWidthT);
 HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
+HWY_EXPORT(EpilogueRowT);
 
 namespace {
 
@@ -381,7 +387,7 @@ float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, Thre
 
 void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const NmWeight& w = pw.nm;
-  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, a.n);  // N:M rows are groups of one
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(NmTileWidthT)(a.n);
   const float* xt = BuildXt(a, w.cols, w.k_pad, nt, pool);
   const int64_t chunk_cols = (kNmChunk / w.n) * w.m;
   const int64_t tiles = CeilDiv(a.n, nt);
@@ -539,27 +545,9 @@ float ApplyEpilogue(float v, int64_t t, int64_t r, int64_t m, const Epilogue& ep
   return v;
 }
 
-void ApplyEpilogueRow(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m,
-                      const Epilogue& ep) {
-  if (ep.bias) {
-    for (int64_t r = r0; r < r1; ++r) y[r] += ep.bias[r];
-  }
-  switch (ep.act) {
-    case Activation::kNone: break;
-    case Activation::kRelu:
-      for (int64_t r = r0; r < r1; ++r) y[r] = y[r] > 0.0f ? y[r] : 0.0f;
-      break;
-    case Activation::kGelu:
-      for (int64_t r = r0; r < r1; ++r) y[r] = 0.5f * y[r] * (1.0f + std::erf(y[r] * 0.70710678118654752f));
-      break;
-    case Activation::kSilu:
-      for (int64_t r = r0; r < r1; ++r) y[r] = y[r] / (1.0f + std::exp(-y[r]));
-      break;
-  }
-  if (ep.residual) {
-    const float* res = ep.residual + t * (ep.ld_residual ? ep.ld_residual : m);
-    for (int64_t r = r0; r < r1; ++r) y[r] += res[r];
-  }
+void EpilogueRowVector(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m,
+                       const Epilogue& ep) {
+  HWY_DYNAMIC_DISPATCH(EpilogueRowT)(y, t, r0, r1, m, &ep);
 }
 
 namespace {

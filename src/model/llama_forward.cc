@@ -40,18 +40,6 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, int6
   }
 }
 
-// In-place softmax of s[0, len).
-void Softmax(float* s, int64_t len) {
-  float mx = s[0];
-  for (int64_t j = 1; j < len; ++j) mx = std::max(mx, s[j]);
-  double sum = 0.0;
-  for (int64_t j = 0; j < len; ++j) {
-    s[j] = std::exp(s[j] - mx);
-    sum += s[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < len; ++j) s[j] *= inv;
-}
 
 // Causal grouped-query attention. q [n, n_head*hd], kc/vc [T, kv_dim] with T = pos0 + n,
 // out [n, n_head*hd].
@@ -82,7 +70,7 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
       for (int64_t i = i0; i < i1; ++i) {
         float* row = sc + (i - i0) * keys;
         const int64_t len = pos0 + i + 1;
-        Softmax(row, len);
+        cpu::SoftmaxRow(row, len);
         std::fill(row + len, row + keys, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hd, keys, 1.0f, sc, keys,
