@@ -641,10 +641,10 @@ HWY_INLINE void PairTiledRows(Off0 off0, const void* vals0, int64_t cnt0, Off1 o
   const DF df;
   const size_t L = hn::Lanes(df);
   const int64_t NT = NV * static_cast<int64_t>(L);
-  SPARQ_ACC_ROW(0);
-  SPARQ_ACC_ROW(1);
-  SPARQ_FOR_V(SPARQ_ACC_LOAD, 0);
-  SPARQ_FOR_V(SPARQ_ACC_LOAD, 1);
+  SPARQ_ACC_ROW8(0);
+  SPARQ_ACC_ROW8(1);
+  SPARQ_FOR_V8(SPARQ_ACC_LOAD, 0);
+  SPARQ_FOR_V8(SPARQ_ACC_LOAD, 1);
   const int64_t common = G > 1 ? std::min(cnt0, cnt1) : 0;
   for (int64_t i = 0; i < common; ++i) {
     const float* xa = xt + off0(i);
@@ -659,9 +659,18 @@ HWY_INLINE void PairTiledRows(Off0 off0, const void* vals0, int64_t cnt0, Off1 o
     if constexpr (NV > 2) a12 = hn::MulAdd(w1, hn::LoadU(df, xb + 2 * L), a12);
     if constexpr (NV > 3) a03 = hn::MulAdd(w0, hn::LoadU(df, xa + 3 * L), a03);
     if constexpr (NV > 3) a13 = hn::MulAdd(w1, hn::LoadU(df, xb + 3 * L), a13);
+    if constexpr (NV > 4) a04 = hn::MulAdd(w0, hn::LoadU(df, xa + 4 * L), a04);
+    if constexpr (NV > 4) a14 = hn::MulAdd(w1, hn::LoadU(df, xb + 4 * L), a14);
+    if constexpr (NV > 5) a05 = hn::MulAdd(w0, hn::LoadU(df, xa + 5 * L), a05);
+    if constexpr (NV > 5) a15 = hn::MulAdd(w1, hn::LoadU(df, xb + 5 * L), a15);
+    if constexpr (NV > 6) a06 = hn::MulAdd(w0, hn::LoadU(df, xa + 6 * L), a06);
+    if constexpr (NV > 6) a16 = hn::MulAdd(w1, hn::LoadU(df, xb + 6 * L), a16);
+    if constexpr (NV > 7) a07 = hn::MulAdd(w0, hn::LoadU(df, xa + 7 * L), a07);
+    if constexpr (NV > 7) a17 = hn::MulAdd(w1, hn::LoadU(df, xb + 7 * L), a17);
   }
   // The longer row's remaining weights, one row at a time.
-  auto tail = [&](auto off, const void* vals, int64_t cnt, auto& b0, auto& b1, auto& b2, auto& b3) {
+  auto tail = [&](auto off, const void* vals, int64_t cnt, auto& b0, auto& b1, auto& b2, auto& b3,
+                  auto& b4, auto& b5, auto& b6, auto& b7) {
     for (int64_t i = common; i < cnt; ++i) {
       const float* xr = xt + off(i);
       const auto wv = hn::Set(df, ScalarValue<kBf16>(vals, i));
@@ -669,12 +678,16 @@ HWY_INLINE void PairTiledRows(Off0 off0, const void* vals0, int64_t cnt0, Off1 o
       if constexpr (NV > 1) b1 = hn::MulAdd(wv, hn::LoadU(df, xr + L), b1);
       if constexpr (NV > 2) b2 = hn::MulAdd(wv, hn::LoadU(df, xr + 2 * L), b2);
       if constexpr (NV > 3) b3 = hn::MulAdd(wv, hn::LoadU(df, xr + 3 * L), b3);
+      if constexpr (NV > 4) b4 = hn::MulAdd(wv, hn::LoadU(df, xr + 4 * L), b4);
+      if constexpr (NV > 5) b5 = hn::MulAdd(wv, hn::LoadU(df, xr + 5 * L), b5);
+      if constexpr (NV > 6) b6 = hn::MulAdd(wv, hn::LoadU(df, xr + 6 * L), b6);
+      if constexpr (NV > 7) b7 = hn::MulAdd(wv, hn::LoadU(df, xr + 7 * L), b7);
     }
   };
-  tail(off0, vals0, cnt0, a00, a01, a02, a03);
-  if constexpr (G > 1) tail(off1, vals1, cnt1, a10, a11, a12, a13);
-  SPARQ_FOR_V(SPARQ_ACC_STORE, 0);
-  SPARQ_FOR_V(SPARQ_ACC_STORE, 1);
+  tail(off0, vals0, cnt0, a00, a01, a02, a03, a04, a05, a06, a07);
+  if constexpr (G > 1) tail(off1, vals1, cnt1, a10, a11, a12, a13, a14, a15, a16, a17);
+  SPARQ_FOR_V8(SPARQ_ACC_STORE, 0);
+  SPARQ_FOR_V8(SPARQ_ACC_STORE, 1);
 }
 
 // Two CSR rows (g = 1 groups) at once, columns [pa0, pa1) and [pb0, pb1).
@@ -990,12 +1003,14 @@ inline int64_t TileWidth(int g, int64_t n) {
   return TiledNv(g, n) * static_cast<int64_t>(hn::Lanes(DF()));
 }
 
-// N:M token tiles: on AVX-512 (16 lanes, 16 accumulators) 128 tokens (2 rows x 8 vectors)
-// wherever that pads no more tokens than 64-token tiles would, so that each kept weight's offset
-// load, broadcast and decode serve 8 FMAs instead of 4. Measured (2:4 f32, n = 512, one thread,
-// medians of 6 interleaved runs of the OpenBLAS / sparq time ratio): 576x576 0.90 -> 0.99,
-// 576x1536 0.87 -> 0.90, 4096x4096 1.01 -> 1.04, 1536x576 0.96 -> 0.97.
-inline int64_t NmTileWidth(int64_t n) {
+// Token tiles of the row kernels (N:M, and bit-mask rows, which run as pairs of rows): on AVX-512
+// (16 lanes, 16 accumulators) 128 tokens (2 rows x 8 vectors) wherever that pads no more tokens
+// than 64-token tiles would, so that each kept weight's offset load, broadcast and decode serve 8
+// FMAs instead of 4. Measured (n = 512, one thread, medians of interleaved runs of the OpenBLAS /
+// sparq time ratio): 2:4 f32 (6 runs) 576x576 0.90 -> 0.99, 576x1536 0.87 -> 0.90, 4096x4096
+// 1.01 -> 1.04, 1536x576 0.96 -> 0.97; 50% bit mask (4 runs, a loaded host) 576x576 f32 0.88 ->
+// 0.96, bf16 0.90 -> 1.00, the other SmolLM2 shapes within +-0.02.
+inline int64_t RowTileWidth(int64_t n) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t nt = TileWidth(1, n);
   if (kMaxAcc >= 16 && L == 16 && nt == 4 * L &&
@@ -1065,7 +1080,9 @@ HWY_INLINE void MaskTiledN(const MaskWeight& w, int64_t r0, int64_t r1, const fl
 inline void MaskTiled(const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
                       int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch) {
   const int64_t nv = nt / static_cast<int64_t>(hn::Lanes(DF()));
-  if (nv == 1) {
+  if (nv == 8 && 2 * 8 <= kMaxAcc) {
+    MaskTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, cursor, off, scratch);
+  } else if (nv == 1) {
     MaskTiledN<1>(w, r0, r1, xt, c0, c1, cursor, off, scratch);
   } else if (nv == 2) {
     MaskTiledN<2>(w, r0, r1, xt, c0, c1, cursor, off, scratch);

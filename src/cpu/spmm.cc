@@ -34,7 +34,7 @@ void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const f
   MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch);
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
-int64_t NmTileWidthT(int64_t n) { return NmTileWidth(n); }
+int64_t RowTileWidthT(int64_t n) { return RowTileWidth(n); }
 void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                 int64_t ldd) {
   TransposeBlock(src, lds, rows, cols, dst, ldd);
@@ -71,7 +71,7 @@ HWY_EXPORT(ScgTiledT);
 HWY_EXPORT(MaskDecodeT);
 HWY_EXPORT(MaskTiledT);
 HWY_EXPORT(TileWidthT);
-HWY_EXPORT(NmTileWidthT);
+HWY_EXPORT(RowTileWidthT);
 HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
 HWY_EXPORT(EpilogueRowT);
@@ -387,7 +387,7 @@ float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, Thre
 
 void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const NmWeight& w = pw.nm;
-  const int64_t nt = HWY_DYNAMIC_DISPATCH(NmTileWidthT)(a.n);
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(RowTileWidthT)(a.n);
   const float* xt = BuildXt(a, w.cols, w.k_pad, nt, pool);
   const int64_t chunk_cols = (kNmChunk / w.n) * w.m;
   const int64_t tiles = CeilDiv(a.n, nt);
@@ -414,7 +414,7 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
 
 void RunMaskTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const MaskWeight& w = pw.mask;
-  const int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, a.n);
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(RowTileWidthT)(a.n);
   const float* xt = BuildXt(a, w.cols, w.k_pad(), nt, pool);
   const int64_t tiles = CeilDiv(a.n, nt);
   // As RunNmTiled: one tile streams whole rows, several tiles go by k blocks that keep their X^T
