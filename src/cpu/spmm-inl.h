@@ -859,7 +859,9 @@ HWY_INLINE void EpilogueVector(float* y, const float* bias, const float* res) {
     v = hn::IfThenElse(hn::Gt(v, zero), v, zero);  // NaN -> 0, as v > 0 ? v : 0
   } else if constexpr (kAct == 2) {
     const auto one = hn::Set(df, 1.0f);
-    const auto e = hn::Exp(df, hn::Neg(hn::Abs(v)));  // exp(-|v|) in (0, 1]
+    // exp(-|v|) in [0, 1]; NaN lanes take exp(0) instead (the product below stays NaN): Highway's
+    // Exp converts its argument to int32, undefined for NaN (UBSan on the EMU128 target).
+    const auto e = hn::Exp(df, hn::IfThenZeroElse(hn::IsNaN(v), hn::Neg(hn::Abs(v))));
     const auto num = hn::IfThenElse(hn::Ge(v, hn::Zero(df)), one, e);
     v = hn::Mul(v, hn::Div(num, hn::Add(one, e)));
   }
@@ -872,7 +874,9 @@ HWY_NOINLINE void EpilogueRowImpl(float* y, const float* bias, const float* res,
                                   int64_t r1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t r = r0;
-  for (; r + L <= r1; r += L) EpilogueVector<kBias, kRes, kAct>(y + r, bias + r, res + r);
+  for (; r + L <= r1; r += L) {
+    EpilogueVector<kBias, kRes, kAct>(y + r, kBias ? bias + r : nullptr, kRes ? res + r : nullptr);
+  }
   if (r < r1) {
     alignas(64) float yb[hn::MaxLanes(DF())] = {}, bb[hn::MaxLanes(DF())] = {},
                       rb[hn::MaxLanes(DF())] = {};
