@@ -16,6 +16,27 @@ HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// s[j] = exp(s[j] - mx) for j < len, through Highway's Exp (max error 1 ulp) with a scalar tail;
+// returns the sum, accumulated in vector lanes. Shared by decode attention and the prompt softmax.
+template <class D>
+HWY_INLINE double ExpMinusMaxSum(D df, float* s, int64_t len, float mx) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto vmx = hn::Set(df, mx);
+  auto vsum = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + L <= len; j += L) {
+    const auto ev = hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), vmx));
+    hn::StoreU(ev, df, s + j);
+    vsum = hn::Add(vsum, ev);
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; j < len; ++j) {
+    s[j] = std::exp(s[j] - mx);
+    sum += s[j];
+  }
+  return sum;
+}
+
 void AttendPartialT(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
                     int64_t hd, float scale, float* scores, AttendPartial* part) {
   const hn::ScalableTag<float> df;
@@ -36,21 +57,9 @@ void AttendPartialT(const float* q, const float* k, const float* v, int64_t len,
     scores[j] = s * scale;
     mx = std::max(mx, scores[j]);
   }
-  // exp(s - max) through Highway's Exp (max error 1 ulp; libm's expf per score was 2% of a
-  // whole decode at 512 tokens of context), summed in vector lanes.
-  const auto vmx = hn::Set(df, mx);
-  auto vsum = hn::Zero(df);
-  int64_t j = 0;
-  for (; j + L <= len; j += L) {
-    const auto ev = hn::Exp(df, hn::Sub(hn::LoadU(df, scores + j), vmx));
-    hn::StoreU(ev, df, scores + j);
-    vsum = hn::Add(vsum, ev);
-  }
-  double sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-  for (; j < len; ++j) {
-    scores[j] = std::exp(scores[j] - mx);
-    sum += scores[j];
-  }
+  // exp(s - max) in vectors (libm's expf per score was 2% of a whole decode at 512 tokens of
+  // context).
+  const double sum = ExpMinusMaxSum(df, scores, len, mx);
   part->max = mx;
   part->sum = sum;
   float* out = part->out;
@@ -91,19 +100,7 @@ void SoftmaxRowT(float* s, int64_t len) {
   for (; j + L <= len; j += L) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
   float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
   for (; j < len; ++j) mx = std::max(mx, s[j]);
-  const auto vmx = hn::Set(df, mx);
-  auto vsum = hn::Zero(df);
-  j = 0;
-  for (; j + L <= len; j += L) {
-    const auto ev = hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), vmx));
-    hn::StoreU(ev, df, s + j);
-    vsum = hn::Add(vsum, ev);
-  }
-  double sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-  for (; j < len; ++j) {
-    s[j] = std::exp(s[j] - mx);
-    sum += s[j];
-  }
+  const double sum = ExpMinusMaxSum(df, s, len, mx);
   const auto inv = hn::Set(df, static_cast<float>(1.0 / sum));
   for (j = 0; j + L <= len; j += L) hn::StoreU(hn::Mul(hn::LoadU(df, s + j), inv), df, s + j);
   for (; j < len; ++j) s[j] *= hn::GetLane(inv);
