@@ -135,8 +135,8 @@ void MaskVNM(const float* s, int64_t m, int64_t k, int v, int n, int gm, uint8_t
       for (int a = 0; a < r; ++a) {
         int rank = 0;
         for (int b = 0; b < r; ++b) {
-          rank += (colsum[c0 + b] > colsum[c0 + a]) |
-                  ((colsum[c0 + b] == colsum[c0 + a]) & (b < a));
+          rank += static_cast<int>(colsum[c0 + b] > colsum[c0 + a]) |
+                  (static_cast<int>(colsum[c0 + b] == colsum[c0 + a]) & static_cast<int>(b < a));
         }
         bits |= static_cast<uint32_t>(rank < keep) << a;
       }

@@ -90,13 +90,19 @@ TEST(CheckpointTest, EveryFormatRoundTripsThroughAFile) {
   auto st = SafetensorsFile::Open(path);
   ASSERT_TRUE(st.ok());
   for (const auto& mtx : ck.matrices) {
-    if (KindOf(mtx.matrix) == FormatKind::kDense) EXPECT_NE(st->Find(mtx.name), nullptr);
+    if (KindOf(mtx.matrix) == FormatKind::kDense) {
+      EXPECT_NE(st->Find(mtx.name), nullptr);
+    }
     if (KindOf(mtx.matrix) == FormatKind::kNM) {
       EXPECT_NE(st->Find(mtx.name + ".values"), nullptr);
       EXPECT_NE(st->Find(mtx.name + ".meta"), nullptr);
     }
-    if (KindOf(mtx.matrix) == FormatKind::kCsr) EXPECT_NE(st->Find(mtx.name + ".row_ptr"), nullptr);
-    if (KindOf(mtx.matrix) == FormatKind::kCoo) EXPECT_NE(st->Find(mtx.name + ".row_idx"), nullptr);
+    if (KindOf(mtx.matrix) == FormatKind::kCsr) {
+      EXPECT_NE(st->Find(mtx.name + ".row_ptr"), nullptr);
+    }
+    if (KindOf(mtx.matrix) == FormatKind::kCoo) {
+      EXPECT_NE(st->Find(mtx.name + ".row_idx"), nullptr);
+    }
   }
   auto doc = nlohmann::json::parse(st->metadata().at("sparq"));
   EXPECT_EQ(doc["format_version"], kCheckpointFormatVersion);

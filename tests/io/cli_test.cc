@@ -220,7 +220,7 @@ TEST(InspectCliTest, TruncatedCopiesOfEachFileTypeExit1) {
   std::string out;
   ASSERT_EQ(RunCli("convert " + model + " " + sparq + " --pattern 2:4", &out), 0) << out;
   testing::WriteFile(dir + "/t.gguf", SmallGguf());
-  for (const std::string src : {dir + "/t.gguf", model, sparq}) {
+  for (const std::string& src : {dir + "/t.gguf", model, sparq}) {
     const testing::Bytes all = testing::ReadFile(src);
     for (size_t n : {size_t{0}, size_t{5}, size_t{30}, all.size() / 2, all.size() - 1}) {
       const std::string cut = dir + "/cut_" + std::to_string(n) + src.substr(src.rfind('.'));
