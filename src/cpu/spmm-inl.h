@@ -48,6 +48,19 @@ inline constexpr int kMaxAcc = 8;
 // Loads L values (f32, or bf16 widened by a 16-bit shift) as f32.
 template <bool kBf16, class D>
 HWY_INLINE hn::Vec<D> LoadValues(D df, const void* p) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kBf16 && hn::MaxLanes(D()) == 16) {
+    // One word permute (port 5) puts bf16 j into the upper half of lane j and zeroes the lower
+    // half, where PromoteTo + ShiftLeft took two vector ops (ports 5 and 0): the 2:4 bf16 decode
+    // loop spends 5 instead of 6 vector ops per row and 16 weights (docs/kernels.md).
+    (void)df;
+    const __m512i idx = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0,
+                                         6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+    const __m512i raw = _mm512_castsi256_si512(
+        _mm256_loadu_si256(static_cast<const __m256i*>(p)));
+    return hn::Vec<D>{_mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, raw))};
+  }
+#endif
   if constexpr (kBf16) {
     const hn::Rebind<uint16_t, D> d16;
     const hn::RebindToUnsigned<D> du;
@@ -73,14 +86,34 @@ struct NmLaneTables {
   alignas(64) int32_t base[kNmChunk];
   alignas(64) uint32_t shift[kNmChunk];
   alignas(64) uint32_t word1[kNmChunk];  // all-ones where the lane reads the second word
+  // Decode with a two-table permute (m = 2n, n divides L): lane j's index into the 2L columns
+  // that start at its lane group's first column (2L * (j / L)). A multiple of m, so the index
+  // is pbase | idx (one ternary-logic op with the mask) instead of (idx & mask) + base.
+  alignas(64) int32_t pbase[kNmChunk];
   NmLaneTables(int n, int m, int bits) {
+    const int L = static_cast<int>(hn::Lanes(DF()));
     for (int j = 0; j < kNmChunk; ++j) {
       base[j] = (j / n) * m;
+      pbase[j] = base[j] - 2 * L * (j / L);
       shift[j] = static_cast<uint32_t>((bits * j) % 32);
       word1[j] = (bits * j) >= 32 ? ~0u : 0u;
     }
   }
 };
+
+// The metadata word that holds each lane's index, for lanes [p*L, p*L+L) of a chunk, shifted so
+// that the index sits in the low kBits (the bits above it are the next lanes').
+template <int kBits>
+HWY_INLINE hn::Vec<DU> NmShiftedWords(const uint32_t* words, const NmLaneTables& t, size_t p) {
+  const DU du;
+  const size_t L = hn::Lanes(du);
+  auto w = hn::Set(du, words[0]);
+  if constexpr (kBits == 4) {
+    const auto sel = hn::Load(du, t.word1 + p * L);
+    w = hn::IfThenElse(hn::RebindMask(du, hn::Ne(sel, hn::Zero(du))), hn::Set(du, words[1]), w);
+  }
+  return hn::Shr(w, hn::Load(du, t.shift + p * L));
+}
 
 // Columns of lanes [p*L, p*L+L) of a chunk whose first column is `chunk_col`.
 template <int kBits>
@@ -89,15 +122,20 @@ HWY_INLINE hn::Vec<DI> NmColumns(const uint32_t* words, const NmLaneTables& t, s
   const DU du;
   const DI di;
   const size_t L = hn::Lanes(du);
-  auto w = hn::Set(du, words[0]);
-  if constexpr (kBits == 4) {
-    const auto sel = hn::Load(du, t.word1 + p * L);
-    w = hn::IfThenElse(hn::RebindMask(du, hn::Ne(sel, hn::Zero(du))), hn::Set(du, words[1]), w);
-  }
-  const auto idx = hn::And(hn::Shr(w, hn::Load(du, t.shift + p * L)),
-                           hn::Set(du, (1u << kBits) - 1));
+  const auto idx = hn::And(NmShiftedWords<kBits>(words, t, p), hn::Set(du, (1u << kBits) - 1));
   return hn::Add(hn::Add(hn::Set(di, chunk_col), hn::Load(di, t.base + p * L)),
                  hn::BitCast(di, idx));
+}
+
+// As NmColumns, for the permute decode (m = 2n): lane indices into the lane group's 2L columns.
+template <int kBits>
+HWY_INLINE hn::Vec<DI> NmPermIndices(const uint32_t* words, const NmLaneTables& t, size_t p) {
+  const DU du;
+  const DI di;
+  const size_t L = hn::Lanes(du);
+  return hn::BitCast(di, hn::OrAnd(hn::BitCast(du, hn::Load(di, t.pbase + p * L)),
+                                   NmShiftedWords<kBits>(words, t, p),
+                                   hn::Set(du, (1u << kBits) - 1)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,8 +202,8 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
         }
 #define SPARQ_NM_ROW(q)                                                                       \
   if constexpr (R > q) {                                                                      \
-    const auto cols = NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p,             \
-                                       kPerm ? col0 - wcol : col0);                           \
+    const auto cols = kPerm ? NmPermIndices<kBits>(meta + (q * w.chunks + c) * words, tab, p) \
+                            : NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p, col0); \
     const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);  \
     const auto xv = kPerm ? Permute2(df, xlo, xhi, cols) : hn::GatherIndex(df, x, cols);      \
     acc##q = hn::MulAdd(v, xv, acc##q);                                                       \
