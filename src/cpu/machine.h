@@ -7,6 +7,14 @@ namespace sparq::cpu {
 
 // Best of 3 runs of an FMA-only loop on `threads` threads (GFLOP/s, f32, 2 flops per FMA lane).
 double MeasurePeakFmaGflops(int threads);
+
+// The FMA loop's chains: chain i starts at FmaChainStart(i) and steps a <- a * kFmaMul + kFmaAdd.
+inline constexpr float kFmaMul = 0.999999f;
+inline constexpr float kFmaAdd = 1e-7f;
+constexpr float FmaChainStart(int i) { return 1.0f + 0.0625f * static_cast<float>(i); }
+// One run of the loop on this thread (best dispatched target): the sum over chains of one lane's
+// final value; *flops = what it counted, *chains = how many chains it ran.
+double FmaLoop(int64_t iters, int64_t* flops, int* chains);
 // Best of 5 sums over `bytes` (split across `threads` threads) in GB/s.
 double MeasureReadGbps(int threads, int64_t bytes);
 

@@ -1,0 +1,37 @@
+// The machine-limit loops of `sparq bench machine`: the FMA loop must run as many distinct chains
+// as it counts flops for (a loop whose chains the compiler can prove equal collapses to one
+// latency-bound chain and overstates the peak).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "src/cpu/machine.h"
+
+namespace sparq::cpu {
+namespace {
+
+TEST(MachineTest, FmaLoopRunsDistinctChainsItCounts) {
+  const int64_t iters = 5000;
+  int64_t flops = 0;
+  int chains = 0;
+  const double sum = FmaLoop(iters, &flops, &chains);
+  ASSERT_GE(chains, 12);
+  // Independent model: each chain in double, a <- a * m + c, from its own start value.
+  double want = 0;
+  for (int i = 0; i < chains; ++i) {
+    double a = FmaChainStart(i);
+    for (int64_t t = 0; t < iters; ++t) a = a * static_cast<double>(kFmaMul) + static_cast<double>(kFmaAdd);
+    want += a;
+  }
+  // f32 rounding: each step adds at most half an ulp (~6e-8 relative) to a value near 1, and the
+  // factor m < 1 damps older errors, so each chain stays within iters * 6e-8 = 3e-4 relative.
+  EXPECT_NEAR(sum, want, 3e-4 * std::abs(want));
+  // Distinct starts: a loop that ran one chain and scaled it would give chains * chain 0.
+  double one = FmaChainStart(0);
+  for (int64_t t = 0; t < iters; ++t) one = one * static_cast<double>(kFmaMul) + static_cast<double>(kFmaAdd);
+  EXPECT_GT(std::abs(sum - chains * one), 0.1);
+  EXPECT_EQ(flops % (iters * chains * 2), 0);
+}
+
+}  // namespace
+}  // namespace sparq::cpu
