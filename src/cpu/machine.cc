@@ -28,7 +28,7 @@ constexpr int kFmaChains = 16;
 constexpr int kFmaChains = 12;
 #endif
 
-double FmaLoopT(int64_t iters, int64_t* flops) {
+double FmaLoopT(int64_t iters, int64_t* flops, int* chains) {
   const hn::ScalableTag<float> d;
   auto a0 = hn::Set(d, FmaChainStart(0)), a1 = hn::Set(d, FmaChainStart(1));
   auto a2 = hn::Set(d, FmaChainStart(2)), a3 = hn::Set(d, FmaChainStart(3));
@@ -50,13 +50,12 @@ double FmaLoopT(int64_t iters, int64_t* flops) {
     }
   }
   *flops = iters * kFmaChains * 2 * static_cast<int64_t>(hn::Lanes(d));
+  *chains = kFmaChains;
   auto s = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
   s = hn::Add(s, hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
   if constexpr (kFmaChains > 12) s = hn::Add(s, hn::Add(hn::Add(a12, a13), hn::Add(a14, a15)));
   return hn::GetLane(s);
 }
-
-int64_t FloatLanesT() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
 
 double SumT(const float* p, int64_t n) {
   const hn::ScalableTag<float> d;
@@ -82,7 +81,6 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparq::cpu {
 HWY_EXPORT(FmaLoopT);
-HWY_EXPORT(FloatLanesT);
 HWY_EXPORT(SumT);
 
 namespace {
@@ -103,10 +101,7 @@ double RunOnThreads(int threads, Fn fn) {
 }  // namespace
 
 double FmaLoop(int64_t iters, int64_t* flops, int* chains) {
-  const double sum = HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, flops);
-  *chains = static_cast<int>(*flops / std::max<int64_t>(1, iters) / 2 /
-                             static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(FloatLanesT)()));
-  return sum;
+  return HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, flops, chains);
 }
 
 double MeasurePeakFmaGflops(int threads) {
@@ -116,7 +111,8 @@ double MeasurePeakFmaGflops(int threads) {
     std::vector<int64_t> flops(threads);
     std::vector<double> sink(threads);
     const double s = RunOnThreads(threads, [&](int t) {
-      sink[t] = HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, &flops[t]);
+      int chains = 0;
+      sink[t] = HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, &flops[t], &chains);
     });
     int64_t total = 0;
     for (auto f : flops) total += f;
