@@ -740,6 +740,34 @@ HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64
                               vals + pb0 * vb, pb1 - pb0, xt, scr, first);
 }
 
+// Prefetches the next k block's X^T slice (`next`, whole cache lines) during the last row groups
+// of this one's `steps`, at least 4 lines per group. The slice is read in a data-dependent column
+// order, so the hardware prefetchers do not fetch it ahead, and with few rows per pass (SmolLM2's
+// 576x1536 layers) its first touch from L3 is a large part of the pass. When to use it:
+// NextXtSlice in spmm.cc.
+class XtSlicePrefetcher {
+ public:
+  XtSlicePrefetcher(const XtNext& next, int64_t steps)
+      : p_(static_cast<const uint8_t*>(static_cast<const void*>(next.xt))),
+        end_(p_ == nullptr ? nullptr : p_ + next.bytes) {
+    const int64_t lines = next.bytes / 64;
+    if (p_ == nullptr || steps <= 0 || lines <= 0) return;
+    per_step_ = std::max<int64_t>(4, (lines + steps - 1) / steps);
+    start_ = steps - (lines + per_step_ - 1) / per_step_;
+  }
+  HWY_INLINE void Step() {
+    if (step_++ < start_) return;
+    for (int64_t i = 0; i < per_step_ && p_ < end_; ++i, p_ += 64) hwy::Prefetch(p_);
+  }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+  int64_t per_step_ = 0;
+  int64_t start_ = 0;
+  int64_t step_ = 0;
+};
+
 // One group of G rows sharing columns; columns [p0, p1) (all < the k block's end).
 template <int G, int NV, bool kBf16>
 HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const float* xt,
@@ -772,17 +800,20 @@ HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const 
 // not rescanned in every token tile).
 template <int G, int NV, bool kBf16>
 HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
-                               const ScgBlock& blk, float* scratch) {
+                               const ScgBlock& blk, float* scratch, const XtNext& next) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const bool first = blk.first;
   int64_t gi = g0;
+  XtSlicePrefetcher pf(next, G == 1 && 2 * NV <= kMaxAcc ? (g1 - g0 + 1) / 2 : g1 - g0);
   if constexpr (G == 1 && 2 * NV <= kMaxAcc) {
     for (; gi + 1 < g1; gi += 2) {
+      pf.Step();
       CsrTiledPair<NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], blk.pb[gi + 1 - g0],
                               blk.pe[gi + 1 - g0], xt, scratch + (gi - g0) * NT, first);
     }
   }
   for (; gi < g1; ++gi) {
+    pf.Step();
     float* scr = scratch + (gi - g0) * G * NT;  // [group][G][NT]: padded rows stay inside
     ScgTiledGroup<G, NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], xt, scr, first);
   }
@@ -790,17 +821,20 @@ HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const
 
 template <int kBits, bool kBf16, int NV>
 HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const float* xt,
-                              int64_t c0, int64_t c1, float* scratch) {
+                              int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const NmLaneTables tab(w.n, w.m, w.bits);
   int64_t r = r0;
   constexpr int kRows = 4 * NV <= kMaxAcc ? 4 : 2;  // 8..16 chains
+  XtSlicePrefetcher pf(next, (r1 - r0 + kRows - 1) / kRows);
   if constexpr (kRows * NV <= kMaxAcc) {
     for (; r + kRows <= r1; r += kRows) {
+      pf.Step();
       NmTiledRows<kBits, kBf16, NV, kRows>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
     }
   }
   for (; r < r1; ++r) {
+    pf.Step();
     NmTiledRows<kBits, kBf16, NV, 1>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
   }
 }
@@ -837,9 +871,10 @@ HWY_INLINE int64_t MaskOffsets(const uint16_t* bits, int64_t c0, int64_t c1, int
 template <int NV, bool kBf16>
 HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, const float* xt,
                                 int64_t c0, int64_t c1, int64_t* cursor, int32_t* off,
-                                float* scratch) {
+                                float* scratch, const XtNext& next) {
   const int32_t NT = static_cast<int32_t>(NV * hn::Lanes(DF()));
   const bool first = c0 == 0;
+  XtSlicePrefetcher pf(next, 2 * NV <= kMaxAcc ? (r1 - r0 + 1) / 2 : r1 - r0);
   const size_t vb = kBf16 ? 2 : 4;
   const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
   const uint16_t* bits = w.bits.data_as<uint16_t>();
@@ -850,6 +885,7 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
   int64_t r = r0;
   if constexpr (2 * NV <= kMaxAcc) {
     for (; r + 1 < r1; r += 2) {
+      pf.Step();
       const int64_t n0 = MaskOffsets(bits + r * w.chunks, c0, c1, NT, off);
       const int64_t n1 = MaskOffsets(bits + (r + 1) * w.chunks, c0, c1, NT, off1);
       PairTiledRows<2, NV, kBf16>([off](int64_t i) { return off[i]; }, vals + cursor[r - r0] * vb,
@@ -861,6 +897,7 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
     }
   }
   for (; r < r1; ++r) {
+    pf.Step();
     const int64_t n0 = MaskOffsets(bits + r * w.chunks, c0, c1, NT, off);
     auto at = [off](int64_t i) { return off[i]; };
     PairTiledRows<1, NV, kBf16>(at, vals + cursor[r - r0] * vb, n0, at, nullptr, 0, xt,
@@ -1113,87 +1150,90 @@ inline void MaskDecode(const MaskWeight& w, const float* xpad, int64_t n, int64_
 
 template <int NV>
 HWY_INLINE void MaskTiledN(const MaskWeight& w, int64_t r0, int64_t r1, const float* xt,
-                           int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch) {
-  w.value_dtype == DType::kBF16 ? MaskTiledImpl<NV, true>(w, r0, r1, xt, c0, c1, cursor, off, scratch)
-                                : MaskTiledImpl<NV, false>(w, r0, r1, xt, c0, c1, cursor, off, scratch);
+                           int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
+                           const XtNext& next) {
+  w.value_dtype == DType::kBF16 ? MaskTiledImpl<NV, true>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next)
+                                : MaskTiledImpl<NV, false>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
 }
 
 // nt: the tile width TileWidth(1, n) the caller built X^T with.
 inline void MaskTiled(const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-                      int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch) {
+                      int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
+                      const XtNext& next) {
   const int64_t nv = nt / static_cast<int64_t>(hn::Lanes(DF()));
   if (nv == 8 && 2 * 8 <= kMaxAcc) {
-    MaskTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, cursor, off, scratch);
+    MaskTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
   } else if (nv == 1) {
-    MaskTiledN<1>(w, r0, r1, xt, c0, c1, cursor, off, scratch);
+    MaskTiledN<1>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
   } else if (nv == 2) {
-    MaskTiledN<2>(w, r0, r1, xt, c0, c1, cursor, off, scratch);
+    MaskTiledN<2>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
   } else {
-    MaskTiledN<std::min(4, kMaxAcc)>(w, r0, r1, xt, c0, c1, cursor, off, scratch);
+    MaskTiledN<std::min(4, kMaxAcc)>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
   }
 }
 
 template <int G, int NV>
 HWY_INLINE void ScgTiledGN(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
-                           const ScgBlock& blk, float* scratch) {
+                           const ScgBlock& blk, float* scratch, const XtNext& next) {
   if constexpr (G * NV <= kMaxAcc || NV == 1) {
     if (w.value_dtype == DType::kBF16) {
-      ScgTiledImpl<G, NV, true>(w, g0, g1, xt, blk, scratch);
+      ScgTiledImpl<G, NV, true>(w, g0, g1, xt, blk, scratch, next);
     } else {
-      ScgTiledImpl<G, NV, false>(w, g0, g1, xt, blk, scratch);
+      ScgTiledImpl<G, NV, false>(w, g0, g1, xt, blk, scratch, next);
     }
   }
 }
 
 template <int G>
 HWY_INLINE void ScgTiledG(const ScgWeight& w, int nv, int64_t g0, int64_t g1, const float* xt,
-                          const ScgBlock& blk, float* scratch) {
+                          const ScgBlock& blk, float* scratch, const XtNext& next) {
   if (nv == 1) {
-    ScgTiledGN<G, 1>(w, g0, g1, xt, blk, scratch);
+    ScgTiledGN<G, 1>(w, g0, g1, xt, blk, scratch, next);
   } else if (nv == 2) {
-    ScgTiledGN<G, 2>(w, g0, g1, xt, blk, scratch);
+    ScgTiledGN<G, 2>(w, g0, g1, xt, blk, scratch, next);
   } else {
-    ScgTiledGN<G, 4>(w, g0, g1, xt, blk, scratch);
+    ScgTiledGN<G, 4>(w, g0, g1, xt, blk, scratch, next);
   }
 }
 
 // nt: the tile width TileWidth(w.g, n) the caller built X^T with.
 inline void ScgTiled(const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
-                     const ScgBlock& blk, float* scratch) {
+                     const ScgBlock& blk, float* scratch, const XtNext& next) {
   const int nv = static_cast<int>(nt / static_cast<int64_t>(hn::Lanes(DF())));
   if (w.g == 1) {
-    ScgTiledG<1>(w, nv, g0, g1, xt, blk, scratch);
+    ScgTiledG<1>(w, nv, g0, g1, xt, blk, scratch, next);
   } else if (w.g == 2) {
-    ScgTiledG<2>(w, nv, g0, g1, xt, blk, scratch);
+    ScgTiledG<2>(w, nv, g0, g1, xt, blk, scratch, next);
   } else {
-    ScgTiledG<4>(w, nv, g0, g1, xt, blk, scratch);
+    ScgTiledG<4>(w, nv, g0, g1, xt, blk, scratch, next);
   }
 }
 
 template <int NV>
 HWY_INLINE void NmTiledN(const NmWeight& w, int64_t r0, int64_t r1, const float* xt, int64_t c0,
-                         int64_t c1, float* scratch) {
+                         int64_t c1, float* scratch, const XtNext& next) {
   const bool bf = w.value_dtype == DType::kBF16;
   if (w.bits == 2) {
-    bf ? NmTiledImpl<2, true, NV>(w, r0, r1, xt, c0, c1, scratch)
-       : NmTiledImpl<2, false, NV>(w, r0, r1, xt, c0, c1, scratch);
+    bf ? NmTiledImpl<2, true, NV>(w, r0, r1, xt, c0, c1, scratch, next)
+       : NmTiledImpl<2, false, NV>(w, r0, r1, xt, c0, c1, scratch, next);
   } else {
-    bf ? NmTiledImpl<4, true, NV>(w, r0, r1, xt, c0, c1, scratch)
-       : NmTiledImpl<4, false, NV>(w, r0, r1, xt, c0, c1, scratch);
+    bf ? NmTiledImpl<4, true, NV>(w, r0, r1, xt, c0, c1, scratch, next)
+       : NmTiledImpl<4, false, NV>(w, r0, r1, xt, c0, c1, scratch, next);
   }
 }
 
 inline void NmTiled(const NmWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-                    int64_t c0, int64_t c1, float* scratch) {
+                    int64_t c0, int64_t c1, float* scratch,
+                         const XtNext& next) {
   const int64_t nv = nt / static_cast<int64_t>(hn::Lanes(DF()));
   if (nv == 8 && 2 * 8 <= kMaxAcc) {
-    NmTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, scratch);
+    NmTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, scratch, next);
   } else if (nv == 1) {
-    NmTiledN<1>(w, r0, r1, xt, c0, c1, scratch);
+    NmTiledN<1>(w, r0, r1, xt, c0, c1, scratch, next);
   } else if (nv == 2) {
-    NmTiledN<2>(w, r0, r1, xt, c0, c1, scratch);
+    NmTiledN<2>(w, r0, r1, xt, c0, c1, scratch, next);
   } else {
-    NmTiledN<std::min(4, kMaxAcc)>(w, r0, r1, xt, c0, c1, scratch);
+    NmTiledN<std::min(4, kMaxAcc)>(w, r0, r1, xt, c0, c1, scratch, next);
   }
 }
 

@@ -18,20 +18,21 @@ void ScgDecodeT(const ScgWeight* w, const float* x, int64_t ldx, int64_t n, int6
   ScgDecode(*w, x, ldx, n, g0, g1, raw);
 }
 void NmTiledT(const NmWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-              int64_t c0, int64_t c1, float* scratch) {
-  NmTiled(*w, nt, r0, r1, xt, c0, c1, scratch);
+              int64_t c0, int64_t c1, float* scratch, const XtNext* next) {
+  NmTiled(*w, nt, r0, r1, xt, c0, c1, scratch, *next);
 }
 void ScgTiledT(const ScgWeight* w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
-               const ScgBlock* blk, float* scratch) {
-  ScgTiled(*w, nt, g0, g1, xt, *blk, scratch);
+               const ScgBlock* blk, float* scratch, const XtNext* next) {
+  ScgTiled(*w, nt, g0, g1, xt, *blk, scratch, *next);
 }
 void MaskDecodeT(const MaskWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
                  float* raw) {
   MaskDecode(*w, xpad, n, r0, r1, raw);
 }
 void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-                int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch) {
-  MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch);
+                int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
+                const XtNext* next) {
+  MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch, *next);
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
 int64_t RowTileWidthT(int64_t n) { return RowTileWidth(n); }
@@ -109,6 +110,45 @@ int64_t XtBlockBytes() {
     return e ? std::max<int64_t>(1024, std::atoll(e)) : kXtBlockBytesDefault;
   }();
   return v;
+}
+
+// Whether a tiled task should prefetch each next k block's X^T slice (XtSlicePrefetcher): X^T
+// tiles of k_rows x nt floats, the task's partial sums scratch_bytes. Measured (n = 512, one
+// thread, 2:4 / V:16:2:4 / 50%, two interleaved rounds, time without / with): it pays where the
+// X^T tile is beyond L2 and the task's passes are short: 576x1536 1.08-1.18x, 4096x4096
+// 1.00-1.15x, 4096x11008 0.93-1.13x; it costs where the X^T tile stays in L2 anyway (k = 576:
+// 0.89-1.04x) and where the task's partial sums alone fill L1 (11008x4096: 2:4 and 50% 0.98-1.01x
+// with 88 KiB, V:16:2:4 0.91-0.93x with 44 KiB). SPARQ_XT_PREFETCH=0 turns it off everywhere
+// (A/B experiments; it changes no result, only time).
+bool XtPrefetchWorthIt(int64_t k_rows, int64_t nt, int64_t scratch_bytes) {
+  static const bool allowed = [] {
+    const char* e = std::getenv("SPARQ_XT_PREFETCH");
+    return e == nullptr || std::atoi(e) != 0;
+  }();
+  return allowed && k_rows * nt * 4 > (512 << 10) && scratch_bytes <= (32 << 10);
+}
+
+// The X^T slice the next tiled call reads (X^T tiles of nt tokens and k_rows columns, k blocks of
+// kb_chunks chunks of chunk_cols columns; the current call ends at chunk c1 of tile `tile`, and
+// this thread's loop runs to tile_end): the next k block of this tile, else the first of the next
+// tile; none after the last, or when `on` is false. Only L1-sized slices (XtBlockBytes): wider
+// ones belong to sparse rows that touch a fraction of their columns, where fetching the whole
+// slice evicts the one in use (4096x4096 n = 512 BSR 32x32 90%: 21-25 -> 38 ms; CSR 99%: +10%).
+XtNext NextXtSlice(bool on, const float* xt, int64_t k_rows, int64_t nt, int64_t tile,
+                   int64_t tile_end, int64_t c1, int64_t chunks, int64_t kb_chunks,
+                   int64_t chunk_cols) {
+  XtNext next;
+  if (!on) return next;
+  const int64_t chunk_floats = chunk_cols * nt;
+  if (c1 < chunks) {
+    next.xt = xt + tile * k_rows * nt + c1 * chunk_floats;
+    next.bytes = std::min(kb_chunks, chunks - c1) * chunk_floats * 4;
+  } else if (tile + 1 < tile_end) {
+    next.xt = xt + (tile + 1) * k_rows * nt;
+    next.bytes = std::min(kb_chunks, chunks) * chunk_floats * 4;
+  }
+  if (next.bytes > XtBlockBytes()) next = XtNext{};
+  return next;
 }
 
 // Per-thread reusable buffers (calls on one LinearWeight may run concurrently from many threads,
@@ -399,13 +439,15 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t r0 = bounds[task], r1 = bounds[task + 1];
     float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
+    const bool pf = XtPrefetchWorthIt(w.k_pad, nt, (r1 - r0) * nt * 4);
     int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(2, (r1 - r0) * 2));
     for (int64_t r = r0; r < r1; ++r) row_off[r - r0] = (r - r0) * nt;
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const float* xtt = xt + tile * w.k_pad * nt;
       for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
-        HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, nt, r0, r1, xtt, c0, std::min(w.chunks, c0 + kb_chunks),
-                                       scratch);
+        const int64_t c1 = std::min(w.chunks, c0 + kb_chunks);
+        const XtNext next = NextXtSlice(pf, xt, w.k_pad, nt, tile, tiles, c1, w.chunks, kb_chunks, chunk_cols);
+        HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, nt, r0, r1, xtt, c0, c1, scratch, &next);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
     }
@@ -425,6 +467,7 @@ void RunMaskTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     const int64_t r0 = bounds[task], r1 = bounds[task + 1];
     float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
+    const bool pf = XtPrefetchWorthIt(w.k_pad(), nt, (r1 - r0) * nt * 4);
     int64_t* cursor = reinterpret_cast<int64_t*>(ThreadBuffer(2, (r1 - r0) * 2));
     int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(3, (r1 - r0) * 2 + 2 * (kb_chunks + 1) * kMaskChunk));
     int32_t* off = reinterpret_cast<int32_t*>(row_off + (r1 - r0));
@@ -432,8 +475,9 @@ void RunMaskTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const float* xtt = xt + tile * w.k_pad() * nt;
       for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
-        HWY_DYNAMIC_DISPATCH(MaskTiledT)(&w, nt, r0, r1, xtt, c0, std::min(w.chunks, c0 + kb_chunks),
-                                         cursor, off, scratch);
+        const int64_t c1 = std::min(w.chunks, c0 + kb_chunks);
+        const XtNext next = NextXtSlice(pf, xt, w.k_pad(), nt, tile, tiles, c1, w.chunks, kb_chunks, kMaskChunk);
+        HWY_DYNAMIC_DISPATCH(MaskTiledT)(&w, nt, r0, r1, xtt, c0, c1, cursor, off, scratch, &next);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
     }
@@ -503,6 +547,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   auto run = [&](int64_t task, int64_t tile0, int64_t tile1) {
     const int64_t g0 = bounds[task], g1 = bounds[task + 1];
     float* scratch = ThreadBuffer(1, (g1 - g0) * w.g * nt);
+    const bool pf = XtPrefetchWorthIt(w.cols, nt, (g1 - g0) * w.g * nt * 4);
     const int64_t r0 = w.group_row[g0], r1 = w.group_row[g1];
     int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(3, (r1 - r0) * 2));
     for (int64_t gi = g0; gi < g1; ++gi) {
@@ -517,7 +562,9 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
         blk.first = b == 0;
         blk.pb = starts + b * groups + g0;
         blk.pe = starts + (b + 1) * groups + g0;
-        HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch);
+        const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile, tile1, std::min(w.cols, (b + 1) * kb),
+                                        w.cols, kb, 1);
+        HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch, &next);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
     }

@@ -79,6 +79,13 @@ struct ScgBlock {
   const int64_t* pe = nullptr;
 };
 
+// The X^T slice the next tiled call will read (whole cache lines from xt; null: none), for the
+// current call to prefetch.
+struct XtNext {
+  const float* xt = nullptr;
+  int64_t bytes = 0;
+};
+
 // Columns per bit-mask word of the kMask layout.
 inline constexpr int kMaskChunk = 16;
 
