@@ -114,11 +114,11 @@ int64_t XtBlockBytes() {
 
 // Whether a tiled task should prefetch each next k block's X^T slice (XtSlicePrefetcher): X^T
 // tiles of k_rows x nt floats, the task's partial sums scratch_bytes. Measured (n = 512, one
-// thread, 2:4 / V:16:2:4 / 50%, two interleaved rounds, time without / with): it pays where the
-// X^T tile is beyond L2 and the task's passes are short: 576x1536 1.08-1.18x, 4096x4096
-// 1.00-1.15x, 4096x11008 0.93-1.13x; it costs where the X^T tile stays in L2 anyway (k = 576:
-// 0.89-1.04x) and where the task's partial sums alone fill L1 (11008x4096: 2:4 and 50% 0.98-1.01x
-// with 88 KiB, V:16:2:4 0.91-0.93x with 44 KiB). SPARQ_XT_PREFETCH=0 turns it off everywhere
+// thread, 2:4 / V:16:2:4 / 50%, interleaved rounds, time without / with; docs/kernels.md): it
+// pays where the X^T tile is beyond L2 and a task's partial sums fit L1 (576x1536 0.93-1.23x, 2:4
+// 1.18-1.23x; 4096x4096 1.00-1.15x; 4096x11008 0.93-1.13x); it costs where the X^T tile stays in
+// L2 anyway (k = 576: 0.89-1.04x) and where the partial sums alone fill L1 (11008x4096: 2:4 and
+// 50% 0.98-1.01x with 88 KiB, V:16:2:4 0.91-0.93x with 44 KiB). SPARQ_XT_PREFETCH=0 turns it off everywhere
 // (A/B experiments; it changes no result, only time).
 bool XtPrefetchWorthIt(int64_t k_rows, int64_t nt, int64_t scratch_bytes) {
   static const bool allowed = [] {
