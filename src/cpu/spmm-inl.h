@@ -1152,8 +1152,11 @@ template <int NV>
 HWY_INLINE void MaskTiledN(const MaskWeight& w, int64_t r0, int64_t r1, const float* xt,
                            int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
                            const XtNext& next) {
-  w.value_dtype == DType::kBF16 ? MaskTiledImpl<NV, true>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next)
-                                : MaskTiledImpl<NV, false>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
+  if (w.value_dtype == DType::kBF16) {
+    MaskTiledImpl<NV, true>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
+  } else {
+    MaskTiledImpl<NV, false>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
+  }
 }
 
 // nt: the tile width TileWidth(1, n) the caller built X^T with.
@@ -1223,8 +1226,7 @@ HWY_INLINE void NmTiledN(const NmWeight& w, int64_t r0, int64_t r1, const float*
 }
 
 inline void NmTiled(const NmWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-                    int64_t c0, int64_t c1, float* scratch,
-                         const XtNext& next) {
+                    int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
   const int64_t nv = nt / static_cast<int64_t>(hn::Lanes(DF()));
   if (nv == 8 && 2 * 8 <= kMaxAcc) {
     NmTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, scratch, next);

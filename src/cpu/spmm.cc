@@ -118,8 +118,8 @@ int64_t XtBlockBytes() {
 // pays where the X^T tile is beyond L2 and a task's partial sums fit L1 (576x1536 0.93-1.23x, 2:4
 // 1.18-1.23x; 4096x4096 1.00-1.15x; 4096x11008 0.93-1.13x); it costs where the X^T tile stays in
 // L2 anyway (k = 576: 0.89-1.04x) and where the partial sums alone fill L1 (11008x4096: 2:4 and
-// 50% 0.98-1.01x with 88 KiB, V:16:2:4 0.91-0.93x with 44 KiB). SPARQ_XT_PREFETCH=0 turns it off everywhere
-// (A/B experiments; it changes no result, only time).
+// 50% 0.98-1.01x with 88 KiB, V:16:2:4 0.91-0.93x with 44 KiB). SPARQ_XT_PREFETCH=0 turns it off
+// everywhere (A/B experiments; it changes no result, only time).
 bool XtPrefetchWorthIt(int64_t k_rows, int64_t nt, int64_t scratch_bytes) {
   static const bool allowed = [] {
     const char* e = std::getenv("SPARQ_XT_PREFETCH");
@@ -446,7 +446,8 @@ void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       const float* xtt = xt + tile * w.k_pad * nt;
       for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
         const int64_t c1 = std::min(w.chunks, c0 + kb_chunks);
-        const XtNext next = NextXtSlice(pf, xt, w.k_pad, nt, tile, tiles, c1, w.chunks, kb_chunks, chunk_cols);
+        const XtNext next =
+            NextXtSlice(pf, xt, w.k_pad, nt, tile, tiles, c1, w.chunks, kb_chunks, chunk_cols);
         HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, nt, r0, r1, xtt, c0, c1, scratch, &next);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
@@ -476,7 +477,8 @@ void RunMaskTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       const float* xtt = xt + tile * w.k_pad() * nt;
       for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
         const int64_t c1 = std::min(w.chunks, c0 + kb_chunks);
-        const XtNext next = NextXtSlice(pf, xt, w.k_pad(), nt, tile, tiles, c1, w.chunks, kb_chunks, kMaskChunk);
+        const XtNext next =
+            NextXtSlice(pf, xt, w.k_pad(), nt, tile, tiles, c1, w.chunks, kb_chunks, kMaskChunk);
         HWY_DYNAMIC_DISPATCH(MaskTiledT)(&w, nt, r0, r1, xtt, c0, c1, cursor, off, scratch, &next);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
@@ -562,8 +564,8 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
         blk.first = b == 0;
         blk.pb = starts + b * groups + g0;
         blk.pe = starts + (b + 1) * groups + g0;
-        const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile, tile1, std::min(w.cols, (b + 1) * kb),
-                                        w.cols, kb, 1);
+        const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile, tile1,
+                                        std::min(w.cols, (b + 1) * kb), w.cols, kb, 1);
         HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch, &next);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
