@@ -118,7 +118,23 @@ Status WritePlot(const json& rows, const std::string& path, const std::string& s
   return Status::Ok();
 }
 
+// --plot runs a matplotlib script after the whole benchmark: check that it can run before
+// spending minutes on the benchmark.
+Status CheckPlotter(const std::string& script_dir) {
+  const std::string script = script_dir + "/plot_speedup.py";
+  if (!std::ifstream(script).good()) return IoError("--plot: plot script '" + script + "' not found");
+  if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+    return IoError("--plot needs python3 with matplotlib (pip install matplotlib); nothing was run");
+  }
+  return Status::Ok();
+}
+
+std::string PeerScriptDir(const Options& o) {
+  return o.py_peers.empty() ? "bench/peers" : o.py_peers.substr(0, o.py_peers.rfind('/'));
+}
+
 Status RunKernels(const Options& o) {
+  if (!o.plot_path.empty()) SPARQ_RETURN_IF_ERROR(CheckPlotter(PeerScriptDir(o)));
   SPARQ_ASSIGN_OR_RETURN(auto shape_list, ParseList<std::string>(o.shapes, "--shapes"));
   SPARQ_ASSIGN_OR_RETURN(auto ns, ParseList<int64_t>(o.ns, "--n"));
   SPARQ_ASSIGN_OR_RETURN(auto pattern_list, ParseList<std::string>(o.patterns, "--patterns"));
@@ -308,8 +324,7 @@ Status RunKernels(const Options& o) {
     f << rows.dump(1) << "\n";
   }
   if (!o.plot_path.empty()) {
-    std::string dir = o.py_peers.empty() ? "bench/peers" : o.py_peers.substr(0, o.py_peers.rfind('/'));
-    SPARQ_RETURN_IF_ERROR(WritePlot(rows, o.plot_path, dir));
+    SPARQ_RETURN_IF_ERROR(WritePlot(rows, o.plot_path, PeerScriptDir(o)));
   }
   return Status::Ok();
 }

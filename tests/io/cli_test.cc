@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -171,6 +173,21 @@ TEST(ConvertCliTest, BadFlagsExit1WithAMessage) {
   EXPECT_THAT(out, HasSubstr("/nonexistent_dir/o.sparq"));
   EXPECT_EQ(RunCli("inspect /nonexistent.gguf", &out), 1);
   EXPECT_EQ(RunCli("inspect", &out), 1);  // CLI11 parse error
+}
+
+// `bench kernels --plot` needs its plot script (next to the peer script) and matplotlib; both are
+// checked before the benchmark runs, not after minutes of it.
+TEST(BenchCliTest, PlotWithoutItsScriptFailsBeforeTheRun) {
+  const std::string json_out = testing::TempDir() + "/bench_rows.json";
+  std::remove(json_out.c_str());
+  std::string out;
+  EXPECT_EQ(RunCli("bench kernels --shapes 64x64 --n 1 --patterns 2:4 --threads 1 --repeats 1 "
+                   "--py-peers /nonexistent_dir/sparse_peers.py --plot " + testing::TempDir() +
+                       "/p.png --json " + json_out, &out),
+            1);
+  EXPECT_THAT(out, HasSubstr("plot script '/nonexistent_dir/plot_speedup.py' not found"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("SpmmNm")));  // no benchmark row was printed
+  EXPECT_FALSE(std::ifstream(json_out).good());
 }
 
 testing::Bytes SmallGguf() {
