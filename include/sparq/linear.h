@@ -69,9 +69,27 @@ class LinearWeight {
   };
   // Several weights on the same input x [n, cols] (every weight has the same cols), e.g. an
   // attention block's q/k/v or an MLP's gate/up. Where their kernels allow (the few-token decode
-  // kernels of one storage kind), all products go out as one parallel call, so the threads wait
-  // once instead of once per weight. Each output's bits equal those of its own Forward.
+  // kernels of one storage kind; the many-token N:M and bit-mask kernels, which also transpose X
+  // once for all), all products go out as one parallel call, so the threads wait once instead of
+  // once per weight. Each output's bits equal those of its own Forward.
   static void ForwardShared(const float* x, int64_t n, std::span<const Output> outputs,
+                            ThreadPool* pool);
+
+  // A SwiGLU MLP in one call:
+  //   y[n, down.rows()] = residual + (silu(x gate^T) * (x up^T)) down^T
+  // x [n, gate.cols()]; residual [n, down.rows()] or null; row-major, no padding. Runs fused where
+  // the three weights' kernels allow (SwiGluFuses: N:M or bit-mask weights on their tiled, many-
+  // token kernels), so the [n, gate.rows()] intermediate stays in the kernels' own layout; returns
+  // false, having written nothing, elsewhere: run the three products then. down_row (gate.rows()
+  // entries, or null for the identity) names the column of down each intermediate column feeds,
+  // i.e. the inverse of a column permutation down's input is gathered with. The bits equal those
+  // of the separate products (SiLU epilogue on gate, gate * up in float, residual epilogue on
+  // down).
+  static bool SwiGluFuses(const LinearWeight& gate, const LinearWeight& up,
+                          const LinearWeight& down, int64_t n);
+  static bool ForwardSwiGlu(const LinearWeight& gate, const LinearWeight& up,
+                            const LinearWeight& down, const float* x, int64_t n,
+                            const int32_t* down_row, const float* residual, float* y,
                             ThreadPool* pool);
 
  private:

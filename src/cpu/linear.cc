@@ -77,4 +77,19 @@ void LinearWeight::ForwardShared(const float* x, int64_t n, std::span<const Outp
   cpu::RunSharedInput(x, n, 0, jobs.data(), jobs.size(), pool);
 }
 
+bool LinearWeight::SwiGluFuses(const LinearWeight& gate, const LinearWeight& up,
+                               const LinearWeight& down, int64_t n) {
+  if (!gate.impl_ || !up.impl_ || !down.impl_) return false;
+  return cpu::SwiGluFuses(gate.impl_->packed, up.impl_->packed, down.impl_->packed, n);
+}
+
+bool LinearWeight::ForwardSwiGlu(const LinearWeight& gate, const LinearWeight& up,
+                                 const LinearWeight& down, const float* x, int64_t n,
+                                 const int32_t* down_row, const float* residual, float* y,
+                                 ThreadPool* pool) {
+  if (!SwiGluFuses(gate, up, down, n)) return false;
+  return cpu::RunSwiGlu(gate.impl_->packed, up.impl_->packed, down.impl_->packed, x, n, down_row,
+                        residual, y, pool);
+}
+
 }  // namespace sparq

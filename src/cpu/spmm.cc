@@ -34,6 +34,13 @@ void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const f
                 const XtNext* next) {
   MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch, *next);
 }
+// out[i] = silu(g[i]) * u[i], i < len, with the SiLU of the epilogue (EpilogueRowImpl: an
+// element's bits do not depend on its position), so the fused MLP (RunSwiGlu) gives the bits of a
+// SiLU epilogue on gate's output times up's. g is overwritten (it may be out).
+void SiluMulT(float* g, const float* u, int64_t len, float* out) {
+  EpilogueRowImpl<false, false, 2>(g, nullptr, nullptr, 0, len);
+  for (int64_t i = 0; i < len; ++i) out[i] = g[i] * u[i];
+}
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
 int64_t RowTileWidthT(int64_t n) { return RowTileWidth(n); }
 void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
@@ -76,6 +83,7 @@ HWY_EXPORT(RowTileWidthT);
 HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
 HWY_EXPORT(EpilogueRowT);
+HWY_EXPORT(SiluMulT);
 
 namespace {
 
@@ -425,65 +433,123 @@ float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, Thre
   return xt;
 }
 
-void RunNmTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
-  const NmWeight& w = pw.nm;
-  const int64_t nt = HWY_DYNAMIC_DISPATCH(RowTileWidthT)(a.n);
-  const float* xt = BuildXt(a, w.cols, w.k_pad, nt, pool);
-  const int64_t chunk_cols = (kNmChunk / w.n) * w.m;
-  const int64_t tiles = CeilDiv(a.n, nt);
-  // One token tile: stream each row's weights contiguously (X^T, k x nt, stays in L2). Several
-  // tiles: k blocks whose X^T slice fits L1, weights of the task re-read from L2 per tile.
-  const int64_t kb_chunks = tiles == 1 ? std::max<int64_t>(1, w.chunks)
-                                       : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / chunk_cols);
-  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows, 4);
-  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
-    const int64_t r0 = bounds[task], r1 = bounds[task + 1];
-    float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
-    const bool pf = XtPrefetchWorthIt(w.k_pad, nt, (r1 - r0) * nt * 4);
-    int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(2, (r1 - r0) * 2));
-    for (int64_t r = r0; r < r1; ++r) row_off[r - r0] = (r - r0) * nt;
-    for (int64_t tile = 0; tile < tiles; ++tile) {
-      const float* xtt = xt + tile * w.k_pad * nt;
-      for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
-        const int64_t c1 = std::min(w.chunks, c0 + kb_chunks);
-        const XtNext next =
-            NextXtSlice(pf, xt, w.k_pad, nt, tile, tiles, c1, w.chunks, kb_chunks, chunk_cols);
-        HWY_DYNAMIC_DISPATCH(NmTiledT)(&w, nt, r0, r1, xtt, c0, c1, scratch, &next);
+// X^T rows a row-tiled weight reads (its k_pad).
+int64_t RowTiledKRows(const PackedWeight& w) {
+  return w.kind == PackedKind::kNm ? w.nm.k_pad : w.mask.k_pad();
+}
+
+// The row kernels' tiled runs (N:M, and bit-mask rows) of one weight over prebuilt X^T tiles of
+// nt tokens and `stride` rows each (stride >= the weight's k_pad; rows beyond it are not read).
+// One token tile: each row's weights stream contiguously (X^T, k x nt, stays in L2). Several
+// tiles: k blocks whose X^T slice fits L1, the task's weights re-read from L2 per tile.
+struct RowTiled {
+  RowTiled(const PackedWeight& w, const float* xt_tiles, int64_t n, int64_t nt_, int64_t stride_)
+      : pw(&w), xt(xt_tiles), nt(nt_), tiles(CeilDiv(n, nt_)), stride(stride_) {
+    const bool nm = w.kind == PackedKind::kNm;
+    chunks = nm ? w.nm.chunks : w.mask.chunks;
+    chunk_cols = nm ? (kNmChunk / w.nm.n) * w.nm.m : kMaskChunk;
+    kb_chunks = tiles == 1 ? std::max<int64_t>(1, chunks)
+                           : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / chunk_cols);
+  }
+  // Row blocks the kernel runs whole (tasks are cut at multiples of them).
+  int64_t align() const { return pw->kind == PackedKind::kNm ? 4 : 2; }
+  // int32 offsets a bit-mask task needs (MaskTiled's `off`).
+  int64_t off_entries() const { return 2 * (kb_chunks + 1) * kMaskChunk; }
+  bool prefetch(int64_t rows) const { return XtPrefetchWorthIt(stride, nt, rows * nt * 4); }
+  // Rows [r0, r1) of token tile `tile` into scratch [row][nt]; cursor (r1 - r0 entries) and off
+  // (off_entries()) are the bit-mask kernel's working space.
+  void Tile(int64_t r0, int64_t r1, int64_t tile, bool pf, float* scratch, int64_t* cursor,
+            int32_t* off) const {
+    const float* xtt = xt + tile * stride * nt;
+    for (int64_t c0 = 0; c0 == 0 || c0 < chunks; c0 += kb_chunks) {
+      const int64_t c1 = std::min(chunks, c0 + kb_chunks);
+      const XtNext next =
+          NextXtSlice(pf, xt, stride, nt, tile, tiles, c1, chunks, kb_chunks, chunk_cols);
+      if (pw->kind == PackedKind::kNm) {
+        HWY_DYNAMIC_DISPATCH(NmTiledT)(&pw->nm, nt, r0, r1, xtt, c0, c1, scratch, &next);
+      } else {
+        const MaskWeight* w = &pw->mask;
+        HWY_DYNAMIC_DISPATCH(MaskTiledT)(w, nt, r0, r1, xtt, c0, c1, cursor, off, scratch, &next);
       }
-      WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
     }
+  }
+
+  const PackedWeight* pw;
+  const float* xt;
+  int64_t nt, tiles, stride;
+  int64_t chunks = 0, chunk_cols = 0, kb_chunks = 0;
+};
+
+// Per-task working space of RowTiled::Tile for `rows` rows: `count` scratch blocks [rows][nt]
+// (ThreadBuffer 1), the bit-mask cursor (2), row offsets of WriteTile and the mask offsets (3).
+struct RowTaskSpace {
+  float* scratch;
+  int64_t* cursor;
+  int64_t* row_off;
+  int32_t* off;
+};
+RowTaskSpace RowTaskBuffers(int64_t rows, int64_t nt, int64_t count, int64_t off_entries) {
+  RowTaskSpace s;
+  s.scratch = ThreadBuffer(1, count * rows * nt);
+  s.cursor = reinterpret_cast<int64_t*>(ThreadBuffer(2, rows * 2));
+  s.row_off = reinterpret_cast<int64_t*>(ThreadBuffer(3, rows * 2 + off_entries));
+  s.off = reinterpret_cast<int32_t*>(s.row_off + rows);
+  for (int64_t r = 0; r < rows; ++r) s.row_off[r] = r * nt;
+  return s;
+}
+
+// Rows [r0, r1) of Y (a.y, a.ldy, a.ep) = X W^T over X^T tiles already built (RowTiled's xt).
+void RowTiledTask(const RowTiled& rt, const SpmmArgs& a, int64_t r0, int64_t r1) {
+  const RowTaskSpace s = RowTaskBuffers(r1 - r0, rt.nt, 1, rt.off_entries());
+  const bool pf = rt.prefetch(r1 - r0);
+  for (int64_t tile = 0; tile < rt.tiles; ++tile) {
+    rt.Tile(r0, r1, tile, pf, s.scratch, s.cursor, s.off);
+    WriteTile(s.scratch, s.row_off, r0, r1, tile * rt.nt, std::min(a.n, (tile + 1) * rt.nt), a,
+              rt.pw->rows);
+  }
+}
+
+std::vector<int64_t> RowTiledBounds(const RowTiled& rt, int64_t n) {
+  return SplitTasks(RowCost(*rt.pw), n, kTiledMinRows, rt.align());
+}
+
+void RunRowTiledXt(const RowTiled& rt, const SpmmArgs& a, ThreadPool* pool) {
+  const auto bounds = RowTiledBounds(rt, a.n);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1,
+                [&](int64_t task, int) { RowTiledTask(rt, a, bounds[task], bounds[task + 1]); });
+}
+
+// Row-tiled products of several weights on the same X (q/k/v): one X^T for all of them (wide
+// enough for the widest k_pad) and one parallel call over all their tasks, so the threads wait
+// once; every row is summed as in its own call, so each output keeps its bits.
+void RunRowTiledJobs(const std::vector<DecodeJob>& jobs, ThreadPool* pool) {
+  const SpmmArgs& a0 = jobs[0].a;
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(RowTileWidthT)(a0.n);
+  int64_t stride = 0;
+  for (const DecodeJob& j : jobs) stride = std::max(stride, RowTiledKRows(*j.w));
+  const float* xt = BuildXt(a0, jobs[0].w->cols, stride, nt, pool);
+  struct Task {
+    size_t job;
+    int64_t r0, r1;
+  };
+  std::vector<RowTiled> rts;
+  std::vector<Task> tasks;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    rts.emplace_back(*jobs[j].w, xt, a0.n, nt, stride);
+    const auto bounds = RowTiledBounds(rts.back(), a0.n);
+    for (size_t b = 0; b + 1 < bounds.size(); ++b) tasks.push_back({j, bounds[b], bounds[b + 1]});
+  }
+  ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
+    const Task& tk = tasks[static_cast<size_t>(t)];
+    RowTiledTask(rts[tk.job], jobs[tk.job].a, tk.r0, tk.r1);
   });
 }
 
-void RunMaskTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
-  const MaskWeight& w = pw.mask;
+void RunRowTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const int64_t nt = HWY_DYNAMIC_DISPATCH(RowTileWidthT)(a.n);
-  const float* xt = BuildXt(a, w.cols, w.k_pad(), nt, pool);
-  const int64_t tiles = CeilDiv(a.n, nt);
-  // As RunNmTiled: one tile streams whole rows, several tiles go by k blocks that keep their X^T
-  // slice in L1.
-  const int64_t kb_chunks = tiles == 1 ? std::max<int64_t>(1, w.chunks)
-                                       : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / kMaskChunk);
-  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows, 2);
-  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
-    const int64_t r0 = bounds[task], r1 = bounds[task + 1];
-    float* scratch = ThreadBuffer(1, (r1 - r0) * nt);
-    const bool pf = XtPrefetchWorthIt(w.k_pad(), nt, (r1 - r0) * nt * 4);
-    int64_t* cursor = reinterpret_cast<int64_t*>(ThreadBuffer(2, (r1 - r0) * 2));
-    int64_t* row_off = reinterpret_cast<int64_t*>(ThreadBuffer(3, (r1 - r0) * 2 + 2 * (kb_chunks + 1) * kMaskChunk));
-    int32_t* off = reinterpret_cast<int32_t*>(row_off + (r1 - r0));
-    for (int64_t r = r0; r < r1; ++r) row_off[r - r0] = (r - r0) * nt;
-    for (int64_t tile = 0; tile < tiles; ++tile) {
-      const float* xtt = xt + tile * w.k_pad() * nt;
-      for (int64_t c0 = 0; c0 == 0 || c0 < w.chunks; c0 += kb_chunks) {
-        const int64_t c1 = std::min(w.chunks, c0 + kb_chunks);
-        const XtNext next =
-            NextXtSlice(pf, xt, w.k_pad(), nt, tile, tiles, c1, w.chunks, kb_chunks, kMaskChunk);
-        HWY_DYNAMIC_DISPATCH(MaskTiledT)(&w, nt, r0, r1, xtt, c0, c1, cursor, off, scratch, &next);
-      }
-      WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
-    }
-  });
+  const int64_t k_rows = RowTiledKRows(pw);
+  const RowTiled rt(pw, BuildXt(a, pw.cols, k_rows, nt, pool), a.n, nt, k_rows);
+  RunRowTiledXt(rt, a, pool);
 }
 
 void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
@@ -634,11 +700,11 @@ const std::vector<SpmmKernel>& SpmmRegistry() {
   static const std::vector<SpmmKernel> kKernels = {
       {"DenseF32Blas", PackedKind::kDenseF32, 0, INT64_MAX, false, RunDenseBlas},
       {"SpmmNm_decode", PackedKind::kNm, 0, kNmDecodeMaxN, true, RunDecode},
-      {"SpmmNm_tiled", PackedKind::kNm, kNmDecodeMaxN + 1, INT64_MAX, true, RunNmTiled},
+      {"SpmmNm_tiled", PackedKind::kNm, kNmDecodeMaxN + 1, INT64_MAX, true, RunRowTiled},
       {"SpmmScg_decode", PackedKind::kScg, 0, kScgDecodeMaxN, true, RunDecode},
       {"SpmmScg_tiled", PackedKind::kScg, kScgDecodeMaxN + 1, INT64_MAX, true, RunScgTiled},
       {"SpmmMask_decode", PackedKind::kMask, 0, kMaskDecodeMaxN, true, RunDecode},
-      {"SpmmMask_tiled", PackedKind::kMask, kMaskDecodeMaxN + 1, INT64_MAX, true, RunMaskTiled},
+      {"SpmmMask_tiled", PackedKind::kMask, kMaskDecodeMaxN + 1, INT64_MAX, true, RunRowTiled},
   };
   return kKernels;
 }
@@ -673,7 +739,76 @@ void RunSharedInput(const float* x, int64_t n, int64_t ldx, const SharedInputJob
     RunDecodeJobs(decode.data(), decode.size(), pool);
     return;
   }
+  bool row_tiled = true;
+  for (const DecodeJob& d : decode) {
+    row_tiled = row_tiled && ChooseKernel(*d.w, n).run == RunRowTiled;
+  }
+  if (row_tiled && count > 1) {
+    RunRowTiledJobs(decode, pool);
+    return;
+  }
   for (const DecodeJob& d : decode) ChooseKernel(*d.w, n).run(*d.w, d.a, pool);
+}
+
+bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWeight& down,
+               const float* x, int64_t n, const int32_t* down_row, const float* residual, float* y,
+               ThreadPool* pool) {
+  if (!SwiGluFuses(gate, up, down, n)) return false;
+  const int64_t nt = HWY_DYNAMIC_DISPATCH(RowTileWidthT)(n);
+  const int64_t tiles = CeilDiv(n, nt);
+  SpmmArgs in;
+  in.x = x;
+  in.n = n;
+  in.ldx = gate.cols;
+  const int64_t in_rows = std::max(RowTiledKRows(gate), RowTiledKRows(up));
+  const float* xt = BuildXt(in, gate.cols, in_rows, nt, pool);
+  const RowTiled rg(gate, xt, n, nt, in_rows), ru(up, xt, n, nt, in_rows);
+  // down's X^T tiles, written by the gate/up tasks; its rows past n_ff are zero. Padded tokens
+  // need nothing: their X^T columns are zero, so they come out as silu(0) * 0 = 0.
+  const int64_t k_rows = RowTiledKRows(down);
+  float* act = ThreadBuffer(4, tiles * k_rows * nt);
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    std::fill(act + (tile * k_rows + gate.rows) * nt, act + (tile + 1) * k_rows * nt, 0.0f);
+  }
+  std::vector<int64_t> cost = RowCost(gate);
+  const std::vector<int64_t> cost_up = RowCost(up);
+  for (size_t i = 0; i < cost.size(); ++i) cost[i] += cost_up[i];
+  const auto bounds = SplitTasks(cost, n, kTiledMinRows, std::max(rg.align(), ru.align()));
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    const int64_t r0 = bounds[task], r1 = bounds[task + 1], rows = r1 - r0;
+    const RowTaskSpace s =
+        RowTaskBuffers(rows, nt, 2, std::max(rg.off_entries(), ru.off_entries()));
+    float* sg = s.scratch;
+    float* su = s.scratch + rows * nt;
+    const bool pf_g = rg.prefetch(rows), pf_u = ru.prefetch(rows);
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      rg.Tile(r0, r1, tile, pf_g, sg, s.cursor, s.off);
+      ru.Tile(r0, r1, tile, pf_u, su, s.cursor, s.off);
+      float* dst = act + tile * k_rows * nt;
+      if (down_row == nullptr) {  // rows r0..r1 are one contiguous block of down's X^T
+        HWY_DYNAMIC_DISPATCH(SiluMulT)(sg, su, rows * nt, dst + r0 * nt);
+      } else {
+        HWY_DYNAMIC_DISPATCH(SiluMulT)(sg, su, rows * nt, sg);
+        for (int64_t r = r0; r < r1; ++r) {
+          std::memcpy(dst + down_row[r] * nt, sg + (r - r0) * nt, sizeof(float) * nt);
+        }
+      }
+    }
+  });
+  SpmmArgs out;
+  out.n = n;
+  out.y = y;
+  out.ldy = down.rows;
+  out.ep.residual = residual;
+  RunRowTiledXt(RowTiled(down, act, n, nt, k_rows), out, pool);
+  return true;
+}
+
+bool SwiGluFuses(const PackedWeight& gate, const PackedWeight& up, const PackedWeight& down,
+                 int64_t n) {
+  auto row_tiled = [n](const PackedWeight& w) { return ChooseKernel(w, n).run == RunRowTiled; };
+  return n > 0 && row_tiled(gate) && row_tiled(up) && row_tiled(down) && gate.rows == up.rows &&
+         gate.cols == up.cols && down.cols == gate.rows;
 }
 
 std::string ApplyMaxIsaFromEnv() {

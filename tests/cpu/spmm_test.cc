@@ -414,8 +414,9 @@ TEST(LinearWeightTest, CsrLayoutFollowsDensity) {
 }
 
 // ForwardShared (q/k/v, gate/up: one parallel call for weights that read the same X) must give
-// each output the bits of its own Forward, whether the jobs fuse (decode kernels of one kind) or
-// fall back to one call each (dense f32, tiled n, mixed kinds), for any thread count; one output
+// each output the bits of its own Forward, whether the jobs fuse (decode kernels of one kind;
+// row-tiled N:M / bit-mask kernels, one X^T) or fall back to one call each (dense f32,
+// shared-column CSR at tiled n, mixed decode kinds), for any thread count; one output
 // is also checked against the double reference so that both sides cannot be wrong together.
 TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
   const int64_t k = 80;
@@ -455,7 +456,7 @@ TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
       ASSERT_TRUE(l.ok()) << g.what << ": " << l.status().ToString();
       lw.push_back(std::move(l).value());
     }
-    for (int64_t n : {1, 3, 12, 40}) {
+    for (int64_t n : {1, 3, 12, 40, 300}) {
       const std::vector<float> x = RandomVector(n * k, 30 + n);
       const std::vector<float> res = RandomVector(n * rows[1], 40 + n);
       Epilogue ep[3];
@@ -485,6 +486,139 @@ TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
         }
       }
     }
+  }
+}
+
+// ForwardSwiGlu (a Llama MLP in one call: gate and up into down's X^T tiles, never transposed
+// back to rows) must give the bits of the three products run separately, with and without a
+// column permutation on down's input, on every compiled target and for 1-3 threads; it must
+// decline, writing nothing, where its kernels do not run (dense, shared-column CSR, few tokens).
+// The separate products are also checked against a double reference of the whole MLP, so that
+// both sides cannot be wrong together.
+TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
+  const int64_t d = 80, ff = 104;  // down has d rows and ff columns; gate/up ff rows, d columns
+  struct Group {
+    const char* what;
+    Case c[3];  // gate, up, down
+    bool fuses;
+  };
+  const Group groups[] = {
+      {"2:4 f32",
+       {{FormatKind::kNM, "2:4", DType::kF32},
+        {FormatKind::kNM, "2:4", DType::kF32},
+        {FormatKind::kNM, "2:4", DType::kF32}},
+       true},
+      {"2:4 bf16",
+       {{FormatKind::kNM, "2:4", DType::kBF16},
+        {FormatKind::kNM, "2:4", DType::kBF16},
+        {FormatKind::kNM, "2:4", DType::kBF16}},
+       true},
+      {"bitmask bf16",
+       {{FormatKind::kCsr, "unstructured:0.5", DType::kBF16},
+        {FormatKind::kCsr, "unstructured:0.5", DType::kBF16},
+        {FormatKind::kCsr, "unstructured:0.5", DType::kBF16}},
+       true},
+      {"mixed",
+       {{FormatKind::kNM, "2:4", DType::kBF16},
+        {FormatKind::kCsr, "unstructured:0.5", DType::kF32},
+        {FormatKind::kNM, "4:8", DType::kF32}},
+       true},
+      {"dense f32 down",
+       {{FormatKind::kNM, "2:4", DType::kF32},
+        {FormatKind::kNM, "2:4", DType::kF32},
+        {FormatKind::kDense, "dense", DType::kF32}},
+       false},
+      {"csr columns",
+       {{FormatKind::kCsr, "unstructured:0.9", DType::kF32},
+        {FormatKind::kCsr, "unstructured:0.9", DType::kF32},
+        {FormatKind::kCsr, "unstructured:0.9", DType::kF32}},
+       false},
+  };
+  const int64_t rows[3] = {ff, ff, d}, cols[3] = {d, d, ff};
+  // A permutation of down's input columns (as channel permutation stores it): down reads
+  // intermediate column perm[j] as its column j.
+  std::vector<int32_t> perm(ff), down_row(ff);
+  for (int64_t j = 0; j < ff; ++j) perm[j] = static_cast<int32_t>((j * 37 + 11) % ff);
+  for (int64_t j = 0; j < ff; ++j) down_row[perm[j]] = static_cast<int32_t>(j);
+  ThreadPool p1(1), p2(2), p3(3);
+  for (const Group& g : groups) {
+    std::vector<LinearWeight> lw;
+    std::vector<std::vector<float>> dense;
+    for (int i = 0; i < 3; ++i) {
+      auto p = Pattern::Parse(g.c[i].pattern);
+      ASSERT_TRUE(p.ok());
+      std::vector<float> w = testing_cpu::PatternWeights(*p, rows[i], cols[i], 50 + i);
+      auto sm = Encode(w, rows[i], cols[i], g.c[i].format, *p, g.c[i].dtype);
+      ASSERT_TRUE(sm.ok()) << g.what << ": " << sm.status().ToString();
+      dense.push_back(testing_cpu::Densify(*sm));
+      auto l = LinearWeight::FromMatrix(std::move(sm).value(), "w");
+      ASSERT_TRUE(l.ok()) << g.what << ": " << l.status().ToString();
+      lw.push_back(std::move(l).value());
+    }
+    ForEachTarget([&](const std::string& target) {
+      for (int64_t n : {1, 12, 17, 40, 129, 300}) {
+        const std::vector<float> x = RandomVector(n * d, 60 + n);
+        const std::vector<float> res = RandomVector(n * d, 70 + n);
+        for (const bool permuted : {false, true}) {
+          const std::string what = std::string(g.what) + " on " + target +
+                                   " n=" + std::to_string(n) + (permuted ? " permuted" : "");
+          // Double reference: res + (silu(x Wg^T) * (x Wu^T)) gathered by perm, times Wd^T.
+          std::vector<double> act(n * ff), want(n * d), abs_sum(n * d);
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t r = 0; r < ff; ++r) {
+              double sg = 0, su = 0;
+              for (int64_t c = 0; c < d; ++c) {
+                sg += double(dense[0][r * d + c]) * x[t * d + c];
+                su += double(dense[1][r * d + c]) * x[t * d + c];
+              }
+              act[t * ff + r] = sg / (1.0 + std::exp(-sg)) * su;
+            }
+            for (int64_t r = 0; r < d; ++r) {
+              double sum = res[t * d + r], abs = std::fabs(res[t * d + r]);
+              for (int64_t j = 0; j < ff; ++j) {
+                const double a = act[t * ff + (permuted ? perm[j] : j)];
+                sum += double(dense[2][r * ff + j]) * a;
+                abs += std::fabs(double(dense[2][r * ff + j]) * a);
+              }
+              want[t * d + r] = sum;
+              abs_sum[t * d + r] = abs;
+            }
+          }
+          for (ThreadPool* pool : {&p1, &p2, &p3}) {
+            // The separate products, as the model runs them without fusion.
+            Epilogue silu, residual;
+            silu.act = Activation::kSilu;
+            residual.residual = res.data();
+            std::vector<float> gate(n * ff), up(n * ff), act_in(n * ff), sep(n * d);
+            lw[0].Forward(x.data(), n, 0, gate.data(), 0, silu, pool);
+            lw[1].Forward(x.data(), n, 0, up.data(), 0, Epilogue{}, pool);
+            for (int64_t t = 0; t < n; ++t) {
+              for (int64_t j = 0; j < ff; ++j) {
+                const int64_t src = t * ff + (permuted ? perm[j] : j);
+                act_in[t * ff + j] = gate[src] * up[src];
+              }
+            }
+            lw[2].Forward(act_in.data(), n, 0, sep.data(), 0, residual, pool);
+            // SiLU through the vector Exp (4 ulp) on values up to ~|k|: a few more ulps of slack
+            // than the kernels' own 2 (k + 4) eps bound.
+            ExpectClose(want, abs_sum, sep.data(), n, d, d, 4 * ff, what + " separate");
+            std::vector<float> got(n * d + 16, kGuard);
+            const bool fused = LinearWeight::ForwardSwiGlu(lw[0], lw[1], lw[2], x.data(), n,
+                                                           permuted ? down_row.data() : nullptr,
+                                                           res.data(), got.data(), pool);
+            const bool expect = g.fuses && n > 12;
+            ASSERT_EQ(fused, expect) << what;
+            EXPECT_EQ(LinearWeight::SwiGluFuses(lw[0], lw[1], lw[2], n), expect) << what;
+            for (size_t i = fused ? n * d : 0; i < got.size(); ++i) {
+              ASSERT_EQ(got[i], kGuard) << what << ": wrote y[" << i << "]";
+            }
+            if (!fused) continue;
+            EXPECT_EQ(0, std::memcmp(sep.data(), got.data(), sep.size() * 4))
+                << what << " threads=" << pool->num_threads();
+          }
+        }
+      }
+    });
   }
 }
 
