@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -15,19 +16,43 @@
 namespace sparq {
 namespace {
 
-// Rotates adjacent pairs (2i, 2i+1) of the first rope_dim dims of every head of x[n, heads*hd]
-// by angle pos * theta^(-2i/rope_dim), pos = pos0 + row (ggml's GGML_ROPE_TYPE_NORM).
-void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, int64_t pos0,
-          double theta) {
+// cos / sin of pos * theta^(-2i/rope_dim) for the n positions pos0.. and i < rope_dim / 2, into
+// s->rope_cos / rope_sin [n][rope_dim / 2]: computed once per forward call and reused by every
+// layer (the same for q and k; per layer and row they were ~1M sincos + pow per 512-token
+// prefill of SmolLM2, 2-3% of its CPU time, all on one thread).
+void RopeTable(int64_t n, int64_t rope_dim, int64_t pos0, double theta, BlockScratch* s) {
+  if (s->rope_n == n && s->rope_pos0 == pos0 && s->rope_dim == rope_dim && s->rope_theta == theta) {
+    return;
+  }
   const int64_t half = rope_dim / 2;
-  std::vector<float> cs(half), sn(half);
+  s->rope_cos.resize(static_cast<size_t>(n * half));
+  s->rope_sin.resize(static_cast<size_t>(n * half));
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv[i] = std::pow(theta, -2.0 * static_cast<double>(i) / rope_dim);
+  }
   for (int64_t r = 0; r < n; ++r) {
     const double pos = static_cast<double>(pos0 + r);
     for (int64_t i = 0; i < half; ++i) {
-      const double a = pos * std::pow(theta, -2.0 * static_cast<double>(i) / rope_dim);
-      cs[i] = static_cast<float>(std::cos(a));
-      sn[i] = static_cast<float>(std::sin(a));
+      const double a = pos * inv[i];
+      s->rope_cos[r * half + i] = static_cast<float>(std::cos(a));
+      s->rope_sin[r * half + i] = static_cast<float>(std::sin(a));
     }
+  }
+  s->rope_n = n;
+  s->rope_pos0 = pos0;
+  s->rope_dim = rope_dim;
+  s->rope_theta = theta;
+}
+
+// Rotates adjacent pairs (2i, 2i+1) of the first rope_dim dims of every head of x[n, heads*hd]
+// by angle pos * theta^(-2i/rope_dim), pos = pos0 + row (ggml's GGML_ROPE_TYPE_NORM), with the
+// angles of RopeTable.
+void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, const BlockScratch& s) {
+  const int64_t half = rope_dim / 2;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* cs = s.rope_cos.data() + r * half;
+    const float* sn = s.rope_sin.data() + r * half;
     float* row = x + r * heads * hd;
     for (int64_t h = 0; h < heads; ++h) {
       float* p = row + h * hd;
@@ -39,7 +64,6 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, int6
     }
   }
 }
-
 
 // Causal grouped-query attention. q [n, n_head*hd], kc/vc [T, kv_dim] with T = pos0 + n,
 // out [n, n_head*hd].
@@ -144,15 +168,27 @@ void BlockScratch::Reserve(const LlamaConfig& c, int64_t n, int64_t total_len) {
   (void)total_len;
 }
 
-void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out) {
-  for (int64_t r = 0; r < n; ++r) {
-    const float* xr = x + r * d;
-    double ss = 0.0;
-    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-    float* o = out + r * d;
-    for (int64_t i = 0; i < d; ++i) o[i] = (xr[i] * scale) * w[i];
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out,
+             ThreadPool* pool) {
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * d;
+      double ss = 0.0;
+      for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+      float* o = out + r * d;
+      for (int64_t i = 0; i < d; ++i) o[i] = (xr[i] * scale) * w[i];
+    }
+  };
+  // Blocks of 64 rows on the pool (a prompt's norms were ~1.5% of a 2-thread prefill's CPU time,
+  // on one thread); each row is computed alone, so the bits do not depend on the split.
+  constexpr int64_t kRows = 64;
+  if (pool == nullptr || pool->num_threads() == 1 || n < 2 * kRows) {
+    rows(0, n);
+    return;
   }
+  pool->ParallelFor(CeilDiv(n, kRows),
+                    [&](int64_t t, int) { rows(t * kRows, std::min(n, (t + 1) * kRows)); });
 }
 
 void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> tokens, float* x) {
@@ -206,6 +242,38 @@ void LinearShared(const LlamaBlock& b, std::initializer_list<SlotOut> outs, cons
   LinearWeight::ForwardShared(perm.empty() ? x : Gather(perm, x, n, s), n, shared, pool);
 }
 
+// The MLP as one LinearWeight::ForwardSwiGlu call (x = hidden + down(silu(gate) * up)) when its
+// weights allow; false (nothing written) otherwise. gate and up must read their input with the
+// same column permutation; down's is applied by writing each intermediate column where down's
+// gather would have read it from.
+// SPARQ_FUSE_MLP=0 turns the fusion off (A/B timing; the bits are the same either way).
+bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadPool* pool) {
+  static const bool allowed = [] {
+    const char* e = std::getenv("SPARQ_FUSE_MLP");
+    return e == nullptr || std::atoi(e) != 0;
+  }();
+  if (!allowed) return false;
+  const LinearWeight& gate = b.linear[static_cast<int>(LinearSlot::kGate)];
+  const LinearWeight& up = b.linear[static_cast<int>(LinearSlot::kUp)];
+  const LinearWeight& down = b.linear[static_cast<int>(LinearSlot::kDown)];
+  const std::vector<int32_t>& in_perm = b.perm[static_cast<int>(LinearSlot::kGate)];
+  if (in_perm != b.perm[static_cast<int>(LinearSlot::kUp)] ||
+      !LinearWeight::SwiGluFuses(gate, up, down, n)) {
+    return false;
+  }
+  const std::vector<int32_t>& down_perm = b.perm[static_cast<int>(LinearSlot::kDown)];
+  const int32_t* down_row = nullptr;
+  if (!down_perm.empty()) {  // down's input column j is intermediate column down_perm[j]
+    s->down_row.resize(down_perm.size());
+    for (size_t j = 0; j < down_perm.size(); ++j) {
+      s->down_row[static_cast<size_t>(down_perm[j])] = static_cast<int32_t>(j);
+    }
+    down_row = s->down_row.data();
+  }
+  const float* in = in_perm.empty() ? s->ffn_in.data() : Gather(in_perm, s->ffn_in.data(), n, s);
+  return LinearWeight::ForwardSwiGlu(gate, up, down, in, n, down_row, s->hidden.data(), x, pool);
+}
+
 }  // namespace
 
 void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
@@ -213,12 +281,13 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   const int64_t d = c.n_embd, kvd = c.kv_dim();
   s->Reserve(c, n, pos0 + n);
   const Epilogue none;
-  RmsNorm(x, n, d, b.attn_norm.data(), c.rms_eps, s->attn_in.data());
+  RmsNorm(x, n, d, b.attn_norm.data(), c.rms_eps, s->attn_in.data(), pool);
   LinearShared(b, {{LinearSlot::kQ, s->q.data(), none}, {LinearSlot::kK, s->k.data(), none},
                    {LinearSlot::kV, s->v.data(), none}},
                s->attn_in.data(), n, s, pool);
-  Rope(s->q.data(), n, c.n_head, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
-  Rope(s->k.data(), n, c.n_head_kv, c.head_dim(), c.rope_dim, pos0, c.rope_theta);
+  RopeTable(n, c.rope_dim, pos0, c.rope_theta, s);
+  Rope(s->q.data(), n, c.n_head, c.head_dim(), c.rope_dim, *s);
+  Rope(s->k.data(), n, c.n_head_kv, c.head_dim(), c.rope_dim, *s);
   std::memcpy(kc + pos0 * kvd, s->k.data(), sizeof(float) * n * kvd);
   std::memcpy(vc + pos0 * kvd, s->v.data(), sizeof(float) * n * kvd);
   Attention(c, s->q.data(), kc, vc, n, pos0, s->att.data(), s, pool);
@@ -226,14 +295,24 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   Epilogue res;
   res.residual = x;
   Linear(b, LinearSlot::kO, s->att.data(), n, s->hidden.data(), res, s, pool);
-  RmsNorm(s->hidden.data(), n, d, b.ffn_norm.data(), c.rms_eps, s->ffn_in.data());
+  RmsNorm(s->hidden.data(), n, d, b.ffn_norm.data(), c.rms_eps, s->ffn_in.data(), pool);
+  // x = hidden + Wdown (silu(Wgate ffn_in) * Wup ffn_in): fused where the kernels allow.
+  if (!s->keep_inputs && FusedMlp(b, n, x, s, pool)) return;
   Epilogue silu;
   silu.act = Activation::kSilu;
   LinearShared(b, {{LinearSlot::kGate, s->gate.data(), silu}, {LinearSlot::kUp, s->up.data(), none}},
                s->ffn_in.data(), n, s, pool);
-  const size_t nff = static_cast<size_t>(n * c.n_ff);
-  for (size_t i = 0; i < nff; ++i) s->act[i] = s->gate[i] * s->up[i];
-  // x = hidden + Wdown act
+  const int64_t nff = c.n_ff;
+  auto product = [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * nff; i < t1 * nff; ++i) s->act[i] = s->gate[i] * s->up[i];
+  };
+  constexpr int64_t kRows = 64;  // tokens per task (the product is memory-bound: 12 MB at n = 512)
+  if (pool == nullptr || pool->num_threads() == 1 || n < 2 * kRows) {
+    product(0, n);
+  } else {
+    pool->ParallelFor(CeilDiv(n, kRows),
+                      [&](int64_t t, int) { product(t * kRows, std::min(n, (t + 1) * kRows)); });
+  }
   Epilogue res2;
   res2.residual = s->hidden.data();
   Linear(b, LinearSlot::kDown, s->act.data(), n, x, res2, s, pool);
@@ -270,7 +349,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, floa
   const int64_t first = all_logits ? 0 : n - 1;
   const int64_t rows = n - first;
   std::vector<float> xn(static_cast<size_t>(rows * d));
-  RmsNorm(x.data() + first * d, rows, d, w.output_norm.data(), c.rms_eps, xn.data());
+  RmsNorm(x.data() + first * d, rows, d, w.output_norm.data(), c.rms_eps, xn.data(), pool);
   w.output.Forward(xn.data(), rows, logits, pool);
   return Status::Ok();
 }

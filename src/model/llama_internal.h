@@ -17,10 +17,17 @@ struct LlamaModel::Impl {
 
 // Per-call buffers of one block over n tokens. After RunBlock they hold that block's linear-layer
 // inputs, which calibration reads: attn_in (q/k/v input), att (attn_output input), ffn_in
-// (gate/up input), act (ffn_down input).
+// (gate/up input), act (ffn_down input; only with keep_inputs, else a fused MLP may skip it).
 struct BlockScratch {
   std::vector<float> attn_in, q, k, v, att, hidden, ffn_in, gate, up, act, scores, gathered;
   std::vector<float> attn_part;  // decode attention: per (task, head, token) partial outputs
+  std::vector<int32_t> down_row;  // the inverse of ffn_down's column permutation (fused MLP)
+  // RoPE angles of the positions [rope_pos0, rope_pos0 + rope_n) (RopeTable), kept across layers.
+  std::vector<float> rope_cos, rope_sin;
+  int64_t rope_n = -1, rope_pos0 = -1, rope_dim = -1;
+  double rope_theta = 0.0;
+  // Keep every linear-layer input (calibration reads act): the fused SwiGLU MLP never writes act.
+  bool keep_inputs = false;
   void Reserve(const LlamaConfig& c, int64_t n, int64_t total_len);
 };
 
@@ -33,7 +40,8 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
 Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name);
 
 // out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * w, for n rows of d.
-void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out);
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out,
+             ThreadPool* pool = nullptr);
 
 // Embedding rows of `tokens` into x [n, n_embd] (ids already checked).
 void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> tokens, float* x);

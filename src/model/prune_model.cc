@@ -170,6 +170,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   Embed(w, d, calib, x.data());
   std::vector<float> kc(static_cast<size_t>(L * c.kv_dim())), vc(kc.size());
   BlockScratch scratch;
+  scratch.keep_inputs = true;  // step 1 reads every linear layer's input
   const int64_t blocks = opt.max_blocks < 0 ? c.n_layer : std::min(opt.max_blocks, c.n_layer);
   ProgressBar bar("prune", blocks);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -247,7 +248,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     // The head: pruned on the final-norm hidden states of the calibration tokens, stored untied
     // from the embedding. No channel permutation (the head has no input gather).
     std::vector<float> xn(x.size());
-    RmsNorm(x.data(), S * L, d, w.output_norm.data(), c.rms_eps, xn.data());
+    RmsNorm(x.data(), S * L, d, w.output_norm.data(), c.rms_eps, xn.data(), pool);
     HessianAccumulator acc(d);
     SPARQ_RETURN_IF_ERROR(acc.Add(xn.data(), S * L, d, pool, "output.weight inputs"));
     LayerJob job{"output.weight", c.n_vocab, d, &acc};

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 
 #include "model/model_testutil.h"
+#include "sparq/format.h"
 #include "sparq/gguf.h"
 #include "sparq/model.h"
+#include "sparq/pattern.h"
+#include "src/model/llama_internal.h"
 
 namespace sparq {
 namespace {
@@ -179,6 +184,90 @@ TEST_F(SmolLmTest, ForwardRejectsBadTokensAndFullCache) {
   st = model_->Forward(five, &*cache, nullptr, false, nullptr);
   EXPECT_NE(st.message().find("exceed the KV cache capacity 4"), std::string::npos);
   EXPECT_FALSE(Perplexity(*model_, std::vector<int32_t>{1}, 512, nullptr).ok());
+}
+
+// A block whose MLP runs fused (LinearWeight::ForwardSwiGlu) must give the bits of the same block
+// run unfused (keep_inputs, as calibration runs it), with column permutations on gate/up's input
+// and on down's, for N:M and bit-mask weights and a width (104) that leaves padded X^T rows. The
+// fused run must also really be fused: it never writes the down input (act).
+TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
+  LlamaConfig c;
+  c.n_vocab = 10;
+  c.n_embd = 64;
+  c.n_layer = 1;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.n_ff = 104;
+  c.n_ctx_train = 512;
+  c.rope_dim = 16;
+  ASSERT_TRUE(c.Validate("test").ok());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = u(rng);
+    return v;
+  };
+  auto permutation = [&](int64_t k) {
+    std::vector<int32_t> p(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) p[i] = static_cast<int32_t>(i);
+    std::shuffle(p.begin(), p.end(), rng);
+    return p;
+  };
+  struct Kind {
+    const char* what;
+    FormatKind format;
+    const char* pattern;
+    DType dtype;
+  };
+  for (const Kind& kind :
+       {Kind{"2:4 bf16", FormatKind::kNM, "2:4", DType::kBF16},
+        Kind{"50% bit mask", FormatKind::kCsr, "unstructured:0.5", DType::kF32}}) {
+    for (const bool permuted : {false, true}) {
+      LlamaBlock b;
+      b.attn_norm = random(64);
+      b.ffn_norm = random(64);
+      const int64_t rows[kNumSlots] = {64, 32, 32, 64, 104, 104, 64};
+      const int64_t cols[kNumSlots] = {64, 64, 64, 64, 64, 64, 104};
+      const Pattern pat = *Pattern::Parse(kind.pattern);
+      for (int i = 0; i < kNumSlots; ++i) {
+        const bool mlp = i >= static_cast<int>(LinearSlot::kGate);
+        std::vector<float> w = random(static_cast<size_t>(rows[i] * cols[i]));
+        if (mlp) {
+          ASSERT_TRUE(MagnitudePrune(pat, w, rows[i], cols[i], "w").ok());
+        }
+        auto m = Encode(w, rows[i], cols[i], mlp ? kind.format : FormatKind::kDense,
+                        mlp ? pat : Pattern::Dense(), mlp ? kind.dtype : DType::kF32);
+        ASSERT_TRUE(m.ok()) << m.status().ToString();
+        auto lw = LinearWeight::FromMatrix(std::move(m).value(), "w");
+        ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+        b.linear[i] = std::move(lw).value();
+      }
+      if (permuted) {
+        const std::vector<int32_t> in = permutation(64);
+        b.perm[static_cast<int>(LinearSlot::kGate)] = in;
+        b.perm[static_cast<int>(LinearSlot::kUp)] = in;
+        b.perm[static_cast<int>(LinearSlot::kDown)] = permutation(104);
+      }
+      const int64_t n = 40;
+      const std::vector<float> x0 = random(static_cast<size_t>(n * 64));
+      ThreadPool pool(2);
+      std::vector<float> out[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        std::vector<float> kc(static_cast<size_t>(n * c.kv_dim())), vc(kc.size());
+        BlockScratch s;
+        s.keep_inputs = fused == 0;
+        out[fused] = x0;
+        RunBlock(c, b, out[fused].data(), n, 0, kc.data(), vc.data(), &s, &pool);
+        const bool act_written =
+            std::any_of(s.act.begin(), s.act.end(), [](float v) { return v != 0.0f; });
+        EXPECT_EQ(act_written, fused == 0) << kind.what << (permuted ? " permuted" : "");
+      }
+      EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)))
+          << kind.what << (permuted ? " permuted" : "");
+      EXPECT_NE(out[1], x0);
+    }
+  }
 }
 
 TEST(LlamaConfigTest, ValidateNamesTheProblem) {
