@@ -42,7 +42,8 @@ rm -rf "$LLLIB" && cp -a "$PY_LIB_DIR" "$LLLIB"
 rm -f "$LLLIB"/libggml-cpu.so*
 cp -a "$LLBUILD"/bin/libggml-cpu.so* "$LLLIB"/
 
-PY_PKG_PARENT=$(python3 -c 'import importlib.util as u, os; \
-print(os.path.dirname(os.path.dirname(u.find_spec("llama_cpp").origin)))')
+# The folder that holds the llama_cpp package (PY_LIB_DIR is its lib/ folder), e.g. the
+# --target of a `pip install --target DIR llama-cpp-python`, which python3 alone does not find.
+PY_PKG_PARENT=$(cd "$PY_LIB_DIR/../.." && pwd)
 echo "export PYTHONPATH=$PY_PKG_PARENT"
 echo "export LLAMA_CPP_LIB_PATH=$LLLIB"
