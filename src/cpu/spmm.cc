@@ -48,6 +48,10 @@ void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float
   TransposeBlock(src, lds, rows, cols, dst, ldd);
 }
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
+void EpilogueBlockT(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t r0, int64_t r1,
+                    int64_t m, const Epilogue* ep) {
+  EpilogueBlock(y, ldy, t0, t1, r0, r1, m, *ep);
+}
 void EpilogueRowT(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m, const Epilogue* ep) {
   EpilogueRow(y, t, r0, r1, m, *ep);
 }
@@ -83,6 +87,7 @@ HWY_EXPORT(RowTileWidthT);
 HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
 HWY_EXPORT(EpilogueRowT);
+HWY_EXPORT(EpilogueBlockT);
 HWY_EXPORT(SiluMulT);
 
 namespace {
@@ -228,6 +233,14 @@ std::vector<int64_t> RowCost(const PackedWeight& w) {
   return cum;
 }
 
+// ApplyEpilogueRow (spmm.h) for tokens [t0, t1) of Y (y = Y[0, 0], rows ldy apart), in one call.
+void ApplyEpilogueBlock(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t r0, int64_t r1,
+                        int64_t m, const Epilogue& ep) {
+  if (ep.bias || ep.residual || ep.act != Activation::kNone) {
+    HWY_DYNAMIC_DISPATCH(EpilogueBlockT)(y, ldy, t0, t1, r0, r1, m, &ep);
+  }
+}
+
 // Writes raw sums [n][r1 - r0] (row-major over the task's rows) to Y with the epilogue.
 void WriteRaw(const float* raw, int64_t n, int64_t r0, int64_t r1, const SpmmArgs& a,
               int64_t m) {
@@ -252,7 +265,7 @@ void WriteTile(const float* scratch, const int64_t* row_off, int64_t r0, int64_t
   for (int64_t r = r0; regular && r < r1; ++r) regular = row_off[r - r0] == (r - r0) * nt;
   if (regular && r1 - r0 > 1) {
     HWY_DYNAMIC_DISPATCH(TransposeT)(scratch, nt, r1 - r0, t1 - t0, a.y + t0 * a.ldy + r0, a.ldy);
-    for (int64_t t = t0; t < t1; ++t) ApplyEpilogueRow(a.y + t * a.ldy, t, r0, r1, m, a.ep);
+    ApplyEpilogueBlock(a.y, a.ldy, t0, t1, r0, r1, m, a.ep);
     return;
   }
   for (int64_t t = t0; t < t1; ++t) {
@@ -286,7 +299,7 @@ void RunDenseBlas(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool) {
                   wd, w.cols, 0.0f, a.y, a.ldy);
     }
   }
-  for (int64_t t = 0; t < a.n; ++t) ApplyEpilogueRow(a.y + t * a.ldy, t, 0, w.rows, w.rows, a.ep);
+  ApplyEpilogueBlock(a.y, a.ldy, 0, a.n, 0, w.rows, w.rows, a.ep);
 }
 
 // X copied to rows of k_pad floats, zero beyond cols (the padded kernels read whole chunks).
