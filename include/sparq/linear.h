@@ -76,19 +76,20 @@ class LinearWeight {
                             ThreadPool* pool);
 
   // A SwiGLU MLP in one call:
-  //   y[n, down.rows()] = residual + (silu(x gate^T) * (x up^T)) down^T
-  // x [n, gate.cols()]; residual [n, down.rows()] or null; row-major, no padding. Runs fused where
-  // the three weights' kernels allow (SwiGluFuses: N:M or bit-mask weights on their tiled, many-
-  // token kernels), so the [n, gate.rows()] intermediate stays in the kernels' own layout; returns
-  // false, having written nothing, elsewhere: run the three products then. down_row (gate.rows()
-  // entries, or null for the identity) names the column of down each intermediate column feeds,
-  // i.e. the inverse of a column permutation down's input is gathered with. The bits equal those
-  // of the separate products (SiLU epilogue on gate, gate * up in float, residual epilogue on
-  // down).
+  //   y[n, down.rows()] = residual + (silu(x gate^T) * (x_up up^T)) down^T
+  // x [n, gate.cols()]; x_up: up's input where it differs from gate's (each read through its own
+  // column permutation), else null (x); residual [n, down.rows()] or null; row-major, no padding.
+  // Runs fused where the three weights' kernels allow (SwiGluFuses: N:M or bit-mask weights on
+  // their tiled, many-token kernels), so the [n, gate.rows()] intermediate stays in the kernels'
+  // own layout; returns false, having written nothing, elsewhere: run the three products then.
+  // down_row (gate.rows() entries, or null for the identity) names the column of down each
+  // intermediate column feeds, i.e. the inverse of a column permutation down's input is gathered
+  // with. The bits equal those of the separate products (SiLU epilogue on gate, gate * up in
+  // float, residual epilogue on down).
   static bool SwiGluFuses(const LinearWeight& gate, const LinearWeight& up,
                           const LinearWeight& down, int64_t n);
   static bool ForwardSwiGlu(const LinearWeight& gate, const LinearWeight& up,
-                            const LinearWeight& down, const float* x, int64_t n,
+                            const LinearWeight& down, const float* x, const float* x_up, int64_t n,
                             const int32_t* down_row, const float* residual, float* y,
                             ThreadPool* pool);
 

@@ -84,12 +84,12 @@ bool LinearWeight::SwiGluFuses(const LinearWeight& gate, const LinearWeight& up,
 }
 
 bool LinearWeight::ForwardSwiGlu(const LinearWeight& gate, const LinearWeight& up,
-                                 const LinearWeight& down, const float* x, int64_t n,
-                                 const int32_t* down_row, const float* residual, float* y,
-                                 ThreadPool* pool) {
+                                 const LinearWeight& down, const float* x, const float* x_up,
+                                 int64_t n, const int32_t* down_row, const float* residual,
+                                 float* y, ThreadPool* pool) {
   if (!SwiGluFuses(gate, up, down, n)) return false;
-  return cpu::RunSwiGlu(gate.impl_->packed, up.impl_->packed, down.impl_->packed, x, n, down_row,
-                        residual, y, pool);
+  return cpu::RunSwiGlu(gate.impl_->packed, up.impl_->packed, down.impl_->packed, x, x_up, n,
+                        down_row, residual, y, pool);
 }
 
 }  // namespace sparq

@@ -173,8 +173,8 @@ struct AlignedFree {
 };
 float* ThreadBuffer(int slot, size_t floats) {
   constexpr size_t kAlign = 64;
-  thread_local std::unique_ptr<float, AlignedFree> bufs[5];
-  thread_local size_t sizes[5] = {0, 0, 0, 0, 0};
+  thread_local std::unique_ptr<float, AlignedFree> bufs[6];
+  thread_local size_t sizes[6] = {0, 0, 0, 0, 0, 0};
   if (sizes[slot] < floats || !bufs[slot]) {
     const size_t bytes = (std::max<size_t>(floats, 1) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
     bufs[slot].reset(static_cast<float*>(std::aligned_alloc(kAlign, bytes)));
@@ -424,9 +424,10 @@ void RunDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
 }
 
 // X^T tiles: xt[tile][c][j] = X[tile * nt + j][c] (zero for padded tokens and c >= cols).
-float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, ThreadPool* pool) {
+float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, ThreadPool* pool,
+               int slot = 0) {
   const int64_t tiles = CeilDiv(a.n, nt);
-  float* xt = ThreadBuffer(0, tiles * k_rows * nt);
+  float* xt = ThreadBuffer(slot, tiles * k_rows * nt);
   constexpr int64_t kCb = 64;  // columns per transpose block (cache friendly both ways)
   const int64_t cblocks = CeilDiv(k_rows, kCb);
   ParallelTasks(pool, tiles * cblocks, [&](int64_t task, int) {
@@ -764,8 +765,8 @@ void RunSharedInput(const float* x, int64_t n, int64_t ldx, const SharedInputJob
 }
 
 bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWeight& down,
-               const float* x, int64_t n, const int32_t* down_row, const float* residual, float* y,
-               ThreadPool* pool) {
+               const float* x, const float* x_up, int64_t n, const int32_t* down_row,
+               const float* residual, float* y, ThreadPool* pool) {
   if (!SwiGluFuses(gate, up, down, n)) return false;
   const int64_t nt = HWY_DYNAMIC_DISPATCH(RowTileWidthT)(n);
   const int64_t tiles = CeilDiv(n, nt);
@@ -775,7 +776,12 @@ bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWei
   in.ldx = gate.cols;
   const int64_t in_rows = std::max(RowTiledKRows(gate), RowTiledKRows(up));
   const float* xt = BuildXt(in, gate.cols, in_rows, nt, pool);
-  const RowTiled rg(gate, xt, n, nt, in_rows), ru(up, xt, n, nt, in_rows);
+  const float* xt_up = xt;
+  if (x_up != nullptr && x_up != x) {  // up reads its own (differently permuted) input
+    in.x = x_up;
+    xt_up = BuildXt(in, gate.cols, in_rows, nt, pool, 5);
+  }
+  const RowTiled rg(gate, xt, n, nt, in_rows), ru(up, xt_up, n, nt, in_rows);
   // down's X^T tiles, written by the gate/up tasks; its rows past n_ff are zero. Padded tokens
   // need nothing: their X^T columns are zero, so they come out as silu(0) * 0 = 0.
   const int64_t k_rows = RowTiledKRows(down);

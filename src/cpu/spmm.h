@@ -64,16 +64,17 @@ void RunSharedInput(const float* x, int64_t n, int64_t ldx, const SharedInputJob
 // write-back and X^T transposes were 11% of a 512-token 2:4 prefill of SmolLM2, 2 threads,
 // CPU-time profile, and gate/up's outputs and down's input are 4,608 of a block's 8,448 transposed
 // columns), the separate SiLU / residual-free epilogue passes and the elementwise product go too.
-// x [n, gate.cols], residual and y [n, down.rows] row-major. down_row (gate.rows entries, or
-// null for the identity): the X^T row of down that each gate/up output feeds (the inverse of
-// down's stored column permutation). Bits equal those of the three products run separately with
-// a SiLU epilogue on gate and gate * up in float between them. Returns false, having written
-// nothing, where not applicable.
+// x [n, gate.cols], residual and y [n, down.rows] row-major; x_up: up's input where it differs
+// from gate's (layers stored with different column permutations; then up gets its own X^T), else
+// null. down_row (gate.rows entries, or null for the identity): the X^T row of down that each
+// gate/up output feeds (the inverse of down's stored column permutation). Bits equal those of the
+// three products run separately with a SiLU epilogue on gate and gate * up in float between
+// them. Returns false, having written nothing, where not applicable.
 bool SwiGluFuses(const PackedWeight& gate, const PackedWeight& up, const PackedWeight& down,
                  int64_t n);
 bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWeight& down,
-               const float* x, int64_t n, const int32_t* down_row, const float* residual, float* y,
-               ThreadPool* pool);
+               const float* x, const float* x_up, int64_t n, const int32_t* down_row,
+               const float* residual, float* y, ThreadPool* pool);
 
 // The plain reference: loops over the packed layout, sums in double. For tests and as a fallback.
 void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);

@@ -201,16 +201,27 @@ void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> token
 
 namespace {
 
-// x's columns gathered by `perm` into s->gathered (layers stored permuted read their input so).
-const float* Gather(const std::vector<int32_t>& perm, const float* x, int64_t n, BlockScratch* s) {
+// x's columns gathered by `perm` into *out (layers stored permuted read their input so), in 64-row
+// tasks on the pool for a prompt.
+const float* Gather(const std::vector<int32_t>& perm, const float* x, int64_t n,
+                    std::vector<float>* out, ThreadPool* pool) {
   const auto k = static_cast<int64_t>(perm.size());
-  s->gathered.resize(static_cast<size_t>(n * k));
-  for (int64_t r = 0; r < n; ++r) {
-    const float* xr = x + r * k;
-    float* g = s->gathered.data() + r * k;
-    for (int64_t j = 0; j < k; ++j) g[j] = xr[perm[j]];
+  out->resize(static_cast<size_t>(n * k));
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * k;
+      float* g = out->data() + r * k;
+      for (int64_t j = 0; j < k; ++j) g[j] = xr[perm[j]];
+    }
+  };
+  constexpr int64_t kRows = 64;
+  if (pool == nullptr || pool->num_threads() == 1 || n < 2 * kRows) {
+    rows(0, n);
+  } else {
+    pool->ParallelFor(CeilDiv(n, kRows),
+                      [&](int64_t t, int) { rows(t * kRows, std::min(n, (t + 1) * kRows)); });
   }
-  return s->gathered.data();
+  return out->data();
 }
 
 // y = W x for one slot, gathering x's columns first when the layer was stored permuted.
@@ -218,7 +229,8 @@ void Linear(const LlamaBlock& b, LinearSlot slot, const float* x, int64_t n, flo
             const Epilogue& ep, BlockScratch* s, ThreadPool* pool) {
   const int i = static_cast<int>(slot);
   const std::vector<int32_t>& perm = b.perm[i];
-  b.linear[i].Forward(perm.empty() ? x : Gather(perm, x, n, s), n, 0, y, 0, ep, pool);
+  b.linear[i].Forward(perm.empty() ? x : Gather(perm, x, n, &s->gathered, pool), n, 0, y, 0, ep,
+                      pool);
 }
 
 // Several slots on the same input: one shared call (LinearWeight::ForwardShared) when they read
@@ -239,13 +251,14 @@ void LinearShared(const LlamaBlock& b, std::initializer_list<SlotOut> outs, cons
   }
   std::vector<LinearWeight::Output> shared;
   for (const SlotOut& o : outs) shared.push_back({&b.linear[static_cast<int>(o.slot)], o.y, o.ep});
-  LinearWeight::ForwardShared(perm.empty() ? x : Gather(perm, x, n, s), n, shared, pool);
+  LinearWeight::ForwardShared(perm.empty() ? x : Gather(perm, x, n, &s->gathered, pool), n, shared,
+                              pool);
 }
 
 // The MLP as one LinearWeight::ForwardSwiGlu call (x = hidden + down(silu(gate) * up)) when its
-// weights allow; false (nothing written) otherwise. gate and up must read their input with the
-// same column permutation; down's is applied by writing each intermediate column where down's
-// gather would have read it from.
+// weights allow; false (nothing written) otherwise. gate and up read their input through their
+// own column permutations (each gathered once; up gets its own X^T when they differ); down's is
+// applied by writing each intermediate column where down's gather would have read it from.
 // SPARQ_FUSE_MLP=0 turns the fusion off (A/B timing; the bits are the same either way).
 bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadPool* pool) {
   static const bool allowed = [] {
@@ -256,11 +269,9 @@ bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadP
   const LinearWeight& gate = b.linear[static_cast<int>(LinearSlot::kGate)];
   const LinearWeight& up = b.linear[static_cast<int>(LinearSlot::kUp)];
   const LinearWeight& down = b.linear[static_cast<int>(LinearSlot::kDown)];
-  const std::vector<int32_t>& in_perm = b.perm[static_cast<int>(LinearSlot::kGate)];
-  if (in_perm != b.perm[static_cast<int>(LinearSlot::kUp)] ||
-      !LinearWeight::SwiGluFuses(gate, up, down, n)) {
-    return false;
-  }
+  if (!LinearWeight::SwiGluFuses(gate, up, down, n)) return false;
+  const std::vector<int32_t>& gate_perm = b.perm[static_cast<int>(LinearSlot::kGate)];
+  const std::vector<int32_t>& up_perm = b.perm[static_cast<int>(LinearSlot::kUp)];
   const std::vector<int32_t>& down_perm = b.perm[static_cast<int>(LinearSlot::kDown)];
   const int32_t* down_row = nullptr;
   if (!down_perm.empty()) {  // down's input column j is intermediate column down_perm[j]
@@ -270,8 +281,14 @@ bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadP
     }
     down_row = s->down_row.data();
   }
-  const float* in = in_perm.empty() ? s->ffn_in.data() : Gather(in_perm, s->ffn_in.data(), n, s);
-  return LinearWeight::ForwardSwiGlu(gate, up, down, in, n, down_row, s->hidden.data(), x, pool);
+  const float* ffn_in = s->ffn_in.data();
+  const float* in = gate_perm.empty() ? ffn_in : Gather(gate_perm, ffn_in, n, &s->gathered, pool);
+  const float* in_up = in;
+  if (up_perm != gate_perm) {
+    in_up = up_perm.empty() ? ffn_in : Gather(up_perm, ffn_in, n, &s->gathered_up, pool);
+  }
+  return LinearWeight::ForwardSwiGlu(gate, up, down, in, in_up, n, down_row, s->hidden.data(), x,
+                                     pool);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ struct LlamaModel::Impl {
 struct BlockScratch {
   std::vector<float> attn_in, q, k, v, att, hidden, ffn_in, gate, up, act, scores, gathered;
   std::vector<float> attn_part;  // decode attention: per (task, head, token) partial outputs
+  std::vector<float>
+      gathered_up;  // up's gathered input if its permutation is not gate's (fused MLP)
   std::vector<int32_t> down_row;  // the inverse of ffn_down's column permutation (fused MLP)
   // RoPE angles of the positions [rope_pos0, rope_pos0 + rope_n) (RopeTable), kept across layers.
   std::vector<float> rope_cos, rope_sin;

@@ -491,7 +491,8 @@ TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
 
 // ForwardSwiGlu (a Llama MLP in one call: gate and up into down's X^T tiles, never transposed
 // back to rows) must give the bits of the three products run separately, with and without a
-// column permutation on down's input, on every compiled target and for 1-3 threads; it must
+// column permutation on down's input and a separate input for up, on every compiled target and
+// for 1-3 threads; it must
 // decline, writing nothing, where its kernels do not run (dense, shared-column CSR, few tokens).
 // The separate products are also checked against a double reference of the whole MLP, so that
 // both sides cannot be wrong together.
@@ -559,9 +560,15 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
       for (int64_t n : {1, 12, 17, 40, 129, 300}) {
         const std::vector<float> x = RandomVector(n * d, 60 + n);
         const std::vector<float> res = RandomVector(n * d, 70 + n);
-        for (const bool permuted : {false, true}) {
+        // up's own input (gate and up stored with different column permutations read X gathered
+        // two ways) in variant 2; down's permutation in variants 1 and 2.
+        const std::vector<float> other = RandomVector(n * d, 80 + n);
+        for (int variant = 0; variant < 3; ++variant) {
+          const bool permuted = variant >= 1, own_up = variant == 2;
+          const std::vector<float>& xu = own_up ? other : x;
           const std::string what = std::string(g.what) + " on " + target +
-                                   " n=" + std::to_string(n) + (permuted ? " permuted" : "");
+                                   " n=" + std::to_string(n) + (permuted ? " permuted" : "") +
+                                   (own_up ? " own up input" : "");
           // Double reference: res + (silu(x Wg^T) * (x Wu^T)) gathered by perm, times Wd^T.
           std::vector<double> act(n * ff), want(n * d), abs_sum(n * d);
           for (int64_t t = 0; t < n; ++t) {
@@ -569,7 +576,7 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
               double sg = 0, su = 0;
               for (int64_t c = 0; c < d; ++c) {
                 sg += double(dense[0][r * d + c]) * x[t * d + c];
-                su += double(dense[1][r * d + c]) * x[t * d + c];
+                su += double(dense[1][r * d + c]) * xu[t * d + c];
               }
               act[t * ff + r] = sg / (1.0 + std::exp(-sg)) * su;
             }
@@ -591,7 +598,7 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
             residual.residual = res.data();
             std::vector<float> gate(n * ff), up(n * ff), act_in(n * ff), sep(n * d);
             lw[0].Forward(x.data(), n, 0, gate.data(), 0, silu, pool);
-            lw[1].Forward(x.data(), n, 0, up.data(), 0, Epilogue{}, pool);
+            lw[1].Forward(xu.data(), n, 0, up.data(), 0, Epilogue{}, pool);
             for (int64_t t = 0; t < n; ++t) {
               for (int64_t j = 0; j < ff; ++j) {
                 const int64_t src = t * ff + (permuted ? perm[j] : j);
@@ -603,9 +610,9 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
             // than the kernels' own 2 (k + 4) eps bound.
             ExpectClose(want, abs_sum, sep.data(), n, d, d, 4 * ff, what + " separate");
             std::vector<float> got(n * d + 16, kGuard);
-            const bool fused = LinearWeight::ForwardSwiGlu(lw[0], lw[1], lw[2], x.data(), n,
-                                                           permuted ? down_row.data() : nullptr,
-                                                           res.data(), got.data(), pool);
+            const bool fused = LinearWeight::ForwardSwiGlu(
+                lw[0], lw[1], lw[2], x.data(), own_up ? xu.data() : nullptr, n,
+                permuted ? down_row.data() : nullptr, res.data(), got.data(), pool);
             const bool expect = g.fuses && n > 12;
             ASSERT_EQ(fused, expect) << what;
             EXPECT_EQ(LinearWeight::SwiGluFuses(lw[0], lw[1], lw[2], n), expect) << what;

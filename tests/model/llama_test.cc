@@ -188,8 +188,9 @@ TEST_F(SmolLmTest, ForwardRejectsBadTokensAndFullCache) {
 
 // A block whose MLP runs fused (LinearWeight::ForwardSwiGlu) must give the bits of the same block
 // run unfused (keep_inputs, as calibration runs it), with column permutations on gate/up's input
-// and on down's, for N:M and bit-mask weights and a width (104) that leaves padded X^T rows. The
-// fused run must also really be fused: it never writes the down input (act).
+// (one shared, or each its own) and on down's, for N:M and bit-mask weights and a width (104) that
+// leaves padded X^T rows. The fused run must also really be fused: it never writes the down input
+// (act).
 TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
   LlamaConfig c;
   c.n_vocab = 10;
@@ -223,7 +224,9 @@ TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
   for (const Kind& kind :
        {Kind{"2:4 bf16", FormatKind::kNM, "2:4", DType::kBF16},
         Kind{"50% bit mask", FormatKind::kCsr, "unstructured:0.5", DType::kF32}}) {
-    for (const bool permuted : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: no permutations; 1: gate/up share one input permutation; 2: each its own.
+      const bool permuted = variant > 0;
       LlamaBlock b;
       b.attn_norm = random(64);
       b.ffn_norm = random(64);
@@ -246,10 +249,11 @@ TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
       if (permuted) {
         const std::vector<int32_t> in = permutation(64);
         b.perm[static_cast<int>(LinearSlot::kGate)] = in;
-        b.perm[static_cast<int>(LinearSlot::kUp)] = in;
+        b.perm[static_cast<int>(LinearSlot::kUp)] = variant == 2 ? permutation(64) : in;
         b.perm[static_cast<int>(LinearSlot::kDown)] = permutation(104);
       }
-      const int64_t n = 40;
+      // Several token tiles; the norms, gathers and products run in 64-row tasks on the pool.
+      const int64_t n = 300;
       const std::vector<float> x0 = random(static_cast<size_t>(n * 64));
       ThreadPool pool(2);
       std::vector<float> out[2];
@@ -261,10 +265,10 @@ TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
         RunBlock(c, b, out[fused].data(), n, 0, kc.data(), vc.data(), &s, &pool);
         const bool act_written =
             std::any_of(s.act.begin(), s.act.end(), [](float v) { return v != 0.0f; });
-        EXPECT_EQ(act_written, fused == 0) << kind.what << (permuted ? " permuted" : "");
+        EXPECT_EQ(act_written, fused == 0) << kind.what << " variant " << variant;
       }
       EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)))
-          << kind.what << (permuted ? " permuted" : "");
+          << kind.what << " variant " << variant;
       EXPECT_NE(out[1], x0);
     }
   }
