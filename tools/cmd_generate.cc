@@ -46,6 +46,7 @@ Status RunGenerate(const GenOptions& o) {
                            std::fflush(stdout);
                          }));
   std::fputc('\n', stdout);
+  std::fflush(stdout);  // before the timing line on stderr, also when stdout is a pipe
   const double decode_tokens = static_cast<double>(r.tokens.size() > 0 ? r.tokens.size() - 1 : 0);
   std::fprintf(stderr,
                "prefill: %lld tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s "

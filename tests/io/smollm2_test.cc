@@ -158,6 +158,28 @@ TEST_F(SmolLm2Test, InspectListsEveryTensorAndJsonParses) {
   EXPECT_THAT(table, ::testing::HasSubstr("total: 272 tensors"));
 }
 
+// `sparq generate` with its output piped (stdout and stderr into one pipe): the prompt and the
+// new text first, then the timing line from stderr on a line of its own (stdout is flushed
+// before it; piped stdout is block-buffered, and the final newline used to come after it).
+TEST_F(SmolLm2Test, GenerateThroughAPipeEndsTheTextBeforeTheTimingLine) {
+  std::string out;
+  ASSERT_EQ(testing::RunCommand(Cli() + " generate '" + path_ +
+                                    "' --prompt 'The capital of France is' --max-new 4 "
+                                    "--threads 1 2>&1",
+                                &out),
+            0)
+      << out;
+  const size_t timing = out.find("prefill: ");
+  ASSERT_NE(timing, std::string::npos) << out;
+  EXPECT_EQ(out.rfind("The capital of France is", timing), 0u) << out;
+  ASSERT_GT(timing, 0u);
+  EXPECT_EQ(out[timing - 1], '\n') << out;
+  // The timing line is the last one: nothing of stdout (its final newline) comes after it.
+  const std::string tail = "tok/s); 1 threads\n";
+  ASSERT_GE(out.size(), tail.size());
+  EXPECT_EQ(out.substr(out.size() - tail.size()), tail) << out;
+}
+
 TEST_F(SmolLm2Test, ConvertTo24Bf16AndBackGivesExactlyTheMaskedWeights) {
   const std::string dir = testing::TempDir();
   const std::string sparq = dir + "/s.sparq", dense = dir + "/d.safetensors";
