@@ -1,7 +1,7 @@
 // SmolLM2-135M-Instruct (Q4_1 GGUF), when scripts/fetch_model.sh has put it in the cache:
 // known facts, every tensor dequantized and finite, statistics equal to the independent gguf
-// Python reader's (checked in, and re-run live when python3 + gguf are installed), and the
-// issue's acceptance commands for `sparq inspect` / `sparq convert`.
+// Python reader's (checked in, and re-run live when python3 + gguf are installed), the issue's
+// acceptance commands for `sparq inspect` / `sparq convert`, and `sparq generate` through a pipe.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
