@@ -87,7 +87,7 @@ bool LinearWeight::ForwardSwiGlu(const LinearWeight& gate, const LinearWeight& u
                                  const LinearWeight& down, const float* x, const float* x_up,
                                  int64_t n, const int32_t* down_row, const float* residual,
                                  float* y, ThreadPool* pool) {
-  if (!SwiGluFuses(gate, up, down, n)) return false;
+  if (!gate.impl_ || !up.impl_ || !down.impl_) return false;
   return cpu::RunSwiGlu(gate.impl_->packed, up.impl_->packed, down.impl_->packed, x, x_up, n,
                         down_row, residual, y, pool);
 }

@@ -964,13 +964,7 @@ HWY_INLINE void EpilogueSpan(float* y, const float* bias, const float* res, int6
   }
 }
 
-template <bool kBias, bool kRes, int kAct>
-HWY_NOINLINE void EpilogueRowImpl(float* y, const float* bias, const float* res, int64_t r0,
-                                  int64_t r1) {
-  EpilogueSpan<kBias, kRes, kAct>(y, bias, res, r0, r1);
-}
-
-// The same on y[t][r0, r1) of tokens t in [t0, t1) (y points at Y[0, 0], rows ldy apart, the
+// EpilogueSpan on y[t][r0, r1) of tokens t in [t0, t1) (y points at Y[0, 0], rows ldy apart, the
 // residual's ldr apart): one call per token tile of a tiled kernel instead of one dispatched call
 // per token and task (SmolLM2's 32-row tasks wrote 2 vectors per call): the residual epilogue
 // went from 2.8% to 1.7% of the CPU-time samples of a 512-token 2:4 prefill (2 threads, `perf
@@ -980,34 +974,6 @@ HWY_NOINLINE void EpilogueBlockImpl(float* y, int64_t ldy, const float* bias, co
                                     int64_t ldr, int64_t t0, int64_t t1, int64_t r0, int64_t r1) {
   for (int64_t t = t0; t < t1; ++t) {
     EpilogueSpan<kBias, kRes, kAct>(y + t * ldy, bias, kRes ? res + t * ldr : nullptr, r0, r1);
-  }
-}
-
-template <int kAct>
-HWY_INLINE void EpilogueRowAct(float* y, const float* bias, const float* res, int64_t r0,
-                               int64_t r1) {
-  if (bias) {
-    res ? EpilogueRowImpl<true, true, kAct>(y, bias, res, r0, r1)
-        : EpilogueRowImpl<true, false, kAct>(y, bias, res, r0, r1);
-  } else {
-    res ? EpilogueRowImpl<false, true, kAct>(y, bias, res, r0, r1)
-        : EpilogueRowImpl<false, false, kAct>(y, bias, res, r0, r1);
-  }
-}
-
-inline void EpilogueRow(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m,
-                        const Epilogue& ep) {
-  const float* res =
-      ep.residual ? ep.residual + t * (ep.ld_residual ? ep.ld_residual : m) : nullptr;
-  switch (ep.act) {
-    case Activation::kNone: EpilogueRowAct<0>(y, ep.bias, res, r0, r1); break;
-    case Activation::kRelu: EpilogueRowAct<1>(y, ep.bias, res, r0, r1); break;
-    case Activation::kSilu: EpilogueRowAct<2>(y, ep.bias, res, r0, r1); break;
-    case Activation::kGelu:
-      if (ep.bias) EpilogueRowAct<0>(y, ep.bias, nullptr, r0, r1);
-      for (int64_t r = r0; r < r1; ++r) y[r] = 0.5f * y[r] * (1.0f + std::erf(y[r] * 0.70710678118654752f));
-      if (res) EpilogueRowAct<0>(y, nullptr, res, r0, r1);
-      break;
   }
 }
 
@@ -1023,7 +989,7 @@ HWY_INLINE void EpilogueBlockAct(float* y, int64_t ldy, const float* bias, const
   }
 }
 
-// EpilogueRow for tokens [t0, t1) of Y (y = Y[0, 0], rows ldy apart).
+// The epilogue of tokens [t0, t1) of Y (y = Y[0, 0], rows ldy apart), rows [r0, r1).
 inline void EpilogueBlock(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t r0, int64_t r1,
                           int64_t m, const Epilogue& ep) {
   const int64_t ldr = ep.ld_residual ? ep.ld_residual : m;
@@ -1038,9 +1004,22 @@ inline void EpilogueBlock(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t
       EpilogueBlockAct<2>(y, ldy, ep.bias, ep.residual, ldr, t0, t1, r0, r1);
       break;
     case Activation::kGelu:
-      for (int64_t t = t0; t < t1; ++t) EpilogueRow(y + t * ldy, t, r0, r1, m, ep);
+      if (ep.bias) EpilogueBlockAct<0>(y, ldy, ep.bias, nullptr, ldr, t0, t1, r0, r1);
+      for (int64_t t = t0; t < t1; ++t) {
+        float* yt = y + t * ldy;
+        for (int64_t r = r0; r < r1; ++r) {
+          yt[r] = 0.5f * yt[r] * (1.0f + std::erf(yt[r] * 0.70710678118654752f));
+        }
+      }
+      if (ep.residual) EpilogueBlockAct<0>(y, ldy, nullptr, ep.residual, ldr, t0, t1, r0, r1);
       break;
   }
+}
+
+// The same for token t alone (y points at Y[t, 0]).
+inline void EpilogueRow(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m,
+                        const Epilogue& ep) {
+  EpilogueBlock(y, 0, t, t + 1, r0, r1, m, ep);
 }
 
 // ---------------------------------------------------------------------------------------------

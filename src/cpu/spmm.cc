@@ -34,11 +34,11 @@ void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const f
                 const XtNext* next) {
   MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch, *next);
 }
-// out[i] = silu(g[i]) * u[i], i < len, with the SiLU of the epilogue (EpilogueRowImpl: an
-// element's bits do not depend on its position), so the fused MLP (RunSwiGlu) gives the bits of a
-// SiLU epilogue on gate's output times up's. g is overwritten (it may be out).
+// out[i] = silu(g[i]) * u[i], i < len, with the SiLU of the epilogue (EpilogueSpan: an element's
+// bits do not depend on its position), so the fused MLP (RunSwiGlu) gives the bits of a SiLU
+// epilogue on gate's output times up's. g is overwritten (it may be out).
 void SiluMulT(float* g, const float* u, int64_t len, float* out) {
-  EpilogueRowImpl<false, false, 2>(g, nullptr, nullptr, 0, len);
+  EpilogueSpan<false, false, 2>(g, nullptr, nullptr, 0, len);
   for (int64_t i = 0; i < len; ++i) out[i] = g[i] * u[i];
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }

@@ -413,6 +413,24 @@ TEST(LinearWeightTest, CsrLayoutFollowsDensity) {
   }
 }
 
+// Three LinearWeights of cases c[i], rows[i] x cols[i], seeded seed + i, and their values
+// densified.
+void BuildLinears(const Case (&c)[3], const int64_t* rows, const int64_t* cols, uint64_t seed,
+                  const char* what, std::vector<LinearWeight>* lw,
+                  std::vector<std::vector<float>>* dense) {
+  for (int i = 0; i < 3; ++i) {
+    auto p = Pattern::Parse(c[i].pattern);
+    ASSERT_TRUE(p.ok());
+    std::vector<float> w = testing_cpu::PatternWeights(*p, rows[i], cols[i], seed + i);
+    auto sm = Encode(w, rows[i], cols[i], c[i].format, *p, c[i].dtype);
+    ASSERT_TRUE(sm.ok()) << what << ": " << sm.status().ToString();
+    dense->push_back(testing_cpu::Densify(*sm));
+    auto l = LinearWeight::FromMatrix(std::move(sm).value(), "w");
+    ASSERT_TRUE(l.ok()) << what << ": " << l.status().ToString();
+    lw->push_back(std::move(l).value());
+  }
+}
+
 // ForwardShared (q/k/v, gate/up: one parallel call for weights that read the same X) must give
 // each output the bits of its own Forward, whether the jobs fuse (decode kernels of one kind;
 // row-tiled N:M / bit-mask kernels, one X^T) or fall back to one call each (dense f32,
@@ -445,17 +463,8 @@ TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
   for (const Group& g : groups) {
     std::vector<LinearWeight> lw;
     std::vector<std::vector<float>> dense;
-    for (int i = 0; i < 3; ++i) {
-      auto p = Pattern::Parse(g.c[i].pattern);
-      ASSERT_TRUE(p.ok());
-      std::vector<float> w = testing_cpu::PatternWeights(*p, rows[i], k, 20 + i);
-      auto sm = Encode(w, rows[i], k, g.c[i].format, *p, g.c[i].dtype);
-      ASSERT_TRUE(sm.ok()) << g.what << ": " << sm.status().ToString();
-      dense.push_back(testing_cpu::Densify(*sm));
-      auto l = LinearWeight::FromMatrix(std::move(sm).value(), "w");
-      ASSERT_TRUE(l.ok()) << g.what << ": " << l.status().ToString();
-      lw.push_back(std::move(l).value());
-    }
+    const int64_t cols[3] = {k, k, k};
+    ASSERT_NO_FATAL_FAILURE(BuildLinears(g.c, rows, cols, 20, g.what, &lw, &dense));
     for (int64_t n : {1, 3, 12, 40, 300}) {
       const std::vector<float> x = RandomVector(n * k, 30 + n);
       const std::vector<float> res = RandomVector(n * rows[1], 40 + n);
@@ -545,17 +554,7 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
   for (const Group& g : groups) {
     std::vector<LinearWeight> lw;
     std::vector<std::vector<float>> dense;
-    for (int i = 0; i < 3; ++i) {
-      auto p = Pattern::Parse(g.c[i].pattern);
-      ASSERT_TRUE(p.ok());
-      std::vector<float> w = testing_cpu::PatternWeights(*p, rows[i], cols[i], 50 + i);
-      auto sm = Encode(w, rows[i], cols[i], g.c[i].format, *p, g.c[i].dtype);
-      ASSERT_TRUE(sm.ok()) << g.what << ": " << sm.status().ToString();
-      dense.push_back(testing_cpu::Densify(*sm));
-      auto l = LinearWeight::FromMatrix(std::move(sm).value(), "w");
-      ASSERT_TRUE(l.ok()) << g.what << ": " << l.status().ToString();
-      lw.push_back(std::move(l).value());
-    }
+    ASSERT_NO_FATAL_FAILURE(BuildLinears(g.c, rows, cols, 50, g.what, &lw, &dense));
     ForEachTarget([&](const std::string& target) {
       for (int64_t n : {1, 12, 17, 40, 129, 300}) {
         const std::vector<float> x = RandomVector(n * d, 60 + n);
