@@ -2,15 +2,16 @@
 // same shapes, same run, interleaved, medians over repeats; table, JSON and plot.
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "sparq/format.h"
 #include "sparq/linear.h"
@@ -75,6 +76,13 @@ struct Options {
   int repeats = 5;
 };
 
+// `s` as one single-quoted word of a /bin/sh command line (paths with spaces or quotes).
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // Runs the Python sparse peers (scipy / torch CSR) once for all rows; returns their medians keyed
 // by "m,k,n,threads,pattern" -> {peer: seconds}.
 std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Options& o) {
@@ -84,8 +92,9 @@ std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Option
     std::fprintf(stderr, "sparse peers script %s not found: scipy/torch peers skipped\n", o.py_peers.c_str());
     return out;
   }
-  const std::string cmd = "python3 " + o.py_peers + " --shapes " + o.shapes + " --n " + o.ns +
-                          " --patterns " + o.patterns + " --threads " + o.threads +
+  const std::string cmd = "python3 " + ShellQuote(o.py_peers) + " --shapes " +
+                          ShellQuote(o.shapes) + " --n " + ShellQuote(o.ns) + " --patterns " +
+                          ShellQuote(o.patterns) + " --threads " + ShellQuote(o.threads) +
                           " --repeats " + std::to_string(o.repeats);
   std::fprintf(stderr, "running sparse peers: %s\n", cmd.c_str());
   FILE* f = popen(cmd.c_str(), "r");
@@ -108,10 +117,12 @@ std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Option
   return out;
 }
 
+// The plot script writes next to `path` and renames, so a failed run leaves no half-written image.
 Status WritePlot(const json& rows, const std::string& path, const std::string& script_dir) {
   const std::string tmp = path + ".rows.json";
   std::ofstream(tmp) << rows.dump();
-  const std::string cmd = "python3 " + script_dir + "/plot_speedup.py " + tmp + " " + path;
+  const std::string cmd = "python3 " + ShellQuote(script_dir + "/plot_speedup.py") + " " +
+                          ShellQuote(tmp) + " " + ShellQuote(path);
   const int rc = std::system(cmd.c_str());
   std::remove(tmp.c_str());
   if (rc != 0) return IoError("--plot: '" + cmd + "' failed (needs python3 with matplotlib)");
@@ -122,15 +133,23 @@ Status WritePlot(const json& rows, const std::string& path, const std::string& s
 // spending minutes on the benchmark.
 Status CheckPlotter(const std::string& script_dir) {
   const std::string script = script_dir + "/plot_speedup.py";
-  if (!std::ifstream(script).good()) return IoError("--plot: plot script '" + script + "' not found");
+  if (!std::ifstream(script).good()) {
+    return IoError(
+        "--plot: plot script '" + script +
+        "' not found (run from the repository root, or name the peers script with --py-peers)");
+  }
   if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
     return IoError("--plot needs python3 with matplotlib (pip install matplotlib); nothing was run");
   }
   return Status::Ok();
 }
 
+// The folder of the Python peer scripts: --py-peers's folder ("." for a bare file name), or
+// bench/peers when the sparse peers are skipped (--py-peers '').
 std::string PeerScriptDir(const Options& o) {
-  return o.py_peers.empty() ? "bench/peers" : o.py_peers.substr(0, o.py_peers.rfind('/'));
+  if (o.py_peers.empty()) return "bench/peers";
+  const std::string dir = std::filesystem::path(o.py_peers).parent_path().string();
+  return dir.empty() ? "." : dir;
 }
 
 Status RunKernels(const Options& o) {

@@ -5,6 +5,7 @@ usage: plot_speedup.py ROWS.json OUT.png|OUT.svg
 Uses the first shape, the largest thread count and f32 values; one line per n, markers per pattern family.
 """
 import json
+import os
 import sys
 
 import matplotlib
@@ -55,7 +56,15 @@ def main():
                  f"{r0['read_gbps']:.0f} GB/s", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(sys.argv[2])
+    # Drawn to a temporary file beside the target, then renamed: never a half-written image.
+    root, ext = os.path.splitext(sys.argv[2])
+    tmp = f"{root}.tmp{os.getpid()}{ext}"
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, sys.argv[2])
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 if __name__ == "__main__":

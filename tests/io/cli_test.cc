@@ -190,6 +190,19 @@ TEST(BenchCliTest, PlotWithoutItsScriptFailsBeforeTheRun) {
   EXPECT_FALSE(std::ifstream(json_out).good());
 }
 
+// A bare --py-peers file name means the current folder: the plot script is looked for there (it
+// was looked for inside a folder named like the file).
+TEST(BenchCliTest, BarePeerScriptNameMeansTheCurrentFolder) {
+  std::string out;
+  EXPECT_EQ(
+      testing::RunCommand("cd " + testing::TempDir() + " && " + Cli() +
+                              " bench kernels --shapes 64x64 --n 1 --patterns 2:4 --threads 1 "
+                              "--repeats 1 --py-peers no_such_peers.py --plot p.png 2>&1",
+                          &out),
+      1);
+  EXPECT_THAT(out, HasSubstr("plot script './plot_speedup.py' not found"));
+}
+
 testing::Bytes SmallGguf() {
   testing::GgufBuilder g;
   g.Kv("general.architecture", 8, testing::EncStr("llama"));
