@@ -5,7 +5,7 @@
     # a -march=native build that dies with SIGILL: bench/peers/build_llama_cpp.sh (docs/model.md)
     python3 bench/peers/llama_cpp_reference.py MODEL.gguf --sparq build/release/sparq \
         --text ../shared/data/text/wikitext-2-raw-test.txt [--ctx 512] [--max-tokens 16384] \
-        [--threads 2]
+        [--threads 2] [--f32]
 
 1. Token ids: llama.cpp's tokenizer (add_bos=False, special=False) on the whole text vs
    `sparq eval --tokens-out` (also on the whole text): must be identical.
@@ -21,6 +21,11 @@ so small differences are expected. Measured on SmolLM2-135M Q4_1 (docs/model.md)
 that only rounds activations the way llama.cpp does disagrees with exact f32 as often. The JSON
 therefore also gives, at the positions where the two argmaxes differ, llama.cpp's logit gap
 between its own choice and sparq's (`disagree_gap_*`), and llama.cpp's top-1/top-2 margin.
+With --f32, llama.cpp runs instead on an F32 GGUF of the same weights (every tensor dequantized
+by the `gguf` package, written to a temporary file) with f32 K/V: then it does sparq's arithmetic
+(f32 weights times f32 activations) up to summation order, and the agreement measures the two
+runtimes rather than llama.cpp's 8-bit activation rounding. sparq still reads the original GGUF
+(its dense model is those dequantized weights).
 Prints one JSON object last.
 """
 import argparse
@@ -44,19 +49,50 @@ def main():
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--max-tokens", type=int, default=16384)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--f32", action="store_true",
+                    help="run llama.cpp on an F32 GGUF of the same weights, with f32 K/V")
     a = ap.parse_args()
 
     from llama_cpp import Llama
-    llm = Llama(model_path=a.model, n_ctx=a.ctx, n_batch=a.ctx, n_ubatch=a.ctx, logits_all=True,
-                n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
-    raw = open(a.text, "rb").read()
-    ref_ids = llm.tokenize(raw, add_bos=False, special=False)
-
     tmp = tempfile.mkdtemp()
     try:
+        ref_model, kv = a.model, {}
+        if a.f32:
+            ref_model = os.path.join(tmp, "f32.gguf")
+            write_f32_gguf(a.model, ref_model)
+            kv = {"type_k": 0, "type_v": 0}  # GGML_TYPE_F32
+        llm = Llama(model_path=ref_model, n_ctx=a.ctx, n_batch=a.ctx, n_ubatch=a.ctx,
+                    logits_all=True, n_threads=a.threads, n_threads_batch=a.threads,
+                    verbose=False, **kv)
+        raw = open(a.text, "rb").read()
+        ref_ids = llm.tokenize(raw, add_bos=False, special=False)
         run(a, llm, ref_ids, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_f32_gguf(src, dst):
+    """`src` with every tensor dequantized to F32 (gguf.quants) and general.file_type ALL_F32."""
+    import gguf
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue  # written by the writer itself
+        val = f.contents()
+        if f.name == "general.file_type":
+            val = int(gguf.LlamaFileType.ALL_F32)
+        sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, val, f.types[0], sub_type=sub)
+    for t in r.tensors:
+        data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
+        shape = [int(d) for d in reversed(t.shape)]  # GGUF lists ne0 first; numpy wants rows first
+        w.add_tensor(t.name, np.ascontiguousarray(data.reshape(shape)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def run(a, llm, ref_ids, tmp):
@@ -114,7 +150,7 @@ def run(a, llm, ref_ids, tmp):
         "margin_median_all": float(np.median(margins)),
         "margin_median_at_disagreements": float(np.median(margins[dis])) if dis.any() else None,
         "llama_cpp_seconds": ref_s, "sparq_seconds": sq["seconds"],
-        "threads": a.threads,
+        "threads": a.threads, "llama_cpp_weights": "f32" if a.f32 else "as stored",
     }
     print(json.dumps(result))
 
