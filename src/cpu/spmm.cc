@@ -117,6 +117,15 @@ constexpr int64_t kTiledMinRows = 32;
 constexpr int64_t kXtTileL2Bytes = 512 * 1024;
 // Bytes of the X^T slice of one k block: it should stay in L1 (48 KiB here) with room for weights.
 constexpr int64_t kXtBlockBytesDefault = 16 * 1024;
+// Narrowest token tile that the row-tiled kernels (N:M, bit mask) run by k blocks even when it is
+// the only tile. Measured (one thread, n = 128, i.e. one 128-token tile on AVX-512, ms, whole k ->
+// k blocks, three interleaved rounds): 2:4 f32 4096x4096 57-64 -> 31-34, 576x1536 1.59-1.68 ->
+// 1.14-1.30, 1536x576 1.54-1.65 -> 1.15-1.22; 2:4 bf16 4096x4096 55-65 -> 25-27; 50% bit mask
+// f32 4096x4096 52-64 -> 25-26, 576x1536 1.58-1.70 -> 1.26-1.38. A 64-token tile is better
+// whole (2:4 4096x4096 n = 64: 14.3-15.1 -> 17.5-17.7 with k blocks; 576- and 1536-column
+// shapes within noise), and so is anything narrower (n = 32 within noise). Same sums in the same
+// order either way: the bits do not change.
+constexpr int64_t kOneTileBlockMinNt = 128;
 int64_t XtBlockBytes() {
   static const int64_t v = [] {
     const char* e = std::getenv("SPARQ_XT_BLOCK_BYTES");  // tuning experiments only
@@ -454,16 +463,18 @@ int64_t RowTiledKRows(const PackedWeight& w) {
 
 // The row kernels' tiled runs (N:M, and bit-mask rows) of one weight over prebuilt X^T tiles of
 // nt tokens and `stride` rows each (stride >= the weight's k_pad; rows beyond it are not read).
-// One token tile: each row's weights stream contiguously (X^T, k x nt, stays in L2). Several
-// tiles: k blocks whose X^T slice fits L1, the task's weights re-read from L2 per tile.
+// k blocks whose X^T slice fits L1, the task's weights re-read from L2 per tile; except a single
+// tile narrower than kOneTileBlockMinNt tokens, where each row's weights stream contiguously over
+// the whole k (X^T, k x nt, from L2).
 struct RowTiled {
   RowTiled(const PackedWeight& w, const float* xt_tiles, int64_t n, int64_t nt_, int64_t stride_)
       : pw(&w), xt(xt_tiles), nt(nt_), tiles(CeilDiv(n, nt_)), stride(stride_) {
     const bool nm = w.kind == PackedKind::kNm;
     chunks = nm ? w.nm.chunks : w.mask.chunks;
     chunk_cols = nm ? (kNmChunk / w.nm.n) * w.nm.m : kMaskChunk;
-    kb_chunks = tiles == 1 ? std::max<int64_t>(1, chunks)
-                           : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / chunk_cols);
+    kb_chunks = tiles == 1 && nt < kOneTileBlockMinNt
+                    ? std::max<int64_t>(1, chunks)
+                    : std::max<int64_t>(1, XtBlockBytes() / (nt * 4) / chunk_cols);
   }
   // Row blocks the kernel runs whole (tasks are cut at multiples of them).
   int64_t align() const { return pw->kind == PackedKind::kNm ? 4 : 2; }

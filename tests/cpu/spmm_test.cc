@@ -359,6 +359,50 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
   }
 }
 
+// Each output of the row-tiled kernels (N:M, bit mask) is one chain of multiply-adds over the row's
+// kept weights in order, whatever the token tile width and whether k runs in blocks. So n = 128
+// in one call (on AVX-512 a single 128-token tile, run by k blocks) gives the bits of two calls of
+// 64 tokens each (64-token tiles, whole k), and n = 100 those of calls of 37 and 63. Checked on
+// every compiled target; k = 1000 spans many k blocks.
+TEST(SpmmTest, RowTiledOutputsKeepTheirBitsAcrossTileWidthsAndKBlocks) {
+  const int64_t m = 40, k = 1000;
+  ForEachTarget([&](const std::string& target) {
+    for (const Case& c :
+         {Case{FormatKind::kNM, "2:4", DType::kF32}, Case{FormatKind::kNM, "2:4", DType::kBF16},
+          Case{FormatKind::kNM, "4:8", DType::kF32},
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask}}) {
+      const Built b = Build(c, m, k, 31);
+      for (const auto& kern : cpu::SpmmRegistry()) {
+        if (kern.kind != b.packed.kind ||
+            std::string(kern.name).find("tiled") == std::string::npos) {
+          continue;
+        }
+        for (const auto& [n, split] : {std::pair<int64_t, int64_t>{128, 64}, {100, 37}}) {
+          const std::vector<float> x = RandomVector(n * k, 32);
+          auto run = [&](int64_t t0, int64_t t1) {
+            std::vector<float> y((t1 - t0) * m);
+            SpmmArgs a;
+            a.x = x.data() + t0 * k;
+            a.n = t1 - t0;
+            a.ldx = k;
+            a.y = y.data();
+            a.ldy = m;
+            kern.run(b.packed, a, nullptr);
+            return y;
+          };
+          const std::vector<float> whole = run(0, n);
+          std::vector<float> parts = run(0, split);
+          const std::vector<float> rest = run(split, n);
+          parts.insert(parts.end(), rest.begin(), rest.end());
+          EXPECT_EQ(0, std::memcmp(whole.data(), parts.data(), whole.size() * 4))
+              << target << " " << Name(c) << " " << kern.name << " n=" << n;
+        }
+      }
+    }
+  });
+}
+
 TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
   const int64_t m = 40, k = 64;
   std::vector<float> w = testing_cpu::PatternWeights(Pattern::NM(2, 4), m, k, 5);
