@@ -25,7 +25,9 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "src/cpu/spmm.h"
 #include "src/cpu/spmm_packed.h"
@@ -1112,21 +1114,63 @@ inline int64_t TileWidth(int g, int64_t n) {
   return TiledNv(g, n) * static_cast<int64_t>(hn::Lanes(DF()));
 }
 
-// Token tiles of the row kernels (N:M, and bit-mask rows, which run as pairs of rows): on AVX-512
-// (16 lanes, 16 accumulators) 128 tokens (2 rows x 8 vectors) wherever that pads no more tokens
-// than 64-token tiles would, so that each kept weight's offset load, broadcast and decode serve 8
-// FMAs instead of 4. Measured (n = 512, one thread, medians of interleaved runs of the OpenBLAS /
-// sparq time ratio): 2:4 f32 (6 runs) 576x576 0.90 -> 0.99, 576x1536 0.87 -> 0.90, 4096x4096
-// 1.01 -> 1.04, 1536x576 0.96 -> 0.97; 50% bit mask (4 runs, a loaded host) 576x576 f32 0.88 ->
-// 0.96, bf16 0.90 -> 1.00, the other SmolLM2 shapes within +-0.02.
+// Token tiles of the row kernels (N:M, and bit-mask rows, which run as pairs of rows). On AVX-512
+// (16 lanes, 16 accumulators) any 1 to 8 vectors: one tile of ceil(n / 16) vectors up to 128
+// tokens; beyond, the width of 4..8 vectors with the least padded work, counting each kept
+// weight's offset load and broadcast as two more loads beside its NV loads and FMAs (so 8
+// vectors at equal padding: 8 FMAs per offset and broadcast instead of 4). 128-token tiles
+// measured (n = 512, one thread, medians of interleaved runs of the OpenBLAS / sparq time ratio,
+// against 64-token tiles): 2:4 f32 (6 runs) 576x576 0.90 -> 0.99, 576x1536 0.87 -> 0.90,
+// 4096x4096 1.01 -> 1.04, 1536x576 0.96 -> 0.97; 50% bit mask (4 runs, a loaded host) 576x576
+// f32 0.88 -> 0.96, bf16 0.90 -> 1.00, the other SmolLM2 shapes within +-0.02. Widths of 3, 5, 6
+// and 7 vectors remove the padding of token counts between the powers of two (n = 48 computed
+// 64 tokens, n = 96 computed 128): docs/kernels.md. Other targets: 1, 2 or 4 vectors.
 inline int64_t RowTileWidth(int64_t n) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
-  const int64_t nt = TileWidth(1, n);
-  if (kMaxAcc >= 16 && L == 16 && nt == 4 * L &&
-      (n + 8 * L - 1) / (8 * L) * (8 * L) <= (n + 4 * L - 1) / (4 * L) * (4 * L)) {
-    return 8 * L;
+  if (!(kMaxAcc >= 16 && L == 16)) return TileWidth(1, n);
+  if (n <= 8 * L) return std::max<int64_t>(1, (n + L - 1) / L) * L;
+  int64_t best_nv = 8, best_cost = INT64_MAX;
+  for (int64_t nv = 8; nv >= 4; --nv) {
+    const int64_t cost = (n + nv * L - 1) / (nv * L) * (nv + 2);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best_nv = nv;
+    }
   }
-  return nt;
+  return best_nv * L;
+}
+
+// The row kernels' vector counts: 1, 2, 4 everywhere; 3 and 5..8 where 16 accumulators fit two
+// rows of them (AVX-512). Calls fn(std::integral_constant<int, NV>).
+template <class Fn>
+HWY_INLINE void WithRowNv(int64_t nv, Fn&& fn) {
+  constexpr bool kWide = kMaxAcc >= 16;
+  switch (nv) {
+    case 1:
+      fn(std::integral_constant<int, 1>());
+      break;
+    case 2:
+      fn(std::integral_constant<int, 2>());
+      break;
+    case 3:
+      fn(std::integral_constant < int, kWide ? 3 : 4 > ());
+      break;
+    case 5:
+      fn(std::integral_constant < int, kWide ? 5 : 4 > ());
+      break;
+    case 6:
+      fn(std::integral_constant < int, kWide ? 6 : 4 > ());
+      break;
+    case 7:
+      fn(std::integral_constant < int, kWide ? 7 : 4 > ());
+      break;
+    case 8:
+      fn(std::integral_constant < int, kWide ? 8 : 4 > ());
+      break;
+    default:
+      fn(std::integral_constant<int, std::min(4, kMaxAcc)>());
+      break;
+  }
 }
 
 inline void NmDecode(const NmWeight& w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
@@ -1193,16 +1237,9 @@ HWY_INLINE void MaskTiledN(const MaskWeight& w, int64_t r0, int64_t r1, const fl
 inline void MaskTiled(const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
                       int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
                       const XtNext& next) {
-  const int64_t nv = nt / static_cast<int64_t>(hn::Lanes(DF()));
-  if (nv == 8 && 2 * 8 <= kMaxAcc) {
-    MaskTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
-  } else if (nv == 1) {
-    MaskTiledN<1>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
-  } else if (nv == 2) {
-    MaskTiledN<2>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
-  } else {
-    MaskTiledN<std::min(4, kMaxAcc)>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
-  }
+  WithRowNv(nt / static_cast<int64_t>(hn::Lanes(DF())), [&](auto nv) {
+    MaskTiledN<decltype(nv)::value>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
+  });
 }
 
 template <int G, int NV>
@@ -1257,16 +1294,8 @@ HWY_INLINE void NmTiledN(const NmWeight& w, int64_t r0, int64_t r1, const float*
 
 inline void NmTiled(const NmWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
                     int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
-  const int64_t nv = nt / static_cast<int64_t>(hn::Lanes(DF()));
-  if (nv == 8 && 2 * 8 <= kMaxAcc) {
-    NmTiledN<2 * 8 <= kMaxAcc ? 8 : 1>(w, r0, r1, xt, c0, c1, scratch, next);
-  } else if (nv == 1) {
-    NmTiledN<1>(w, r0, r1, xt, c0, c1, scratch, next);
-  } else if (nv == 2) {
-    NmTiledN<2>(w, r0, r1, xt, c0, c1, scratch, next);
-  } else {
-    NmTiledN<std::min(4, kMaxAcc)>(w, r0, r1, xt, c0, c1, scratch, next);
-  }
+  WithRowNv(nt / static_cast<int64_t>(hn::Lanes(DF())),
+            [&](auto nv) { NmTiledN<decltype(nv)::value>(w, r0, r1, xt, c0, c1, scratch, next); });
 }
 
 }  // namespace sparq::cpu::HWY_NAMESPACE

@@ -118,14 +118,17 @@ constexpr int64_t kXtTileL2Bytes = 512 * 1024;
 // Bytes of the X^T slice of one k block: it should stay in L1 (48 KiB here) with room for weights.
 constexpr int64_t kXtBlockBytesDefault = 16 * 1024;
 // Narrowest token tile that the row-tiled kernels (N:M, bit mask) run by k blocks even when it is
-// the only tile. Measured (one thread, n = 128, i.e. one 128-token tile on AVX-512, ms, whole k ->
-// k blocks, three interleaved rounds): 2:4 f32 4096x4096 57-64 -> 31-34, 576x1536 1.59-1.68 ->
-// 1.14-1.30, 1536x576 1.54-1.65 -> 1.15-1.22; 2:4 bf16 4096x4096 55-65 -> 25-27; 50% bit mask
-// f32 4096x4096 52-64 -> 25-26, 576x1536 1.58-1.70 -> 1.26-1.38. A 64-token tile is better
-// whole (2:4 4096x4096 n = 64: 14.3-15.1 -> 17.5-17.7 with k blocks; 576- and 1536-column
-// shapes within noise), and so is anything narrower (n = 32 within noise). Same sums in the same
-// order either way: the bits do not change.
-constexpr int64_t kOneTileBlockMinNt = 128;
+// the only tile (5 vectors on AVX-512). Measured (one thread, ms, whole k -> k blocks, interleaved
+// rounds): n = 128, three rounds: 2:4 f32 4096x4096 57-64 -> 31-34, 576x1536 1.59-1.68 ->
+// 1.14-1.30, 1536x576 1.54-1.65 -> 1.15-1.22; 2:4 bf16 4096x4096 55-65 -> 25-27; 50% bit mask f32
+// 4096x4096 52-64 -> 25-26, 576x1536 1.58-1.70 -> 1.26-1.38. n = 112 / 80 (7- and 5-vector
+// tiles), two rounds: 2:4 4096x4096 43-56 -> 28-31 / 22-24 -> 22-26, 576x1536 1.40-1.47 ->
+// 1.11-1.28 / 1.01-1.09 -> 0.83-0.90. A 64-token tile is better whole (2:4 4096x4096 n = 64:
+// 14.3-15.1 -> 17.5-17.7 with k blocks; 576- and 1536-column shapes within noise), and so is
+// anything narrower (n = 32 within noise). Same sums in the same order either way: the bits do not
+// change.
+constexpr int64_t kOneTileBlockMinNt = 80;
+
 int64_t XtBlockBytes() {
   static const int64_t v = [] {
     const char* e = std::getenv("SPARQ_XT_BLOCK_BYTES");  // tuning experiments only

@@ -362,8 +362,9 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
 // Each output of the row-tiled kernels (N:M, bit mask) is one chain of multiply-adds over the row's
 // kept weights in order, whatever the token tile width and whether k runs in blocks. So n = 128
 // in one call (on AVX-512 a single 128-token tile, run by k blocks) gives the bits of two calls of
-// 64 tokens each (64-token tiles, whole k), and n = 100 those of calls of 37 and 63. Checked on
-// every compiled target; k = 1000 spans many k blocks.
+// 64 tokens each (64-token tiles, whole k); n = 100 and 90 (7- and 6-vector tiles, k blocks)
+// those of 37 + 63 and 41 + 49 (3- and 4-vector tiles, whole k); n = 200 (two 7-vector tiles)
+// those of 72 + 128. Checked on every compiled target; k = 1000 spans many k blocks.
 TEST(SpmmTest, RowTiledOutputsKeepTheirBitsAcrossTileWidthsAndKBlocks) {
   const int64_t m = 40, k = 1000;
   ForEachTarget([&](const std::string& target) {
@@ -378,7 +379,8 @@ TEST(SpmmTest, RowTiledOutputsKeepTheirBitsAcrossTileWidthsAndKBlocks) {
             std::string(kern.name).find("tiled") == std::string::npos) {
           continue;
         }
-        for (const auto& [n, split] : {std::pair<int64_t, int64_t>{128, 64}, {100, 37}}) {
+        for (const auto& [n, split] :
+             {std::pair<int64_t, int64_t>{128, 64}, {100, 37}, {90, 41}, {200, 72}}) {
           const std::vector<float> x = RandomVector(n * k, 32);
           auto run = [&](int64_t t0, int64_t t1) {
             std::vector<float> y((t1 - t0) * m);
