@@ -1141,35 +1141,29 @@ inline int64_t RowTileWidth(int64_t n) {
 }
 
 // The row kernels' vector counts: 1, 2, 4 everywhere; 3 and 5..8 where 16 accumulators fit two
-// rows of them (AVX-512). Calls fn(std::integral_constant<int, NV>).
+// rows of them (AVX-512; elsewhere RowTileWidth never asks for them and they map to 4, so that
+// they are not compiled). Calls fn(std::integral_constant<int, NV>()).
+template <int NV>
+using RowNv = std::integral_constant<int, kMaxAcc >= 16 || NV <= 2 ? NV : std::min(4, kMaxAcc)>;
 template <class Fn>
 HWY_INLINE void WithRowNv(int64_t nv, Fn&& fn) {
-  constexpr bool kWide = kMaxAcc >= 16;
   switch (nv) {
     case 1:
-      fn(std::integral_constant<int, 1>());
-      break;
+      return fn(RowNv<1>());
     case 2:
-      fn(std::integral_constant<int, 2>());
-      break;
+      return fn(RowNv<2>());
     case 3:
-      fn(std::integral_constant < int, kWide ? 3 : 4 > ());
-      break;
+      return fn(RowNv<3>());
     case 5:
-      fn(std::integral_constant < int, kWide ? 5 : 4 > ());
-      break;
+      return fn(RowNv<5>());
     case 6:
-      fn(std::integral_constant < int, kWide ? 6 : 4 > ());
-      break;
+      return fn(RowNv<6>());
     case 7:
-      fn(std::integral_constant < int, kWide ? 7 : 4 > ());
-      break;
+      return fn(RowNv<7>());
     case 8:
-      fn(std::integral_constant < int, kWide ? 8 : 4 > ());
-      break;
+      return fn(RowNv<8>());
     default:
-      fn(std::integral_constant<int, std::min(4, kMaxAcc)>());
-      break;
+      return fn(RowNv<4>());
   }
 }
 
