@@ -61,8 +61,10 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -113,8 +115,19 @@ constexpr int64_t kMaxTasks = 64;
 // Fewest rows per task of the tiled kernels: every task streams all of X^T once per token tile,
 // so tiny tasks (9 rows for SmolLM2's 576-row layers at n = 512) multiply that traffic.
 constexpr int64_t kTiledMinRows = 32;
-// Largest X^T tile (all k x tile tokens) of the tile-outer order: a quarter of a 2 MiB L2.
-constexpr int64_t kXtTileL2Bytes = 512 * 1024;
+// Largest X^T tile (all k x tile tokens) of the tile-outer order: three quarters of this core's
+// L2 (sysconf; 1 MiB when the system does not say), the rest for the streamed weights and the
+// partial sums. SPARQ_XT_TILE_BYTES overrides it (tuning experiments only).
+int64_t XtTileL2Bytes() {
+  static const int64_t v = [] {
+    if (const char* e = std::getenv("SPARQ_XT_TILE_BYTES"))
+      return std::max<int64_t>(4096, std::atoll(e));
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? std::clamp<int64_t>(int64_t{l2} / 4 * 3, 128 << 10, 16 << 20)
+                  : int64_t{1} << 20;
+  }();
+  return v;
+}
 // Bytes of the X^T slice of one k block: it should stay in L1 (48 KiB here) with room for weights.
 constexpr int64_t kXtBlockBytesDefault = 16 * 1024;
 // Narrowest token tile that the row-tiled kernels (N:M, bit mask) run by k blocks even when it is
@@ -580,6 +593,8 @@ void RunRowTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   RunRowTiledXt(rt, a, pool);
 }
 
+std::atomic<int> g_scg_order{0};
+
 void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const ScgWeight& w = pw.scg;
   const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g));
@@ -592,23 +607,37 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // CPU time: 99% unstructured 31 -> 22 ms, and about 30% more with the L2-sized tiles below).
   // The order changes no sum: the bits are the same.
   //
-  // Tile-outer also narrows the tiles (below), which costs the kernels their X^T load reuse (4
-  // rows x 2 vectors of accumulators instead of x 4, CSR rows in pairs x 2 instead of x 4), so it
-  // also needs the weights under half of X^T. Measured here (n = 512, one thread, sparq ms
-  // tile-outer -> task-outer; weights / X^T in brackets): 4096x4096 V:16:2:4 (34 MB / 8.4 MB)
-  // 126 -> 93, V:32:2:4 133 -> 89, BSR 32x32 50% 124 -> 89, BSR 16x16 70% 75 -> 67, 90% CSR f32
-  // (10 MB) 85 -> 58, 90% CSR bf16 (6.7 MB) 76 -> 52, 95% CSR f32 (5 MB) 42 -> 38, BSR 32x32 90%
-  // bf16 (3.4 MB) 35 -> 29, f32 (6.7 MB) within noise; tile-outer stays ahead for 99% CSR:
-  // 4096x4096 (1 MB) 12.5 vs 20, 11008x4096 (2.7 MB) 29 vs 35.
+  // Tile-outer wants the X^T tile of the kernel's own width (64 tokens) in L2. Until 2026-11-30
+  // (night) that budget was a quarter of L2 (512 KiB), so at k = 4096 tile-outer ran 32-token
+  // tiles, which cost the kernels half their X^T load reuse (4 rows x 2 vectors of accumulators
+  // instead of x 4, CSR pairs x 2 instead of x 4), and it was kept for weights under half of X^T
+  // only. With three quarters of L2 (XtTileL2Bytes) the 64-token tile of k = 4096 fits, and
+  // tile-outer wins wherever it moves fewer bytes. Measured here (n = 512, sparq ms, old rule ->
+  // this one, medians of two interleaved rounds; weights / X^T in brackets), 4096x4096, one
+  // thread: CSR 90% f32 (10 MB / 8.4 MB) 47.7 -> 33.4, bf16 47.6 -> 34.7, 95% 34.3 -> 19.8, 99%
+  // 6.6 -> 5.8, BSR 32x32 90% 24.5 -> 18.8, 70% 63.8 -> 49.9, 16x16 90% 29.3 -> 18.5, V:8:2:4 (35
+  // MB) 87.9 -> 77.1, V:16:2:4 79.2 -> 76.6, V:32:2:4 and BSR 50% within noise; two threads: CSR
+  // 90% 21.9 -> 17.6, 95% 16.8 -> 10.5, BSR 32x32 90% 11.6 -> 9.5, 16x16 90% 13.5 -> 10.1, V:N:M
+  // within noise or better; n = 128 one thread: CSR 95% 7.1 -> 5.0, V:16:2:4 21.2 -> 17.5.
+  // 11008x4096 (k = 4096, 64 tasks), one thread: BSR 32x32 90% 58.0 -> 44.0, CSR 90% 94.5 -> 88.0;
+  // V:16:2:4 (90 MB) stays task-outer (tile-outer 435 vs 241). k = 11008 (the 64-token tile
+  // does not fit; 32 where the weights are under X^T): CSR 95% 90.2 -> 78.0 (2 threads 43.8 ->
+  // 37.4), 99% 25.9 -> 19.4, the rest unchanged. Dense bf16 stays task-outer: tile-outer was
+  // slower there (4096x4096 152 -> 162; why was not looked into).
   const double xt_all = static_cast<double>(a.n) * static_cast<double>(w.cols) * 4.0;
   const double wbytes = static_cast<double>(pw.weight_bytes);
-  const bool tile_outer = a.n > nt && 2.0 * wbytes < xt_all &&
-                          static_cast<double>(tasks) * xt_all >
-                              static_cast<double>(CeilDiv(a.n, nt)) * wbytes;
+  const bool fewer_bytes =
+      static_cast<double>(tasks) * xt_all > static_cast<double>(CeilDiv(a.n, nt)) * wbytes;
+  const bool fits_l2 = w.cols * nt * 4 <= XtTileL2Bytes();
+  const auto forced = static_cast<ScgTiledOrder>(g_scg_order.load(std::memory_order_relaxed));
+  const bool tile_outer =
+      forced == ScgTiledOrder::kAuto
+          ? a.n > nt && fewer_bytes && !w.implicit_cols && (fits_l2 || wbytes < xt_all)
+          : forced == ScgTiledOrder::kTileOuter;
   // Tile-outer, the columns a row touches are scattered over the whole X^T tile, so the tile must
   // stay in L2 beside the streamed weights: narrower tiles (fewer tokens) when it would not.
   const int64_t lanes = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, 1);
-  while (tile_outer && nt > lanes && w.cols * nt * 4 > kXtTileL2Bytes) nt /= 2;
+  while (tile_outer && nt > lanes && w.cols * nt * 4 > XtTileL2Bytes()) nt /= 2;
   const float* xt = BuildXt(a, w.cols, w.cols, nt, pool);
   const int64_t tiles = CeilDiv(a.n, nt);
   // k blocks keep the X^T slice in L1, but each (group, k block) visit costs an accumulator
@@ -735,6 +764,10 @@ const std::vector<SpmmKernel>& SpmmRegistry() {
       {"SpmmMask_tiled", PackedKind::kMask, kMaskDecodeMaxN + 1, INT64_MAX, true, RunRowTiled},
   };
   return kKernels;
+}
+
+void SetScgTiledOrderForTest(ScgTiledOrder order) {
+  g_scg_order.store(static_cast<int>(order), std::memory_order_relaxed);
 }
 
 const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n) {

@@ -76,6 +76,12 @@ bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWei
                const float* x, const float* x_up, int64_t n, const int32_t* down_row,
                const float* residual, float* y, ThreadPool* pool);
 
+// Loop order of the shared-column tiled kernel (SpmmScg_tiled): chosen per call from the bytes
+// each order moves (kAuto), or forced, for tests that run both orders on the same call (the order
+// changes no sum, so the bits must match). Process-wide.
+enum class ScgTiledOrder : uint8_t { kAuto, kTaskOuter, kTileOuter };
+void SetScgTiledOrderForTest(ScgTiledOrder order);
+
 // The plain reference: loops over the packed layout, sums in double. For tests and as a fallback.
 void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
 

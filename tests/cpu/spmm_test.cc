@@ -207,14 +207,17 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
 }
 
 TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
-  // The shared-column tiled kernel runs task-outer (each task keeps its weights cached across
-  // the token tiles) unless the weights are under half of X^T (then tile-outer); both with
-  // several token tiles and k blocks (k = 200 -> blocks of 64 columns), the column ranges of each
-  // block found once per call. m = 300, n = 70 / 130: X^T is 56 / 104 KB; V:N:M, BSR 16x16 50%
-  // and dense bf16 (75-120 KB of weights) go task-outer, BSR 8x1 70% bf16 (~45 KB) and CSR 90%
-  // f32 (~36 KB) task-outer at n = 70 and tile-outer at n = 130, CSR 99% tile-outer.
+  // The shared-column tiled kernel runs task-outer (each task keeps its weights cached across the
+  // token tiles) or tile-outer (one X^T tile stays cached while every task streams its weights
+  // over it), chosen per call by the bytes each moves; both with several token tiles and k blocks
+  // (k = 200 -> blocks of 64 columns), the column ranges of each block found once per call. Each
+  // order, forced, must match the reference, and the two must give the same bits (the order
+  // changes which tile runs when, not any sum). m = 300, n = 70 / 130: two / three 64-token tiles.
   const int64_t m = 300, k = 200;
   ThreadPool pool(2);
+  struct ResetOrder {
+    ~ResetOrder() { cpu::SetScgTiledOrderForTest(cpu::ScgTiledOrder::kAuto); }
+  } reset;
   for (const Case& c : {Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
                         Case{FormatKind::kVNM, "vnm:8:2:4", DType::kBF16},
                         Case{FormatKind::kBsr, "block:16x16:0.5", DType::kF32},
@@ -226,8 +229,27 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
     for (const auto& kern : cpu::SpmmRegistry()) {
       if (kern.kind != b.packed.kind) continue;
       for (int64_t n : {70, 130}) {
-        RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool,
-                    Name(c) + " " + kern.name + " n=" + std::to_string(n));
+        const std::vector<float> x = RandomVector(size_t(n * k), 5 + n);
+        std::vector<std::vector<float>> ys;
+        for (auto order : {cpu::ScgTiledOrder::kAuto, cpu::ScgTiledOrder::kTaskOuter,
+                           cpu::ScgTiledOrder::kTileOuter}) {
+          cpu::SetScgTiledOrderForTest(order);
+          const std::string what = Name(c) + " " + kern.name + " n=" + std::to_string(n) +
+                                   " order=" + std::to_string(int(order));
+          RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool, what);
+          SpmmArgs a;
+          a.x = x.data();
+          a.n = n;
+          a.ldx = k;
+          ys.emplace_back(size_t(n * m), kGuard);
+          a.y = ys.back().data();
+          a.ldy = m;
+          kern.run(b.packed, a, &pool);
+          if (ys.size() > 1) {
+            ASSERT_EQ(0, std::memcmp(ys[0].data(), ys.back().data(), ys[0].size() * sizeof(float)))
+                << what << ": bits differ from the automatic order's";
+          }
+        }
       }
     }
   }
