@@ -213,8 +213,11 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
   // (k = 200 -> blocks of 64 columns), the column ranges of each block found once per call. Each
   // order, forced, must match the reference, and the two must give the same bits (the order
   // changes which tile runs when, not any sum). m = 300, n = 70 / 130: two / three 64-token tiles.
+  // Tile-outer with several threads gives each thread whole tiles where they share evenly (2
+  // tiles on 2 threads, 3 on 3) and splits each tile's tasks otherwise (3 on 2, 2 on 3): 1, 2 and
+  // 3 threads must give the same bits.
   const int64_t m = 300, k = 200;
-  ThreadPool pool(2);
+  ThreadPool pool(2), pool3(3);
   struct ResetOrder {
     ~ResetOrder() { cpu::SetScgTiledOrderForTest(cpu::ScgTiledOrder::kAuto); }
   } reset;
@@ -248,6 +251,13 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
           if (ys.size() > 1) {
             ASSERT_EQ(0, std::memcmp(ys[0].data(), ys.back().data(), ys[0].size() * sizeof(float)))
                 << what << ": bits differ from the automatic order's";
+          }
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool3}) {
+            std::vector<float> y(size_t(n * m), kGuard);
+            a.y = y.data();
+            kern.run(b.packed, a, p);
+            ASSERT_EQ(0, std::memcmp(ys[0].data(), y.data(), y.size() * sizeof(float)))
+                << what << ": bits differ with " << (p ? 3 : 1) << " thread(s)";
           }
         }
       }
