@@ -420,9 +420,70 @@ HWY_INLINE hn::Vec<DF> ExpandValues(const uint8_t* vp, uint32_t bits, const int3
 #endif
 }
 
+// Prefetch positions of the bit-mask decode. Rows of up to 2 KiB (SmolLM2's: 576-1536 columns)
+// keep the linear kDecodePrefetchBytes ahead of each row, which reaches the next block of rows.
+// In longer rows that lands in the rows being read (as in the N:M decode), so there each of the
+// R streams (rows q, q + R, q + 2R, ...) is prefetched kNmStreamPrefetchBytes ahead; rows differ
+// in length, so the position in a row is the chunk's share of an average row (exact row starts,
+// approximate offsets). Measured (n = 1, 50%, caches flushed before each of 31 calls, two rounds,
+// ms, linear -> per stream, this code): 4096x4096 bf16 2.0-2.2 -> 1.7 (1 thread), 1.2 -> 1.0 (2
+// threads), f32 3.0-3.3 -> 2.8-2.9, 1.7 -> 1.6; 11008x4096 bf16 5.3-5.5 -> 4.6, 2.9-3.0 ->
+// 2.5-2.7, f32 8.0-8.4 -> 8.3-8.4 (1 thread), 4.3-4.7 -> 4.0-4.2. On SmolLM2's short rows the
+// per-stream form cost 12% of the 50% bf16 decode (2 threads, 97-102 -> 85-89 tok/s: a row_ptr
+// load and address arithmetic per chunk and row), hence the threshold, decided once per call
+// (kPerStream), so that short rows run the linear prefetch's code as before (`sparq bench model`,
+// 2 threads, three rounds: 95.8 / 94.2 / 95.8 -> 97.8 / 99.2 / 91.9 tok/s).
+template <bool kPerStream>
+class MaskStreamPrefetch {
+ public:
+  MaskStreamPrefetch(const MaskWeight& w, int64_t r, int R, size_t vb, int64_t chunks_per_step)
+      : w_(w),
+        base_(static_cast<const uint8_t*>(w.values.data())),
+        r_(r),
+        R_(R),
+        vb_(static_cast<int64_t>(vb)),
+        step_(chunks_per_step) {
+    if constexpr (kPerStream) {
+      const int64_t chunks = std::max<int64_t>(1, w.chunks);
+      const int64_t avg_row = w.row_ptr.back() * vb_ / std::max<int64_t>(1, w.rows);
+      chunk_bytes_ = std::max<int64_t>(1, avg_row / chunks);
+      const int64_t ahead = std::max<int64_t>(1, kNmStreamPrefetchBytes / chunk_bytes_);
+      pf_rows_ = ahead / chunks;
+      pf_chunk_ = ahead % chunks;
+    }
+  }
+  HWY_INLINE void Fetch(int q, const uint8_t* vp) const {
+    if constexpr (kPerStream) {
+      const int64_t row = std::min(w_.rows - 1, r_ + q + R_ * pf_rows_);
+      hwy::Prefetch(base_ + w_.row_ptr[row] * vb_ + pf_chunk_ * chunk_bytes_);
+    } else {
+      hwy::Prefetch(vp + kDecodePrefetchBytes);
+    }
+  }
+  HWY_INLINE void Next() {
+    if constexpr (kPerStream) {
+      pf_chunk_ += step_;
+      while (pf_chunk_ >= w_.chunks) {
+        pf_chunk_ -= w_.chunks;
+        ++pf_rows_;
+      }
+    }
+  }
+
+ private:
+  const MaskWeight& w_;
+  const uint8_t* base_;
+  int64_t r_, R_, vb_, step_;
+  int64_t chunk_bytes_ = 1, pf_rows_ = 0, pf_chunk_ = 0;
+};
+// Whether a weight's rows are long enough for the per-stream prefetch (average row over 2 KiB).
+inline bool MaskPerStreamPrefetch(const MaskWeight& w, int64_t vb) {
+  return w.row_ptr.back() * vb > w.rows * (kDecodePrefetchBytes / 3);
+}
+
 // R rows in lockstep (one load of X serves R rows) times T tokens (one expansion serves T
 // tokens), tokens [t0, t0 + T) of xpad (rows of k_pad floats, zero beyond cols).
-template <bool kBf16, int R, int T>
+template <bool kBf16, int R, int T, bool kStream>
 HWY_INLINE void MaskDecodeRows(const MaskWeight& w, const int32_t* lut, const float* xpad,
                                int64_t t0, int64_t r, int64_t r0, int64_t r1, float* raw) {
   const DF df;
@@ -442,12 +503,23 @@ HWY_INLINE void MaskDecodeRows(const MaskWeight& w, const int32_t* lut, const fl
   auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
   auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
   auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
+  MaskStreamPrefetch<kStream> pf(w, r, R, vb, 1);
   for (int64_t c = 0; c < w.chunks; ++c) {
     uint32_t b0 = bits[c], b1 = 0, b2 = 0, b3 = 0;
-    hwy::Prefetch(vp0 + kDecodePrefetchBytes);
-    if constexpr (R > 1) { b1 = bits[w.chunks + c]; hwy::Prefetch(vp1 + kDecodePrefetchBytes); }
-    if constexpr (R > 2) { b2 = bits[2 * w.chunks + c]; hwy::Prefetch(vp2 + kDecodePrefetchBytes); }
-    if constexpr (R > 3) { b3 = bits[3 * w.chunks + c]; hwy::Prefetch(vp3 + kDecodePrefetchBytes); }
+    pf.Fetch(0, vp0);
+    if constexpr (R > 1) {
+      b1 = bits[w.chunks + c];
+      pf.Fetch(1, vp1);
+    }
+    if constexpr (R > 2) {
+      b2 = bits[2 * w.chunks + c];
+      pf.Fetch(2, vp2);
+    }
+    if constexpr (R > 3) {
+      b3 = bits[3 * w.chunks + c];
+      pf.Fetch(3, vp3);
+    }
+    pf.Next();
     for (size_t p = 0; p < parts; ++p) {
       const float* xc = x + c * kMaskChunk + p * L;
       const auto x0 = hn::Load(df, xc);
@@ -492,7 +564,7 @@ HWY_INLINE void MaskDecodeRows(const MaskWeight& w, const int32_t* lut, const fl
 // cross-lane widening, which shares port 5 with the expand); X is split into even and odd
 // columns by two permutes that serve all R rows. Measured on the plain AVX-512 path: port 5
 // (kmov, vpmovzxwd, vexpandps per 16 columns) bounds it at ~3 columns per cycle.
-template <int R, int T>
+template <int R, int T, bool kStream>
 HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, int64_t t0,
                                         int64_t r, int64_t r0, int64_t r1, float* raw) {
   const int64_t kp = w.k_pad();
@@ -511,6 +583,7 @@ HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, 
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
   __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
   int64_t c = 0;
+  MaskStreamPrefetch<kStream> pf(w, r, R, 2, 2);
   for (; c + 2 <= w.chunks; c += 2) {
     __m512 xe0, xo0, xe1 = _mm512_setzero_ps(), xo1 = xe1, xe2 = xe1, xo2 = xe1, xe3 = xe1, xo3 = xe1;
 #define SPARQ_X_SPLIT(t)                                                        \
@@ -525,15 +598,15 @@ HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, 
     SPARQ_X_SPLIT(2)
     SPARQ_X_SPLIT(3)
 #undef SPARQ_X_SPLIT
-#define SPARQ_BF16_ROW(q)                                                                     \
-  if constexpr (R > q) {                                                                      \
-    hwy::Prefetch(vp##q + kDecodePrefetchBytes / 2); /* u16 elements */                       \
-    const uint32_t m = bits[q * w.chunks + c] | (uint32_t{bits[q * w.chunks + c + 1]} << 16); \
-    const __m512i v = _mm512_maskz_expand_epi16(m, _mm512_loadu_si512(vp##q));               \
-    vp##q += hwy::PopCount(m);                                                              \
-    const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));                          \
-    const __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(v, high));                         \
-    a##q##0 = _mm512_fmadd_ps(vo, xo0, _mm512_fmadd_ps(ve, xe0, a##q##0));                    \
+#define SPARQ_BF16_ROW(q)                                                                       \
+  if constexpr (R > q) {                                                                        \
+    pf.Fetch(q, reinterpret_cast<const uint8_t*>(vp##q));                                       \
+    const uint32_t m = bits[q * w.chunks + c] | (uint32_t{bits[q * w.chunks + c + 1]} << 16);   \
+    const __m512i v = _mm512_maskz_expand_epi16(m, _mm512_loadu_si512(vp##q));                  \
+    vp##q += hwy::PopCount(m);                                                                  \
+    const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));                            \
+    const __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(v, high));                           \
+    a##q##0 = _mm512_fmadd_ps(vo, xo0, _mm512_fmadd_ps(ve, xe0, a##q##0));                      \
     if constexpr (T > 1) a##q##1 = _mm512_fmadd_ps(vo, xo1, _mm512_fmadd_ps(ve, xe1, a##q##1)); \
     if constexpr (T > 2) a##q##2 = _mm512_fmadd_ps(vo, xo2, _mm512_fmadd_ps(ve, xe2, a##q##2)); \
     if constexpr (T > 3) a##q##3 = _mm512_fmadd_ps(vo, xo3, _mm512_fmadd_ps(ve, xe3, a##q##3)); \
@@ -543,6 +616,7 @@ HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, 
     SPARQ_BF16_ROW(2)
     SPARQ_BF16_ROW(3)
 #undef SPARQ_BF16_ROW
+    pf.Next();
   }
   if (c < w.chunks) {  // odd chunk count: the last 16 columns as the plain path does them
     const float* xc = x + c * kMaskChunk;
@@ -580,20 +654,30 @@ HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, 
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
-template <bool kBf16, int T>
-HWY_INLINE void MaskDecodeTokens(const MaskWeight& w, const int32_t* lut, const float* xpad,
-                                 int64_t t0, int64_t r0, int64_t r1, float* raw) {
+template <bool kBf16, int T, bool kStream>
+HWY_INLINE void MaskDecodeTokensPf(const MaskWeight& w, const int32_t* lut, const float* xpad,
+                                   int64_t t0, int64_t r0, int64_t r1, float* raw) {
   constexpr int R = 4 * T <= kMaxAcc ? 4 : 2;  // R * T accumulators
   int64_t r = r0;
 #if HWY_TARGET == HWY_AVX3_DL
   if constexpr (kBf16) {
-    for (; r + R <= r1; r += R) MaskDecodeRowsBf16Vbmi2<R, T>(w, xpad, t0, r, r0, r1, raw);
-    for (; r < r1; ++r) MaskDecodeRowsBf16Vbmi2<1, T>(w, xpad, t0, r, r0, r1, raw);
+    for (; r + R <= r1; r += R) MaskDecodeRowsBf16Vbmi2<R, T, kStream>(w, xpad, t0, r, r0, r1, raw);
+    for (; r < r1; ++r) MaskDecodeRowsBf16Vbmi2<1, T, kStream>(w, xpad, t0, r, r0, r1, raw);
     return;
   }
 #endif
-  for (; r + R <= r1; r += R) MaskDecodeRows<kBf16, R, T>(w, lut, xpad, t0, r, r0, r1, raw);
-  for (; r < r1; ++r) MaskDecodeRows<kBf16, 1, T>(w, lut, xpad, t0, r, r0, r1, raw);
+  for (; r + R <= r1; r += R)
+    MaskDecodeRows<kBf16, R, T, kStream>(w, lut, xpad, t0, r, r0, r1, raw);
+  for (; r < r1; ++r) MaskDecodeRows<kBf16, 1, T, kStream>(w, lut, xpad, t0, r, r0, r1, raw);
+}
+template <bool kBf16, int T>
+HWY_INLINE void MaskDecodeTokens(const MaskWeight& w, const int32_t* lut, const float* xpad,
+                                 int64_t t0, int64_t r0, int64_t r1, float* raw) {
+  if (MaskPerStreamPrefetch(w, kBf16 ? 2 : 4)) {
+    MaskDecodeTokensPf<kBf16, T, true>(w, lut, xpad, t0, r0, r1, raw);
+  } else {
+    MaskDecodeTokensPf<kBf16, T, false>(w, lut, xpad, t0, r0, r1, raw);
+  }
 }
 
 template <bool kBf16>

@@ -206,6 +206,30 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
   EXPECT_GE(targets_run, 2);  // at least one SIMD target and the emulated/scalar one
 }
 
+// The bit-mask decode prefetches per row stream when rows average over 2 KiB (k = 2100 at 50%:
+// 2.1 KiB of bf16 values, 4.2 KiB of f32), linearly otherwise; its prefetch positions index
+// row_ptr up to the last row (m = 9: two blocks of 4 rows and a single row). Every target.
+TEST(SpmmTest, MaskDecodeLongRowsMatchReference) {
+  ForEachTarget([&](const std::string& target) {
+    uint64_t seed = 300;
+    for (const Case& c :
+         {Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask}}) {
+      for (int64_t k : {2100, 4200}) {
+        const Built b = Build(c, 9, k, seed++);
+        for (const auto& kern : cpu::SpmmRegistry()) {
+          if (kern.kind != b.packed.kind) continue;
+          for (int64_t n : {1, 2, 3, 5, 12}) {
+            RunAndCheck(kern, b, 9, k, n, Epilogue{}, nullptr,
+                        target + " " + Name(c) + " " + kern.name + " k=" + std::to_string(k) +
+                            " n=" + std::to_string(n));
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
   // The shared-column tiled kernel runs task-outer (each task keeps its weights cached across the
   // token tiles) or tile-outer (one X^T tile stays cached while every task streams its weights
