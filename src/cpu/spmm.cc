@@ -703,13 +703,14 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
     // With several threads and enough tiles to share evenly, each thread takes whole tiles: it
     // transposes its own X^T tile and runs every task over it, so the tile never leaves its core,
     // and there is one parallel call instead of two per tile. Splitting each tile's tasks across
-    // the threads instead had every core read X^T that the other had transposed, and left the two
-    // transposes (~2 ms of a 4096x4096 n = 512 call) as slow on 2 threads as on 1. Measured (2
-    // threads, 4096x4096, sparq ms, tasks split -> whole tiles, three interleaved rounds): n =
-    // 512: CSR 99% 3.7-4.4 -> 2.5-2.7, 90% 17.3-17.8 -> 15.3-16.4, BSR 32x32 90% 9.5-10.6 ->
-    // 8.0-9.0, V:16:2:4 37.9-41.4 -> 37.7-39.1; n = 128 (2 tiles): CSR 99% 1.02 -> 0.69, BSR 2.4 ->
-    // 2.1. With 3 tiles on 2 threads whole tiles were slower (n = 192: CSR 90% 6.7 -> 8.3), hence
-    // the rule below. The bits do not depend on who runs a (tile, task).
+    // the threads instead had every core read X^T that the other had transposed (the likely
+    // reason why the two transposes, ~2 ms of a 4096x4096 n = 512 call, took as long on 2 threads
+    // as on 1). Measured (2 threads, 4096x4096, sparq ms, tasks split -> whole tiles, three
+    // interleaved rounds): n = 512: CSR 99% 3.7-4.4 -> 2.5-2.7, 90% 17.3-17.8 -> 15.3-16.4, BSR
+    // 32x32 90% 9.5-10.6 -> 8.0-9.0, V:16:2:4 37.9-41.4 -> 37.7-39.1; n = 128 (2 tiles): CSR 99%
+    // 1.02 -> 0.69, BSR 2.4 -> 2.1. With 3 tiles on 2 threads whole tiles were slower (n = 192:
+    // CSR 90% 6.7 -> 8.3), hence the rule below. The bits do not depend on who runs a (tile,
+    // task).
     const int threads = pool == nullptr ? 1 : pool->num_threads();
     if (threads > 1 && (tiles % threads == 0 || tiles >= 4 * threads)) {
       ParallelTasks(pool, tiles, [&](int64_t tile, int) {
