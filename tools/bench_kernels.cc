@@ -183,11 +183,15 @@ Status RunKernels(const Options& o) {
   }
   const int64_t nmax = *std::max_element(ns.begin(), ns.end());
 
-  std::map<int, double> peak, bw;
+  std::map<int, double> peak, load_fma, bw;
   for (int t : threads_list) {
     peak[t] = cpu::MeasurePeakFmaGflops(t);
+    load_fma[t] = cpu::MeasureLoadFmaGflops(t);
     bw[t] = cpu::MeasureReadGbps(t, int64_t{64} << 20);
-    std::printf("machine, %d thread(s): peak FMA %.1f GFLOP/s, read bandwidth %.1f GB/s\n", t, peak[t], bw[t]);
+    std::printf(
+        "machine, %d thread(s): peak FMA %.1f GFLOP/s (%.1f with one L1 load per FMA), read "
+        "bandwidth %.1f GB/s\n",
+        t, peak[t], load_fma[t], bw[t]);
   }
   const auto py = RunPythonPeers(o);
   auto peers = MakeDensePeers();
@@ -294,6 +298,7 @@ Status RunKernels(const Options& o) {
             r["speedup"] = pmed / med;
             r["dense_peers_median_s"] = peer_s[{n, t}];
             r["peak_fma_gflops"] = peak[t];
+            r["load_fma_gflops"] = load_fma[t];
             r["read_gbps"] = bw[t];
             r["frac_peak_fma"] = 2.0 * n * nnz / med * 1e-9 / peak[t];
             r["frac_read_bw"] = lw->weight_bytes() / med * 1e-9 / bw[t];

@@ -1,5 +1,6 @@
 // Machine limits for `sparq bench machine`: peak f32 FMA rate (many independent FMA chains, the
-// widest dispatched vectors) and read bandwidth (a STREAM-like sum over a large array).
+// widest dispatched vectors), the FMA rate when each FMA loads its own vector from L1, and read
+// bandwidth (a STREAM-like sum over a large array).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/machine.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -11,6 +12,14 @@
 #include <vector>
 
 #include "src/cpu/machine.h"
+
+#ifndef SPARQ_MACHINE_CC_ONCE  // this file is compiled once per Highway target
+#define SPARQ_MACHINE_CC_ONCE
+namespace sparq::cpu {
+// LoadFmaLoopT's buffer: 16 blocks x 16 chains x up to 64 f32 lanes.
+inline constexpr int64_t kLoadFmaFloats = int64_t{kLoadFmaBlocks} * 16 * 64;
+}  // namespace sparq::cpu
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
@@ -57,6 +66,59 @@ double FmaLoopT(int64_t iters, int64_t* flops, int* chains) {
   return hn::GetLane(s);
 }
 
+// The same 16 (or 12) chains, each FMA's other factor a fresh vector from a 16 KiB buffer (L1):
+// a_j <- load(block i % kLoadFmaBlocks, chain j) * kFmaMul + a_j. Kernels whose every FMA needs
+// its own load (a 2:4 row's X^T vectors, which no other row shares) cannot beat this rate. buf:
+// room for kLoadFmaFloats (any vector width up to 2048 bits), filled here (every lane of vector
+// (block b, chain j) holds LoadFmaValue(b, j)). Returns the sum over chains of lane 0, like
+// FmaLoopT.
+double LoadFmaLoopT(float* buf, int64_t iters, int64_t* flops, int* chains) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int b = 0; b < kLoadFmaBlocks; ++b) {
+    for (int j = 0; j < kFmaChains; ++j) {
+      for (int64_t l = 0; l < L; ++l) buf[(b * kFmaChains + j) * L + l] = LoadFmaValue(b, j);
+    }
+  }
+  auto a0 = hn::Set(d, FmaChainStart(0)), a1 = hn::Set(d, FmaChainStart(1));
+  auto a2 = hn::Set(d, FmaChainStart(2)), a3 = hn::Set(d, FmaChainStart(3));
+  auto a4 = hn::Set(d, FmaChainStart(4)), a5 = hn::Set(d, FmaChainStart(5));
+  auto a6 = hn::Set(d, FmaChainStart(6)), a7 = hn::Set(d, FmaChainStart(7));
+  auto a8 = hn::Set(d, FmaChainStart(8)), a9 = hn::Set(d, FmaChainStart(9));
+  auto a10 = hn::Set(d, FmaChainStart(10)), a11 = hn::Set(d, FmaChainStart(11));
+  auto a12 = hn::Set(d, FmaChainStart(12)), a13 = hn::Set(d, FmaChainStart(13));
+  auto a14 = hn::Set(d, FmaChainStart(14)), a15 = hn::Set(d, FmaChainStart(15));
+  const auto m = hn::Set(d, kFmaMul);
+  for (int64_t i = 0; i < iters; ++i) {
+    const float* p = buf + (i % kLoadFmaBlocks) * kFmaChains * L;
+    a0 = hn::MulAdd(hn::Load(d, p), m, a0);
+    a1 = hn::MulAdd(hn::Load(d, p + L), m, a1);
+    a2 = hn::MulAdd(hn::Load(d, p + 2 * L), m, a2);
+    a3 = hn::MulAdd(hn::Load(d, p + 3 * L), m, a3);
+    a4 = hn::MulAdd(hn::Load(d, p + 4 * L), m, a4);
+    a5 = hn::MulAdd(hn::Load(d, p + 5 * L), m, a5);
+    a6 = hn::MulAdd(hn::Load(d, p + 6 * L), m, a6);
+    a7 = hn::MulAdd(hn::Load(d, p + 7 * L), m, a7);
+    a8 = hn::MulAdd(hn::Load(d, p + 8 * L), m, a8);
+    a9 = hn::MulAdd(hn::Load(d, p + 9 * L), m, a9);
+    a10 = hn::MulAdd(hn::Load(d, p + 10 * L), m, a10);
+    a11 = hn::MulAdd(hn::Load(d, p + 11 * L), m, a11);
+    if constexpr (kFmaChains > 12) {
+      a12 = hn::MulAdd(hn::Load(d, p + 12 * L), m, a12);
+      a13 = hn::MulAdd(hn::Load(d, p + 13 * L), m, a13);
+      a14 = hn::MulAdd(hn::Load(d, p + 14 * L), m, a14);
+      a15 = hn::MulAdd(hn::Load(d, p + 15 * L), m, a15);
+    }
+  }
+  *flops = iters * kFmaChains * 2 * L;
+  *chains = kFmaChains;
+  auto s =
+      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
+  s = hn::Add(s, hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
+  if constexpr (kFmaChains > 12) s = hn::Add(s, hn::Add(hn::Add(a12, a13), hn::Add(a14, a15)));
+  return hn::GetLane(s);
+}
+
 double SumT(const float* p, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -81,6 +143,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparq::cpu {
 HWY_EXPORT(FmaLoopT);
+HWY_EXPORT(LoadFmaLoopT);
 HWY_EXPORT(SumT);
 
 namespace {
@@ -113,6 +176,30 @@ double MeasurePeakFmaGflops(int threads) {
     const double s = RunOnThreads(threads, [&](int t) {
       int chains = 0;
       sink[t] = HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, &flops[t], &chains);
+    });
+    int64_t total = 0;
+    for (auto f : flops) total += f;
+    best = std::max(best, total / s * 1e-9 + (sink[0] == 12345.0 ? 1e-30 : 0.0));
+  }
+  return best;
+}
+
+double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains) {
+  auto buf = hwy::AllocateAligned<float>(kLoadFmaFloats);
+  return HWY_DYNAMIC_DISPATCH(LoadFmaLoopT)(buf.get(), iters, flops, chains);
+}
+
+double MeasureLoadFmaGflops(int threads) {
+  const int64_t iters = 20'000'000;
+  std::vector<hwy::AlignedFreeUniquePtr<float[]>> bufs;
+  for (int t = 0; t < threads; ++t) bufs.push_back(hwy::AllocateAligned<float>(kLoadFmaFloats));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<int64_t> flops(threads);
+    std::vector<double> sink(threads);
+    const double s = RunOnThreads(threads, [&](int t) {
+      int chains = 0;
+      sink[t] = HWY_DYNAMIC_DISPATCH(LoadFmaLoopT)(bufs[t].get(), iters, &flops[t], &chains);
     });
     int64_t total = 0;
     for (auto f : flops) total += f;

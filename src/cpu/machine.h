@@ -15,6 +15,20 @@ constexpr float FmaChainStart(int i) { return 1.0f + 0.0625f * static_cast<float
 // One run of the loop on this thread (best dispatched target): the sum over chains of one lane's
 // final value; *flops = what it counted, *chains = how many chains it ran.
 double FmaLoop(int64_t iters, int64_t* flops, int* chains);
+// Best of 3 runs of the FMA loop with one fresh L1 load per FMA (GFLOP/s, f32): the ceiling of a
+// kernel whose every FMA needs its own load. On this project's AVX-512 host it measured about 60%
+// of MeasurePeakFmaGflops (vector loads, not FMAs, are then the limit).
+double MeasureLoadFmaGflops(int threads);
+// Its buffer: kLoadFmaBlocks blocks of one vector per chain (16 KiB with 16 chains of 16 lanes).
+inline constexpr int kLoadFmaBlocks = 16;
+// Every lane of block b's vector for chain j.
+constexpr float LoadFmaValue(int b, int j) {
+  return 1e-6f * static_cast<float>(1 + (b * 3 + j) % 5);
+}
+// One run of that loop on this thread: chain j steps a <- LoadFmaValue(i % kLoadFmaBlocks, j) *
+// kFmaMul + a from FmaChainStart(j); returns the sum over chains of lane 0, *flops and *chains as
+// FmaLoop.
+double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains);
 // Best of 5 sums over `bytes` (split across `threads` threads) in GB/s.
 double MeasureReadGbps(int threads, int64_t bytes);
 

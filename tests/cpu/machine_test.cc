@@ -36,5 +36,36 @@ TEST(MachineTest, FmaLoopRunsDistinctChainsItCounts) {
   EXPECT_TRUE(lanes == 1 || lanes == 2 || lanes == 4 || lanes == 8 || lanes == 16) << lanes;
 }
 
+TEST(MachineTest, LoadFmaLoopRunsDistinctChainsOnTheLoadedValues) {
+  const int64_t iters = 5000;
+  int64_t flops = 0;
+  int chains = 0;
+  const double sum = LoadFmaLoop(iters, &flops, &chains);
+  ASSERT_GE(chains, 12);
+  // Independent model: each chain in double, a <- v(i % blocks, j) * m + a.
+  double want = 0, chain0 = 0;
+  for (int j = 0; j < chains; ++j) {
+    double a = FmaChainStart(j);
+    for (int64_t t = 0; t < iters; ++t) {
+      a += static_cast<double>(LoadFmaValue(static_cast<int>(t % kLoadFmaBlocks), j)) *
+           static_cast<double>(kFmaMul);
+    }
+    want += a;
+    if (j == 0) chain0 = a;
+  }
+  // f32 rounding: each step rounds a value below 2.1 to half an ulp (1.2e-7), 5000 steps: 6e-4
+  // per chain at most; the final sum of 16 values adds ~16 half-ulps more.
+  EXPECT_NEAR(sum, want, 6e-4 * chains);
+  // Distinct chains: one chain scaled by the count would be off by ~1 (starts 0.0625 apart).
+  EXPECT_GT(std::abs(sum - chains * chain0), 0.1);
+  // The loaded values were added: the chains grew (0.24 in all, 25x the tolerance).
+  double starts = 0;
+  for (int j = 0; j < chains; ++j) starts += FmaChainStart(j);
+  EXPECT_GT(sum - starts, 0.5 * (want - starts));
+  ASSERT_EQ(flops % (iters * chains * 2), 0);
+  const int64_t lanes = flops / (iters * chains * 2);
+  EXPECT_TRUE(lanes == 1 || lanes == 2 || lanes == 4 || lanes == 8 || lanes == 16) << lanes;
+}
+
 }  // namespace
 }  // namespace sparq::cpu
