@@ -840,6 +840,17 @@ HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
   const size_t vb = kBf16 ? 2 : 4;
+  if (w.idx16 && !w.implicit_cols) {
+    // u16 indices read directly: through w.Col the compiler re-checked the index type (and
+    // reloaded the index pointer) for every kept weight.
+    const uint16_t* ca = w.col_idx.data_as<uint16_t>() + pa0;
+    const uint16_t* cb = w.col_idx.data_as<uint16_t>() + pb0;
+    PairTiledRows<2, NV, kBf16>([ca, NT](int64_t i) { return int64_t{ca[i]} * NT; },
+                                vals + pa0 * vb, pa1 - pa0,
+                                [cb, NT](int64_t i) { return int64_t{cb[i]} * NT; },
+                                vals + pb0 * vb, pb1 - pb0, xt, scr, first);
+    return;
+  }
   PairTiledRows<2, NV, kBf16>([&](int64_t i) { return w.Col(pa0 + i) * NT; }, vals + pa0 * vb,
                               pa1 - pa0, [&](int64_t i) { return w.Col(pb0 + i) * NT; },
                               vals + pb0 * vb, pb1 - pb0, xt, scr, first);
@@ -931,17 +942,31 @@ HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const 
   SPARQ_ACC_ROW(2);
   SPARQ_ACC_ROW(3);
   SPARQ_FOR_QV(SPARQ_ACC_LOAD);
-  for (int64_t p = p0; p < p1; ++p) {
-    const float* xp = xt + w.Col(p) * NT;
-    const auto x0 = hn::LoadU(df, xp);
-    const auto x1 = NV > 1 ? hn::LoadU(df, xp + L) : x0;
-    const auto x2 = NV > 2 ? hn::LoadU(df, xp + 2 * L) : x0;
-    const auto x3 = NV > 3 ? hn::LoadU(df, xp + 3 * L) : x0;
-    const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals, p * G));
-    const auto w1 = G > 1 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + (G > 1))) : w0;
-    const auto w2 = G > 2 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + 2 * (G > 2))) : w0;
-    const auto w3 = G > 3 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + 3 * (G > 3))) : w0;
-    SPARQ_FOR_QV(SPARQ_ACC_FMA);
+  // The loop once per index type (w.Col's checks are not hoisted out of it by the compiler).
+  auto run = [&](auto col) HWY_ATTR {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* xp = xt + col(p) * NT;
+      const auto x0 = hn::LoadU(df, xp);
+      const auto x1 = NV > 1 ? hn::LoadU(df, xp + L) : x0;
+      const auto x2 = NV > 2 ? hn::LoadU(df, xp + 2 * L) : x0;
+      const auto x3 = NV > 3 ? hn::LoadU(df, xp + 3 * L) : x0;
+      const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals, p * G));
+      const auto w1 = G > 1 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + (G > 1))) : w0;
+      const auto w2 = G > 2 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + 2 * (G > 2))) : w0;
+      const auto w3 = G > 3 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + 3 * (G > 3))) : w0;
+      SPARQ_FOR_QV(SPARQ_ACC_FMA);
+    }
+  };
+  if (w.implicit_cols) {
+    // [p0, p1) lies in one group's run of all columns: consecutive columns, no division.
+    const int64_t base = p0 % w.cols - p0;
+    run([base](int64_t p) { return base + p; });
+  } else if (w.idx16) {
+    const uint16_t* ci = w.col_idx.data_as<uint16_t>();
+    run([ci](int64_t p) { return int64_t{ci[p]}; });
+  } else {
+    const uint32_t* ci = w.col_idx.data_as<uint32_t>();
+    run([ci](int64_t p) { return int64_t{ci[p]}; });
   }
   SPARQ_FOR_QV(SPARQ_ACC_STORE);
 }
