@@ -16,8 +16,9 @@ constexpr float FmaChainStart(int i) { return 1.0f + 0.0625f * static_cast<float
 // final value; *flops = what it counted, *chains = how many chains it ran.
 double FmaLoop(int64_t iters, int64_t* flops, int* chains);
 // Best of 3 runs of the FMA loop with one fresh L1 load per FMA (GFLOP/s, f32): the ceiling of a
-// kernel whose every FMA needs its own load. On this project's AVX-512 host it measured about 60%
-// of MeasurePeakFmaGflops (vector loads, not FMAs, are then the limit).
+// kernel whose every FMA needs its own load. On this project's AVX-512 host it measured about 70%
+// of MeasurePeakFmaGflops (175 of 245 GFLOP/s on one thread, 2026-12-01): vector loads, not
+// FMAs, are then the limit.
 double MeasureLoadFmaGflops(int threads);
 // Its buffer: kLoadFmaBlocks blocks of one vector per chain (16 KiB with 16 chains of 16 lanes).
 inline constexpr int kLoadFmaBlocks = 16;
