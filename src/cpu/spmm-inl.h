@@ -717,14 +717,21 @@ HWY_NOINLINE void MaskDecodeImpl(const MaskWeight& w, const float* xpad, int64_t
 // R (1, 2 or 4) rows of N:M over chunks [c0, c1); scr points at the first row's NT partial sums
 // (the next rows' follow). R rows give R * NV independent FMA chains: two FMA ports with 4-cycle
 // latency need 8 chains to stay busy.
-template <int kBits, bool kBf16, int NV, int R>
-HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
-                            int64_t c1, const float* xt, float* scr, bool first) {
+// Decoded chunks of R rows: for chunk c - c0, row q, kept weight j, the X^T offset (column * NT)
+// and the value (f32), [chunk][row][j].
+template <int R, int kChunks>
+struct NmDecoded {
+  alignas(64) int32_t off[kChunks * R * kNmChunk];
+  alignas(64) float wv[kChunks * R * kNmChunk];
+};
+
+// Decodes chunks [c0, c1) (at most kChunks) of rows r..r+R-1 into d.
+template <int kBits, bool kBf16, int R, int kChunks>
+HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
+                             int64_t c1, int32_t nt, NmDecoded<R, kChunks>& d) {
   const DF df;
   const DI di;
-  constexpr int G = R;
   const size_t L = hn::Lanes(df);
-  const int NT = static_cast<int>(NV * L);
   const size_t per_chunk = kNmChunk / L;
   const int32_t chunk_cols = (kNmChunk / w.n) * w.m;
   const int words = w.words_per_chunk();
@@ -732,24 +739,39 @@ HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t 
   const int64_t row_vals = w.chunks * kNmChunk;
   const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
   const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
-  alignas(64) int32_t off[4 * kNmChunk];
-  alignas(64) float wv[4 * kNmChunk];
-  SPARQ_ACC_ROW8(0);
-  SPARQ_ACC_ROW8(1);
-  SPARQ_ACC_ROW8(2);
-  SPARQ_ACC_ROW8(3);
-  SPARQ_FOR_QV8(SPARQ_ACC_LOAD);
   for (int64_t c = c0; c < c1; ++c) {
+    const int64_t at = (c - c0) * R * kNmChunk;
     for (int q = 0; q < R; ++q) {
       hwy::Prefetch(vals + (q * row_vals + c * kNmChunk) * vb + kPrefetchBytes);
       for (size_t p = 0; p < per_chunk; ++p) {
         const auto cols = NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p,
                                            static_cast<int32_t>(c * chunk_cols));
-        hn::Store(hn::Mul(cols, hn::Set(di, NT)), di, off + q * kNmChunk + p * L);
+        hn::Store(hn::Mul(cols, hn::Set(di, nt)), di, d.off + at + q * kNmChunk + p * L);
         hn::Store(LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb), df,
-                  wv + q * kNmChunk + p * L);
+                  d.wv + at + q * kNmChunk + p * L);
       }
     }
+  }
+}
+
+// R (1, 2 or 4) rows of N:M over `chunks` chunks; chunk(c) returns the decoded offsets and values
+// of chunk c ([row][j], R * kNmChunk each, as NmDecoded). scr points at the first row's NT partial
+// sums (the next rows' follow). R rows give R * NV independent FMA chains: two FMA ports with
+// 4-cycle latency need 8 chains to stay busy.
+template <int NV, int R, class ChunkFn>
+HWY_INLINE void NmComputeRows(int64_t chunks, const ChunkFn& chunk, const float* xt, float* scr,
+                              bool first) {
+  const DF df;
+  constexpr int G = R;
+  const size_t L = hn::Lanes(df);
+  const int NT = static_cast<int>(NV * L);
+  SPARQ_ACC_ROW8(0);
+  SPARQ_ACC_ROW8(1);
+  SPARQ_ACC_ROW8(2);
+  SPARQ_ACC_ROW8(3);
+  SPARQ_FOR_QV8(SPARQ_ACC_LOAD);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const auto [off, wv] = chunk(c);
     for (int j = 0; j < kNmChunk; ++j) {
 #define SPARQ_NM_TILED_ROW(q)                                                  \
   if constexpr (R > q) {                                                       \
@@ -772,6 +794,22 @@ HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t 
     }
   }
   SPARQ_FOR_QV8(SPARQ_ACC_STORE);
+}
+
+// R rows over chunks [c0, c1), each chunk decoded just before its FMAs (any number of chunks: the
+// one-tile whole-k runs).
+template <int kBits, bool kBf16, int NV, int R>
+HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
+                            int64_t c1, const float* xt, float* scr, bool first) {
+  const int32_t NT = static_cast<int32_t>(NV * hn::Lanes(DF()));
+  NmDecoded<R, 1> d;
+  NmComputeRows<NV, R>(
+      c1 - c0,
+      [&](int64_t c) {
+        NmDecodeRows<kBits, kBf16, R, 1>(w, tab, r, c0 + c, c0 + c + 1, NT, d);
+        return std::pair<const int32_t*, const float*>(d.off, d.wv);
+      },
+      xt, scr, first);
 }
 
 // G (1 or 2) rows: kept weight i of row q has its X^T row at xt + off_q(i) and its value at
@@ -1004,7 +1042,34 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
   int64_t r = r0;
   constexpr int kRows = 4 * NV <= kMaxAcc ? 4 : 2;  // 8..16 chains
   XtSlicePrefetcher pf(next, (r1 - r0 + kRows - 1) / kRows);
+  constexpr int kPipeChunks = 2;
   if constexpr (kRows * NV <= kMaxAcc) {
+    if (c1 - c0 <= kPipeChunks) {
+      // Software-pipelined: the next row block's chunks are decoded before this block's FMAs, so
+      // that the decode's chain (index words -> offsets -> stores the FMA loop reloads) overlaps
+      // them instead of stalling the start of every block.
+      NmDecoded<kRows, kPipeChunks> buf[2];
+      int cur = 0;
+      const int32_t nt = static_cast<int32_t>(NT);
+      if (r + kRows <= r1)
+        NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
+      for (; r + kRows <= r1; r += kRows) {
+        pf.Step();
+        if (r + 2 * kRows <= r1) {
+          NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r + kRows, c0, c1, nt,
+                                                         buf[cur ^ 1]);
+        }
+        const NmDecoded<kRows, kPipeChunks>& d = buf[cur];
+        NmComputeRows<NV, kRows>(
+            c1 - c0,
+            [&d](int64_t c) {
+              return std::pair<const int32_t*, const float*>(d.off + c * kRows * kNmChunk,
+                                                             d.wv + c * kRows * kNmChunk);
+            },
+            xt, scratch + (r - r0) * NT, c0 == 0);
+        cur ^= 1;
+      }
+    }
     for (; r + kRows <= r1; r += kRows) {
       pf.Step();
       NmTiledRows<kBits, kBf16, NV, kRows>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
