@@ -1109,7 +1109,7 @@ HWY_INLINE int64_t MaskOffsets(const uint16_t* bits, int64_t c0, int64_t c1, int
 }
 
 // Rows [r0, r1) over chunks [c0, c1); cursor[r - r0]: the row's first value of this k block
-// (reset at c0 == 0, advanced here); off: room for 2 * ((c1 - c0) * 16 + 16) offsets.
+// (reset at c0 == 0, advanced here); off: room for 4 * ((c1 - c0) * 16 + 16) offsets.
 template <int NV, bool kBf16>
 HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, const float* xt,
                                 int64_t c0, int64_t c1, int64_t* cursor, int32_t* off,
@@ -1120,22 +1120,34 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
   const size_t vb = kBf16 ? 2 : 4;
   const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
   const uint16_t* bits = w.bits.data_as<uint16_t>();
-  int32_t* off1 = off + (c1 - c0) * kMaskChunk + kMaskChunk;
+  const int64_t per_row = (c1 - c0) * kMaskChunk + kMaskChunk;
   if (first) {
     for (int64_t r = r0; r < r1; ++r) cursor[r - r0] = w.row_ptr[r];
   }
   int64_t r = r0;
   if constexpr (2 * NV <= kMaxAcc) {
+    // Software-pipelined as the N:M rows: the next pair's offsets are decoded before this pair's
+    // FMAs (two sets of two rows' offsets, `cur` and cur ^ 1).
+    int32_t* offs[2][2] = {{off, off + per_row}, {off + 2 * per_row, off + 3 * per_row}};
+    int64_t cnt[2][2] = {{0, 0}, {0, 0}};
+    auto decode = [&](int64_t rr, int set) {
+      cnt[set][0] = MaskOffsets(bits + rr * w.chunks, c0, c1, NT, offs[set][0]);
+      cnt[set][1] = MaskOffsets(bits + (rr + 1) * w.chunks, c0, c1, NT, offs[set][1]);
+    };
+    int cur = 0;
+    if (r + 1 < r1) decode(r, 0);
     for (; r + 1 < r1; r += 2) {
       pf.Step();
-      const int64_t n0 = MaskOffsets(bits + r * w.chunks, c0, c1, NT, off);
-      const int64_t n1 = MaskOffsets(bits + (r + 1) * w.chunks, c0, c1, NT, off1);
-      PairTiledRows<2, NV, kBf16>([off](int64_t i) { return off[i]; }, vals + cursor[r - r0] * vb,
-                                  n0, [off1](int64_t i) { return off1[i]; },
-                                  vals + cursor[r + 1 - r0] * vb, n1, xt, scratch + (r - r0) * NT,
-                                  first);
+      if (r + 3 < r1) decode(r + 2, cur ^ 1);
+      const int32_t* o0 = offs[cur][0];
+      const int32_t* o1 = offs[cur][1];
+      const int64_t n0 = cnt[cur][0], n1 = cnt[cur][1];
+      PairTiledRows<2, NV, kBf16>([o0](int64_t i) { return o0[i]; }, vals + cursor[r - r0] * vb, n0,
+                                  [o1](int64_t i) { return o1[i]; }, vals + cursor[r + 1 - r0] * vb,
+                                  n1, xt, scratch + (r - r0) * NT, first);
       cursor[r - r0] += n0;
       cursor[r + 1 - r0] += n1;
+      cur ^= 1;
     }
   }
   for (; r < r1; ++r) {

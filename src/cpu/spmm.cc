@@ -497,7 +497,7 @@ struct RowTiled {
   // Row blocks the kernel runs whole (tasks are cut at multiples of them).
   int64_t align() const { return pw->kind == PackedKind::kNm ? 4 : 2; }
   // int32 offsets a bit-mask task needs (MaskTiled's `off`).
-  int64_t off_entries() const { return 2 * (kb_chunks + 1) * kMaskChunk; }
+  int64_t off_entries() const { return 4 * (kb_chunks + 1) * kMaskChunk; }
   bool prefetch(int64_t rows) const { return XtPrefetchWorthIt(stride, nt, rows * nt * 4); }
   // Rows [r0, r1) of token tile `tile` into scratch [row][nt]; cursor (r1 - r0 entries) and off
   // (off_entries()) are the bit-mask kernel's working space.
