@@ -112,6 +112,9 @@ constexpr int64_t kMaskDecodeMaxN = 12;
 constexpr int64_t kMinTaskWork = 1 << 14;
 // Most tasks per call: enough to balance 2..8 threads, few enough to keep per-task setup small.
 constexpr int64_t kMaxTasks = 64;
+// Most tasks of a task-outer shared-column prefill cut so that each task's weights stay in L2
+// (RunScgTiled).
+constexpr int64_t kMaxTasksL2 = 256;
 // Fewest rows per task of the tiled kernels: every task streams all of X^T once per token tile,
 // so tiny tasks (9 rows for SmolLM2's 576-row layers at n = 512) multiply that traffic.
 constexpr int64_t kTiledMinRows = 32;
@@ -213,10 +216,10 @@ float* ThreadBuffer(int slot, size_t floats) {
 // of at least `min_units` units and cut at multiples of `align` units (so that the row-blocked
 // kernels see whole blocks). The split depends on the shape only, never on the thread count.
 std::vector<int64_t> SplitTasks(const std::vector<int64_t>& cum, int64_t n, int64_t min_units = 1,
-                                int64_t align = 1) {
+                                int64_t align = 1, int64_t max_tasks = kMaxTasks) {
   const int64_t units = static_cast<int64_t>(cum.size()) - 1;
   const int64_t total = cum.back();
-  int64_t tasks = std::clamp<int64_t>(total * std::max<int64_t>(n, 1) / kMinTaskWork, 1, kMaxTasks);
+  int64_t tasks = std::clamp<int64_t>(total * std::max<int64_t>(n, 1) / kMinTaskWork, 1, max_tasks);
   tasks = std::min(tasks, std::max<int64_t>(units / std::max<int64_t>(min_units, 1), 1));
   std::vector<int64_t> bounds{0};
   int64_t u = 0;
@@ -599,8 +602,9 @@ std::atomic<int> g_scg_order{0};
 
 void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const ScgWeight& w = pw.scg;
-  const auto bounds = SplitTasks(RowCost(pw), a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g));
-  const int64_t tasks = int64_t(bounds.size()) - 1;
+  const std::vector<int64_t> cost = RowCost(pw);
+  auto bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g));
+  int64_t tasks = int64_t(bounds.size()) - 1;
   int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
   // Loop order by bytes moved from beyond L2: task-outer keeps a task's weights cached across the
   // token tiles but streams all of X^T once per task; tile-outer keeps one X^T tile cached for
@@ -641,6 +645,26 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const int64_t lanes = HWY_DYNAMIC_DISPATCH(TileWidthT)(1, 1);
   while (tile_outer && nt > lanes && w.cols * nt * 4 > XtTileL2Bytes()) nt /= 2;
   const int64_t tiles = CeilDiv(a.n, nt);
+  // Task-outer re-reads each task's weights once per token tile: from L2 only if they fit beside
+  // the X^T tile. Where the X^T tile fits L2 but 64 tasks' weights do not (11008x4096 V:N:M: 1.4
+  // MB per task beside a 1 MiB tile), cut more tasks (up to kMaxTasksL2), each with weights in
+  // the rest of the L2 budget; the order stays as chosen above. Measured (one thread, V:16:2:4
+  // 11008x4096 n = 512, ms, two rounds, one build with the order and task count forced):
+  // task-outer with 64 / 172 tasks 158.8 / 145.6 and 178.4 / 168.3; tile-outer with 64 / 172 /
+  // 256 tasks 194.0 / 160.8 / 159.0 and 199.2 / 169.2 / 173.8. Not where the X^T tile alone
+  // fills L2 (4096x11008: 172 tasks streamed 22 MB of X^T each, 165-177 -> 212-227 ms before
+  // the weight-run prefetch), nor for dense bf16 (11008x4096: 345-359 -> 354-369 ms). Against
+  // the build before, on a noisy host (six interleaved rounds of V:16:2:4 and V:32:2:4): faster
+  // in 6 of 8 one-thread pairs, by about 4% in the median.
+  if (!tile_outer && tiles > 1 && !w.implicit_cols) {
+    const int64_t room = XtTileL2Bytes() - w.cols * nt * 4;
+    if (room > 0 && wbytes > static_cast<double>(room) * static_cast<double>(tasks)) {
+      const int64_t want = std::min<int64_t>(
+          kMaxTasksL2, static_cast<int64_t>(std::ceil(wbytes / static_cast<double>(room))));
+      bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g), want);
+      tasks = int64_t(bounds.size()) - 1;
+    }
+  }
   // k blocks keep the X^T slice in L1, but each (group, k block) visit costs an accumulator
   // load/store and a cursor scan: very sparse rows (99%) get wider blocks, >= ~32 columns per
   // group and block on average.
