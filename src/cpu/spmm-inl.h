@@ -714,9 +714,6 @@ HWY_NOINLINE void MaskDecodeImpl(const MaskWeight& w, const float* xpad, int64_t
 #define SPARQ_FOR_V8(M, q) SPARQ_FOR_V(M, q); M(q, 4); M(q, 5); M(q, 6); M(q, 7)
 #define SPARQ_FOR_QV8(M) SPARQ_FOR_V8(M, 0); SPARQ_FOR_V8(M, 1); SPARQ_FOR_V8(M, 2); SPARQ_FOR_V8(M, 3)
 
-// R (1, 2 or 4) rows of N:M over chunks [c0, c1); scr points at the first row's NT partial sums
-// (the next rows' follow). R rows give R * NV independent FMA chains: two FMA ports with 4-cycle
-// latency need 8 chains to stay busy.
 // Decoded chunks of R rows: for chunk c - c0, row q, kept weight j, the X^T offset (column * NT)
 // and the value (f32), [chunk][row][j].
 template <int R, int kChunks>
@@ -1051,8 +1048,9 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
       NmDecoded<kRows, kPipeChunks> buf[2];
       int cur = 0;
       const int32_t nt = static_cast<int32_t>(NT);
-      if (r + kRows <= r1)
+      if (r + kRows <= r1) {
         NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
+      }
       for (; r + kRows <= r1; r += kRows) {
         pf.Step();
         if (r + 2 * kRows <= r1) {
