@@ -37,8 +37,12 @@ constexpr int kFmaChains = 16;
 constexpr int kFmaChains = 12;
 #endif
 
-double FmaLoopT(int64_t iters, int64_t* flops, int* chains) {
+// The chains of both loops: kLoad = false steps a <- a * kFmaMul + kFmaAdd (registers only);
+// kLoad = true steps a_j <- load(block i % kLoadFmaBlocks, chain j) * kFmaMul + a_j from buf.
+template <bool kLoad>
+double FmaChainsT(const float* buf, int64_t iters, int64_t* flops, int* chains) {
   const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   auto a0 = hn::Set(d, FmaChainStart(0)), a1 = hn::Set(d, FmaChainStart(1));
   auto a2 = hn::Set(d, FmaChainStart(2)), a3 = hn::Set(d, FmaChainStart(3));
   auto a4 = hn::Set(d, FmaChainStart(4)), a5 = hn::Set(d, FmaChainStart(5));
@@ -49,66 +53,21 @@ double FmaLoopT(int64_t iters, int64_t* flops, int* chains) {
   auto a14 = hn::Set(d, FmaChainStart(14)), a15 = hn::Set(d, FmaChainStart(15));
   const auto m = hn::Set(d, kFmaMul), c = hn::Set(d, kFmaAdd);
   for (int64_t i = 0; i < iters; ++i) {
-    a0 = hn::MulAdd(a0, m, c); a1 = hn::MulAdd(a1, m, c); a2 = hn::MulAdd(a2, m, c);
-    a3 = hn::MulAdd(a3, m, c); a4 = hn::MulAdd(a4, m, c); a5 = hn::MulAdd(a5, m, c);
-    a6 = hn::MulAdd(a6, m, c); a7 = hn::MulAdd(a7, m, c); a8 = hn::MulAdd(a8, m, c);
-    a9 = hn::MulAdd(a9, m, c); a10 = hn::MulAdd(a10, m, c); a11 = hn::MulAdd(a11, m, c);
-    if constexpr (kFmaChains > 12) {
-      a12 = hn::MulAdd(a12, m, c); a13 = hn::MulAdd(a13, m, c);
-      a14 = hn::MulAdd(a14, m, c); a15 = hn::MulAdd(a15, m, c);
-    }
+    const float* p = kLoad ? buf + (i % kLoadFmaBlocks) * kFmaChains * L : buf;
+#define SPARQ_CHAIN_STEP(j)                             \
+  if constexpr (kLoad) {                                \
+    a##j = hn::MulAdd(hn::Load(d, p + (j)*L), m, a##j); \
+  } else {                                              \
+    a##j = hn::MulAdd(a##j, m, c);                      \
   }
-  *flops = iters * kFmaChains * 2 * static_cast<int64_t>(hn::Lanes(d));
-  *chains = kFmaChains;
-  auto s = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
-  s = hn::Add(s, hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
-  if constexpr (kFmaChains > 12) s = hn::Add(s, hn::Add(hn::Add(a12, a13), hn::Add(a14, a15)));
-  return hn::GetLane(s);
-}
-
-// The same 16 (or 12) chains, each FMA's other factor a fresh vector from a 16 KiB buffer (L1):
-// a_j <- load(block i % kLoadFmaBlocks, chain j) * kFmaMul + a_j. Kernels whose every FMA needs
-// its own load (a 2:4 row's X^T vectors, which no other row shares) cannot beat this rate. buf:
-// room for kLoadFmaFloats (any vector width up to 2048 bits), filled here (every lane of vector
-// (block b, chain j) holds LoadFmaValue(b, j)). Returns the sum over chains of lane 0, like
-// FmaLoopT.
-double LoadFmaLoopT(float* buf, int64_t iters, int64_t* flops, int* chains) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  for (int b = 0; b < kLoadFmaBlocks; ++b) {
-    for (int j = 0; j < kFmaChains; ++j) {
-      for (int64_t l = 0; l < L; ++l) buf[(b * kFmaChains + j) * L + l] = LoadFmaValue(b, j);
+    SPARQ_CHAIN_STEP(0)
+    SPARQ_CHAIN_STEP(1) SPARQ_CHAIN_STEP(2) SPARQ_CHAIN_STEP(3) SPARQ_CHAIN_STEP(4)
+        SPARQ_CHAIN_STEP(5) SPARQ_CHAIN_STEP(6) SPARQ_CHAIN_STEP(7) SPARQ_CHAIN_STEP(8)
+            SPARQ_CHAIN_STEP(9) SPARQ_CHAIN_STEP(10)
+                SPARQ_CHAIN_STEP(11) if constexpr (kFmaChains > 12) {
+      SPARQ_CHAIN_STEP(12) SPARQ_CHAIN_STEP(13) SPARQ_CHAIN_STEP(14) SPARQ_CHAIN_STEP(15)
     }
-  }
-  auto a0 = hn::Set(d, FmaChainStart(0)), a1 = hn::Set(d, FmaChainStart(1));
-  auto a2 = hn::Set(d, FmaChainStart(2)), a3 = hn::Set(d, FmaChainStart(3));
-  auto a4 = hn::Set(d, FmaChainStart(4)), a5 = hn::Set(d, FmaChainStart(5));
-  auto a6 = hn::Set(d, FmaChainStart(6)), a7 = hn::Set(d, FmaChainStart(7));
-  auto a8 = hn::Set(d, FmaChainStart(8)), a9 = hn::Set(d, FmaChainStart(9));
-  auto a10 = hn::Set(d, FmaChainStart(10)), a11 = hn::Set(d, FmaChainStart(11));
-  auto a12 = hn::Set(d, FmaChainStart(12)), a13 = hn::Set(d, FmaChainStart(13));
-  auto a14 = hn::Set(d, FmaChainStart(14)), a15 = hn::Set(d, FmaChainStart(15));
-  const auto m = hn::Set(d, kFmaMul);
-  for (int64_t i = 0; i < iters; ++i) {
-    const float* p = buf + (i % kLoadFmaBlocks) * kFmaChains * L;
-    a0 = hn::MulAdd(hn::Load(d, p), m, a0);
-    a1 = hn::MulAdd(hn::Load(d, p + L), m, a1);
-    a2 = hn::MulAdd(hn::Load(d, p + 2 * L), m, a2);
-    a3 = hn::MulAdd(hn::Load(d, p + 3 * L), m, a3);
-    a4 = hn::MulAdd(hn::Load(d, p + 4 * L), m, a4);
-    a5 = hn::MulAdd(hn::Load(d, p + 5 * L), m, a5);
-    a6 = hn::MulAdd(hn::Load(d, p + 6 * L), m, a6);
-    a7 = hn::MulAdd(hn::Load(d, p + 7 * L), m, a7);
-    a8 = hn::MulAdd(hn::Load(d, p + 8 * L), m, a8);
-    a9 = hn::MulAdd(hn::Load(d, p + 9 * L), m, a9);
-    a10 = hn::MulAdd(hn::Load(d, p + 10 * L), m, a10);
-    a11 = hn::MulAdd(hn::Load(d, p + 11 * L), m, a11);
-    if constexpr (kFmaChains > 12) {
-      a12 = hn::MulAdd(hn::Load(d, p + 12 * L), m, a12);
-      a13 = hn::MulAdd(hn::Load(d, p + 13 * L), m, a13);
-      a14 = hn::MulAdd(hn::Load(d, p + 14 * L), m, a14);
-      a15 = hn::MulAdd(hn::Load(d, p + 15 * L), m, a15);
-    }
+#undef SPARQ_CHAIN_STEP
   }
   *flops = iters * kFmaChains * 2 * L;
   *chains = kFmaChains;
@@ -117,6 +76,25 @@ double LoadFmaLoopT(float* buf, int64_t iters, int64_t* flops, int* chains) {
   s = hn::Add(s, hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
   if constexpr (kFmaChains > 12) s = hn::Add(s, hn::Add(hn::Add(a12, a13), hn::Add(a14, a15)));
   return hn::GetLane(s);
+}
+
+double FmaLoopT(int64_t iters, int64_t* flops, int* chains) {
+  return FmaChainsT<false>(nullptr, iters, flops, chains);
+}
+
+// The same chains, each FMA's other factor a fresh vector from a 16 KiB buffer (L1). Kernels
+// whose every FMA needs its own load (a 2:4 row's X^T vectors, which no other row shares) cannot
+// beat this rate. buf: room for kLoadFmaFloats (any vector width up to 2048 bits), filled here
+// (every lane of vector (block b, chain j) holds LoadFmaValue(b, j)). Returns the sum over
+// chains of lane 0, like FmaLoopT.
+double LoadFmaLoopT(float* buf, int64_t iters, int64_t* flops, int* chains) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  for (int b = 0; b < kLoadFmaBlocks; ++b) {
+    for (int j = 0; j < kFmaChains; ++j) {
+      for (int64_t l = 0; l < L; ++l) buf[(b * kFmaChains + j) * L + l] = LoadFmaValue(b, j);
+    }
+  }
+  return FmaChainsT<true>(buf, iters, flops, chains);
 }
 
 double SumT(const float* p, int64_t n) {
