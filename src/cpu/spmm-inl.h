@@ -1283,6 +1283,7 @@ inline void EpilogueRow(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m,
 // call at n = 512 (4096x4096, one thread, CPU-time profile).
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 inline constexpr int64_t kTransposeBlock = 16;
+template <bool kStream>
 HWY_INLINE void TransposeSquare(const float* src, int64_t lds, float* dst, int64_t ldd) {
   __m512 r[16], t[16], u[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
@@ -1303,14 +1304,20 @@ HWY_INLINE void TransposeSquare(const float* src, int64_t lds, float* dst, int64
     const __m512 x1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
     const __m512 y0 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44);
     const __m512 y1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xEE);
-    _mm512_storeu_ps(dst + (0 + m) * ldd, _mm512_shuffle_f32x4(x0, y0, 0x88));
-    _mm512_storeu_ps(dst + (4 + m) * ldd, _mm512_shuffle_f32x4(x0, y0, 0xDD));
-    _mm512_storeu_ps(dst + (8 + m) * ldd, _mm512_shuffle_f32x4(x1, y1, 0x88));
-    _mm512_storeu_ps(dst + (12 + m) * ldd, _mm512_shuffle_f32x4(x1, y1, 0xDD));
+    const __m512 o[4] = {_mm512_shuffle_f32x4(x0, y0, 0x88), _mm512_shuffle_f32x4(x0, y0, 0xDD),
+                         _mm512_shuffle_f32x4(x1, y1, 0x88), _mm512_shuffle_f32x4(x1, y1, 0xDD)};
+    for (int q = 0; q < 4; ++q) {
+      if constexpr (kStream) {
+        _mm512_stream_ps(dst + (4 * q + m) * ldd, o[q]);
+      } else {
+        _mm512_storeu_ps(dst + (4 * q + m) * ldd, o[q]);
+      }
+    }
   }
 }
 #elif HWY_TARGET == HWY_AVX2
 inline constexpr int64_t kTransposeBlock = 8;
+template <bool kStream>  // ignored: an 8x8 square writes half lines
 HWY_INLINE void TransposeSquare(const float* src, int64_t lds, float* dst, int64_t ldd) {
   __m256 r[8], t[8], u[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
@@ -1331,9 +1338,11 @@ HWY_INLINE void TransposeSquare(const float* src, int64_t lds, float* dst, int64
 }
 #else
 inline constexpr int64_t kTransposeBlock = 0;
+template <bool kStream>
 HWY_INLINE void TransposeSquare(const float*, int64_t, float*, int64_t) {}
 #endif
 
+template <bool kStream = false>
 inline void TransposeBlock(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                            int64_t ldd) {
   constexpr int64_t B = kTransposeBlock;
@@ -1341,7 +1350,9 @@ inline void TransposeBlock(const float* src, int64_t lds, int64_t rows, int64_t 
   if constexpr (B > 0) {
     for (; i0 + B <= rows; i0 += B) {
       int64_t j0 = 0;
-      for (; j0 + B <= cols; j0 += B) TransposeSquare(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
+      for (; j0 + B <= cols; j0 += B) {
+        TransposeSquare<kStream>(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
+      }
       for (int64_t j = j0; j < cols; ++j) {
         for (int64_t i = i0; i < i0 + B; ++i) dst[j * ldd + i] = src[i * lds + j];
       }

@@ -43,8 +43,18 @@ void SiluMulT(float* g, const float* u, int64_t len, float* out) {
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
 int64_t RowTileWidthT(int64_t n) { return RowTileWidth(n); }
-void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
-                int64_t ldd) {
+// stream: write dst with non-temporal stores where the target has whole-line squares (dst and ldd
+// must then be 64-byte aligned), fenced before returning.
+void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd,
+                bool stream) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (stream) {
+    TransposeBlock<true>(src, lds, rows, cols, dst, ldd);
+    _mm_sfence();
+    return;
+  }
+#endif
+  (void)stream;
   TransposeBlock(src, lds, rows, cols, dst, ldd);
 }
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
@@ -213,10 +223,13 @@ float* ThreadBuffer(int slot, size_t floats) {
 }
 
 // Splits [0, units) into tasks balanced by cost prefix `cum` (cum[i] = cost of units < i), each
-// of at least `min_units` units and cut at multiples of `align` units (so that the row-blocked
-// kernels see whole blocks). The split depends on the shape only, never on the thread count.
+// of at least `min_units` units and cut at units u with u % align == offset % align (whole row
+// blocks for the row-blocked kernels; CutsFor adds Y's line starts). The split depends on the
+// shape (and, streaming, on where Y starts in a cache line), never on the thread count; no sum
+// depends on it.
 std::vector<int64_t> SplitTasks(const std::vector<int64_t>& cum, int64_t n, int64_t min_units = 1,
-                                int64_t align = 1, int64_t max_tasks = kMaxTasks) {
+                                int64_t align = 1, int64_t max_tasks = kMaxTasks,
+                                int64_t offset = 0) {
   const int64_t units = static_cast<int64_t>(cum.size()) - 1;
   const int64_t total = cum.back();
   int64_t tasks = std::clamp<int64_t>(total * std::max<int64_t>(n, 1) / kMinTaskWork, 1, max_tasks);
@@ -226,7 +239,7 @@ std::vector<int64_t> SplitTasks(const std::vector<int64_t>& cum, int64_t n, int6
   for (int64_t t = 1; t < tasks; ++t) {
     const int64_t target = total * t / tasks;
     while (u < units && cum[u] < target) ++u;
-    u = std::min(units, (u + align - 1) / align * align);
+    u = std::min(units, u + ((offset - u) % align + align) % align);
     if (u > bounds.back()) bounds.push_back(u);
   }
   if (units > bounds.back() || bounds.size() == 1) bounds.push_back(units);
@@ -280,19 +293,81 @@ void WriteRaw(const float* raw, int64_t n, int64_t r0, int64_t r1, const SpmmArg
   }
 }
 
+std::atomic<int> g_stream_y{0};
+
+// Whether the tiled kernels write Y (n x m) with non-temporal stores (TransposeT's stream): where
+// Y is larger than the L2 of the threads that write it, so its lines would go back to L3 or memory
+// before anyone reads them anyway, and a plain store first reads each line it fills (a 99% CSR
+// call at 4096x4096 n = 512 moves 8 MB of X in and 8 MB of Y out beside 1 MB of weights). Not
+// with an epilogue, which reads Y back. Measured (4096x4096 n = 512, 99% CSR, ms, two rounds,
+// caches cold as in `bench kernels`: an OpenBLAS call between samples): one thread 5.61 / 5.64 ->
+// 4.64 / 4.81, two threads 3.12 / 2.94 -> 2.44 / 2.38; back to back (Y still in L3) one thread
+// 3.82 / 3.86 -> 4.06 / 3.96, two threads within noise.
+bool StreamY(const SpmmArgs& a, int64_t m, int threads) {
+  const auto forced = static_cast<StreamYMode>(g_stream_y.load(std::memory_order_relaxed));
+  if (forced == StreamYMode::kNever || a.ep.bias || a.ep.residual ||
+      a.ep.act != Activation::kNone || a.ldy % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.y) % sizeof(float) != 0) {
+    return false;
+  }
+  static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  const double l2_bytes = l2 > 0 ? static_cast<double>(l2) : double{1 << 20};
+  return forced == StreamYMode::kAlways ||
+         static_cast<double>(a.n) * static_cast<double>(m) * 4.0 > l2_bytes * std::max(threads, 1);
+}
+
+// Rows from Y's row 0 to the first 64-byte line start (Y rows of ldy % 16 == 0 floats all start
+// at the same offset in a line): tasks cut at rows r with (phase + r) % 16 == 0 write whole lines.
+int64_t YLinePhase(const SpmmArgs& a) {
+  return (16 - static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.y) / sizeof(float) % 16)) % 16;
+}
+
+// Where tasks of g-row units may be cut: every `align` units from `offset`. The kernels need cuts
+// at multiples of base_align units; a streamed Y also wants them at its line starts, where that
+// grid and the line starts meet.
+struct TaskCuts {
+  int64_t align, offset;
+};
+TaskCuts CutsFor(const SpmmArgs& a, bool stream, int64_t g, int64_t base_align) {
+  const int64_t phase = YLinePhase(a);
+  if (stream && g <= 16 && 16 % g == 0 && phase % g == 0 && (16 / g) % base_align == 0 &&
+      (phase / g) % base_align == 0) {
+    return {16 / g, phase / g};
+  }
+  return {base_align, 0};
+}
+
 // Writes tokens [t0, t1) of a token tile from scratch laid out [row][nt] (row r's sums at
 // scratch + row_off[r - r0], token t at + t - t0) to Y. Y is written along rows, contiguously per
 // token (the scratch side is the strided one: it sits in L1/L2, while Y's lines would each be
 // touched once per row otherwise), then the epilogue runs over each contiguous span.
 void WriteTile(const float* scratch, const int64_t* row_off, int64_t r0, int64_t r1, int64_t t0,
-               int64_t t1, const SpmmArgs& a, int64_t m) {
+               int64_t t1, const SpmmArgs& a, int64_t m, bool stream) {
   // Rows one after the other in scratch (all but shared-column groups with padded rows): one
   // register transpose of the [rows][tokens] block.
   const int64_t nt = r1 - r0 > 1 ? row_off[1] - row_off[0] : 0;
   bool regular = row_off[0] == 0 && nt >= t1 - t0;
   for (int64_t r = r0; regular && r < r1; ++r) regular = row_off[r - r0] == (r - r0) * nt;
   if (regular && r1 - r0 > 1) {
-    HWY_DYNAMIC_DISPATCH(TransposeT)(scratch, nt, r1 - r0, t1 - t0, a.y + t0 * a.ldy + r0, a.ldy);
+    float* y = a.y + t0 * a.ldy;
+    // Streamed (StreamY): rows from the first whole line on, in 16-row squares; the rows before
+    // and after them (none where the task was cut at line starts) with plain stores.
+    int64_t head = 0, body = 0;
+    if (stream) {
+      head = std::min(r1 - r0, (YLinePhase(a) + 16 - r0 % 16) % 16);
+      body = (r1 - r0 - head) / 16 * 16;
+    }
+    if (head > 0)
+      HWY_DYNAMIC_DISPATCH(TransposeT)(scratch, nt, head, t1 - t0, y + r0, a.ldy, false);
+    if (body > 0) {
+      HWY_DYNAMIC_DISPATCH(TransposeT)
+      (scratch + head * nt, nt, body, t1 - t0, y + r0 + head, a.ldy, true);
+    }
+    const int64_t done = head + body;
+    if (r1 - r0 > done) {
+      HWY_DYNAMIC_DISPATCH(TransposeT)
+      (scratch + done * nt, nt, r1 - r0 - done, t1 - t0, y + r0 + done, a.ldy, false);
+    }
     ApplyEpilogueBlock(a.y, a.ldy, t0, t1, r0, r1, m, a.ep);
     return;
   }
@@ -471,8 +546,8 @@ float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, Thre
       for (int64_t c = c0; c < cx; ++c) std::fill(dst + c * nt + tokens, dst + (c + 1) * nt, 0.0f);
     }
     for (int64_t c = cx; c < c1; ++c) std::fill(dst + c * nt, dst + (c + 1) * nt, 0.0f);
-    HWY_DYNAMIC_DISPATCH(TransposeT)(a.x + tile * nt * a.ldx + c0, a.ldx, tokens, cx - c0,
-                                     dst + c0 * nt, nt);
+    HWY_DYNAMIC_DISPATCH(TransposeT)
+    (a.x + tile * nt * a.ldx + c0, a.ldx, tokens, cx - c0, dst + c0 * nt, nt, false);
   });
   return xt;
 }
@@ -545,24 +620,27 @@ RowTaskSpace RowTaskBuffers(int64_t rows, int64_t nt, int64_t count, int64_t off
 }
 
 // Rows [r0, r1) of Y (a.y, a.ldy, a.ep) = X W^T over X^T tiles already built (RowTiled's xt).
-void RowTiledTask(const RowTiled& rt, const SpmmArgs& a, int64_t r0, int64_t r1) {
+void RowTiledTask(const RowTiled& rt, const SpmmArgs& a, int64_t r0, int64_t r1, bool stream) {
   const RowTaskSpace s = RowTaskBuffers(r1 - r0, rt.nt, 1, rt.off_entries());
   const bool pf = rt.prefetch(r1 - r0);
   for (int64_t tile = 0; tile < rt.tiles; ++tile) {
     rt.Tile(r0, r1, tile, pf, s.scratch, s.cursor, s.off);
     WriteTile(s.scratch, s.row_off, r0, r1, tile * rt.nt, std::min(a.n, (tile + 1) * rt.nt), a,
-              rt.pw->rows);
+              rt.pw->rows, stream);
   }
 }
 
-std::vector<int64_t> RowTiledBounds(const RowTiled& rt, int64_t n) {
-  return SplitTasks(RowCost(*rt.pw), n, kTiledMinRows, rt.align());
+std::vector<int64_t> RowTiledBounds(const RowTiled& rt, const SpmmArgs& a, bool stream) {
+  const TaskCuts cuts = CutsFor(a, stream, 1, rt.align());
+  return SplitTasks(RowCost(*rt.pw), a.n, kTiledMinRows, cuts.align, kMaxTasks, cuts.offset);
 }
 
 void RunRowTiledXt(const RowTiled& rt, const SpmmArgs& a, ThreadPool* pool) {
-  const auto bounds = RowTiledBounds(rt, a.n);
-  ParallelTasks(pool, int64_t(bounds.size()) - 1,
-                [&](int64_t task, int) { RowTiledTask(rt, a, bounds[task], bounds[task + 1]); });
+  const bool stream = StreamY(a, rt.pw->rows, pool ? pool->num_threads() : 1);
+  const auto bounds = RowTiledBounds(rt, a, stream);
+  ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
+    RowTiledTask(rt, a, bounds[task], bounds[task + 1], stream);
+  });
 }
 
 // Row-tiled products of several weights on the same X (q/k/v): one X^T for all of them (wide
@@ -580,14 +658,16 @@ void RunRowTiledJobs(const std::vector<DecodeJob>& jobs, ThreadPool* pool) {
   };
   std::vector<RowTiled> rts;
   std::vector<Task> tasks;
+  std::vector<char> stream(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     rts.emplace_back(*jobs[j].w, xt, a0.n, nt, stride);
-    const auto bounds = RowTiledBounds(rts.back(), a0.n);
+    stream[j] = StreamY(jobs[j].a, jobs[j].w->rows, pool ? pool->num_threads() : 1);
+    const auto bounds = RowTiledBounds(rts.back(), jobs[j].a, stream[j]);
     for (size_t b = 0; b + 1 < bounds.size(); ++b) tasks.push_back({j, bounds[b], bounds[b + 1]});
   }
   ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
     const Task& tk = tasks[static_cast<size_t>(t)];
-    RowTiledTask(rts[tk.job], jobs[tk.job].a, tk.r0, tk.r1);
+    RowTiledTask(rts[tk.job], jobs[tk.job].a, tk.r0, tk.r1, stream[tk.job] != 0);
   });
 }
 
@@ -603,7 +683,9 @@ std::atomic<int> g_scg_order{0};
 void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const ScgWeight& w = pw.scg;
   const std::vector<int64_t> cost = RowCost(pw);
-  auto bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g));
+  const bool stream = StreamY(a, w.rows, pool ? pool->num_threads() : 1);
+  const TaskCuts cuts = CutsFor(a, stream, w.g, std::max(1, 4 / w.g));
+  auto bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, cuts.align, kMaxTasks, cuts.offset);
   int64_t tasks = int64_t(bounds.size()) - 1;
   int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
   // Loop order by bytes moved from beyond L2: task-outer keeps a task's weights cached across the
@@ -661,7 +743,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
     if (room > 0 && wbytes > static_cast<double>(room) * static_cast<double>(tasks)) {
       const int64_t want = std::min<int64_t>(
           kMaxTasksL2, static_cast<int64_t>(std::ceil(wbytes / static_cast<double>(room))));
-      bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, std::max(1, 4 / w.g), want);
+      bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, cuts.align, want, cuts.offset);
       tasks = int64_t(bounds.size()) - 1;
     }
   }
@@ -716,7 +798,8 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
                                         std::min(w.cols, (b + 1) * kb), w.cols, kb, 1);
         HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch, &next);
       }
-      WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows);
+      WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows,
+                stream);
     }
   };
   if (tile_outer) {
@@ -814,6 +897,10 @@ const std::vector<SpmmKernel>& SpmmRegistry() {
       {"SpmmMask_tiled", PackedKind::kMask, kMaskDecodeMaxN + 1, INT64_MAX, true, RunRowTiled},
   };
   return kKernels;
+}
+
+void SetStreamYForTest(StreamYMode mode) {
+  g_stream_y.store(static_cast<int>(mode), std::memory_order_relaxed);
 }
 
 void SetScgTiledOrderForTest(ScgTiledOrder order) {

@@ -81,6 +81,10 @@ bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWei
 // changes no sum, so the bits must match). Process-wide.
 enum class ScgTiledOrder : uint8_t { kAuto, kTaskOuter, kTileOuter };
 void SetScgTiledOrderForTest(ScgTiledOrder order);
+// Whether the tiled kernels write Y with non-temporal stores: by size (kAuto), or always / never
+// (tests: the bits must not change).
+enum class StreamYMode : uint8_t { kAuto, kAlways, kNever };
+void SetStreamYForTest(StreamYMode mode);
 
 // The plain reference: loops over the packed layout, sums in double. For tests and as a fallback.
 void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);

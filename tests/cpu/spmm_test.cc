@@ -289,6 +289,72 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
   }
 }
 
+TEST(SpmmTest, TiledStreamedYKeepsBitsAndGuards) {
+  // Large outputs are written with non-temporal stores in 16-row squares from each task's first
+  // whole 64-byte line of Y, plain stores before and after it; tasks are cut at line starts where
+  // the row blocks allow. Streamed and plain writes must give the same bits for every offset of
+  // Y in a line (m = 300 and 320 rows, ldy = 320, tasks of ~32 rows), and leave the columns
+  // between m and ldy untouched. Every target (only AVX-512 streams; the rest ignore the request).
+  struct ResetStream {
+    ~ResetStream() { cpu::SetStreamYForTest(cpu::StreamYMode::kAuto); }
+  } reset;
+  const int64_t k = 200, ldy = 320;
+  ThreadPool pool(2);
+  ForEachTarget([&](const std::string& target) {
+    for (const Case& c :
+         {Case{FormatKind::kNM, "2:4", DType::kF32},
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask},
+          Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kColumns},
+          Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
+          Case{FormatKind::kBsr, "block:8x1:0.7", DType::kBF16},
+          Case{FormatKind::kBsr, "block:32x32:0.5", DType::kF32},
+          Case{FormatKind::kDense, "dense", DType::kBF16}}) {
+      for (int64_t m : {300, 320}) {
+        const Built b = Build(c, m, k, 31 + m);
+        for (const auto& kern : cpu::SpmmRegistry()) {
+          if (kern.kind != b.packed.kind || kern.min_n > 130) continue;
+          for (int64_t n : {70, 130}) {
+            if (n < kern.min_n || n > kern.max_n) continue;
+            const std::vector<float> x = RandomVector(size_t(n * k), 7 + n);
+            for (int64_t off : {0, 1, 4, 8, 13}) {
+              for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+                const std::string what = target + " " + Name(c) + " " + kern.name +
+                                         " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                                         " offset=" + std::to_string(off) + (p ? " 2 threads" : "");
+                std::vector<float> ys[2];
+                int i = 0;
+                for (auto mode : {cpu::StreamYMode::kNever, cpu::StreamYMode::kAlways}) {
+                  cpu::SetStreamYForTest(mode);
+                  std::vector<float> buf(size_t(n * ldy + 32), kGuard);
+                  float* y = buf.data();
+                  while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
+                  y += off;
+                  SpmmArgs a;
+                  a.x = x.data();
+                  a.n = n;
+                  a.ldx = k;
+                  a.y = y;
+                  a.ldy = ldy;
+                  kern.run(b.packed, a, p);
+                  for (int64_t t = 0; t < n; ++t) {
+                    for (int64_t r = m; r < ldy; ++r) {
+                      ASSERT_EQ(y[t * ldy + r], kGuard) << what << ": wrote past row " << m;
+                    }
+                  }
+                  for (float* g = buf.data(); g < y; ++g) ASSERT_EQ(*g, kGuard) << what;
+                  ys[i++].assign(y, y + n * ldy);
+                }
+                ASSERT_EQ(0, std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * sizeof(float)))
+                    << what << ": streamed bits differ from plain stores";
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(SpmmTest, EpilogueBiasActivationResidual) {
   const int64_t m = 19, k = 40;
   const std::vector<float> bias = RandomVector(m, 3);
