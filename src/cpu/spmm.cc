@@ -293,6 +293,12 @@ void WriteRaw(const float* raw, int64_t n, int64_t r0, int64_t r1, const SpmmArg
   }
 }
 
+// dst[j * ldd + i] = src[i * lds + j] (TransposeT on the best target).
+void Transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd,
+               bool stream) {
+  HWY_DYNAMIC_DISPATCH(TransposeT)(src, lds, rows, cols, dst, ldd, stream);
+}
+
 std::atomic<int> g_stream_y{0};
 
 // Whether the tiled kernels write Y (n x m) with non-temporal stores (TransposeT's stream): where
@@ -300,9 +306,9 @@ std::atomic<int> g_stream_y{0};
 // before anyone reads them anyway, and a plain store first reads each line it fills (a 99% CSR
 // call at 4096x4096 n = 512 moves 8 MB of X in and 8 MB of Y out beside 1 MB of weights). Not
 // with an epilogue, which reads Y back. Measured (4096x4096 n = 512, 99% CSR, ms, two rounds,
-// caches cold as in `bench kernels`: an OpenBLAS call between samples): one thread 5.61 / 5.64 ->
-// 4.64 / 4.81, two threads 3.12 / 2.94 -> 2.44 / 2.38; back to back (Y still in L3) one thread
-// 3.82 / 3.86 -> 4.06 / 3.96, two threads within noise.
+// caches cold as in `bench kernels`: an OpenBLAS call between samples): one thread 5.49 / 5.53 ->
+// 4.43 / 4.57, two threads 2.63 / 3.17 -> 2.36 / 2.53; back to back (Y still in L3) one thread
+// 3.93 / 4.03 -> 4.06 / 4.17, two threads within noise. More in docs/kernels.md.
 bool StreamY(const SpmmArgs& a, int64_t m, int threads) {
   const auto forced = static_cast<StreamYMode>(g_stream_y.load(std::memory_order_relaxed));
   if (forced == StreamYMode::kNever || a.ep.bias || a.ep.residual ||
@@ -357,16 +363,11 @@ void WriteTile(const float* scratch, const int64_t* row_off, int64_t r0, int64_t
       head = std::min(r1 - r0, (YLinePhase(a) + 16 - r0 % 16) % 16);
       body = (r1 - r0 - head) / 16 * 16;
     }
-    if (head > 0)
-      HWY_DYNAMIC_DISPATCH(TransposeT)(scratch, nt, head, t1 - t0, y + r0, a.ldy, false);
-    if (body > 0) {
-      HWY_DYNAMIC_DISPATCH(TransposeT)
-      (scratch + head * nt, nt, body, t1 - t0, y + r0 + head, a.ldy, true);
-    }
+    if (head > 0) Transpose(scratch, nt, head, t1 - t0, y + r0, a.ldy, false);
+    if (body > 0) Transpose(scratch + head * nt, nt, body, t1 - t0, y + r0 + head, a.ldy, true);
     const int64_t done = head + body;
     if (r1 - r0 > done) {
-      HWY_DYNAMIC_DISPATCH(TransposeT)
-      (scratch + done * nt, nt, r1 - r0 - done, t1 - t0, y + r0 + done, a.ldy, false);
+      Transpose(scratch + done * nt, nt, r1 - r0 - done, t1 - t0, y + r0 + done, a.ldy, false);
     }
     ApplyEpilogueBlock(a.y, a.ldy, t0, t1, r0, r1, m, a.ep);
     return;
@@ -546,8 +547,7 @@ float* BuildXt(const SpmmArgs& a, int64_t cols, int64_t k_rows, int64_t nt, Thre
       for (int64_t c = c0; c < cx; ++c) std::fill(dst + c * nt + tokens, dst + (c + 1) * nt, 0.0f);
     }
     for (int64_t c = cx; c < c1; ++c) std::fill(dst + c * nt, dst + (c + 1) * nt, 0.0f);
-    HWY_DYNAMIC_DISPATCH(TransposeT)
-    (a.x + tile * nt * a.ldx + c0, a.ldx, tokens, cx - c0, dst + c0 * nt, nt, false);
+    Transpose(a.x + tile * nt * a.ldx + c0, a.ldx, tokens, cx - c0, dst + c0 * nt, nt, false);
   });
   return xt;
 }
