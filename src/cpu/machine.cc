@@ -145,21 +145,28 @@ double FmaLoop(int64_t iters, int64_t* flops, int* chains) {
   return HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, flops, chains);
 }
 
-double MeasurePeakFmaGflops(int threads) {
-  const int64_t iters = 20'000'000;
+// Best of three timed runs of loop(t, &flops) on each of `threads` threads, in GFLOP/s (loop
+// returns its sum, kept so that the compiler cannot drop the work).
+template <typename Loop>
+double BestFmaGflops(int threads, const Loop& loop) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<int64_t> flops(threads);
     std::vector<double> sink(threads);
-    const double s = RunOnThreads(threads, [&](int t) {
-      int chains = 0;
-      sink[t] = HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, &flops[t], &chains);
-    });
+    const double s = RunOnThreads(threads, [&](int t) { sink[t] = loop(t, &flops[t]); });
     int64_t total = 0;
     for (auto f : flops) total += f;
     best = std::max(best, total / s * 1e-9 + (sink[0] == 12345.0 ? 1e-30 : 0.0));
   }
   return best;
+}
+
+double MeasurePeakFmaGflops(int threads) {
+  const int64_t iters = 20'000'000;
+  return BestFmaGflops(threads, [&](int, int64_t* flops) {
+    int chains = 0;
+    return HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, flops, &chains);
+  });
 }
 
 double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains) {
@@ -171,19 +178,10 @@ double MeasureLoadFmaGflops(int threads) {
   const int64_t iters = 20'000'000;
   std::vector<hwy::AlignedFreeUniquePtr<float[]>> bufs;
   for (int t = 0; t < threads; ++t) bufs.push_back(hwy::AllocateAligned<float>(kLoadFmaFloats));
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<int64_t> flops(threads);
-    std::vector<double> sink(threads);
-    const double s = RunOnThreads(threads, [&](int t) {
-      int chains = 0;
-      sink[t] = HWY_DYNAMIC_DISPATCH(LoadFmaLoopT)(bufs[t].get(), iters, &flops[t], &chains);
-    });
-    int64_t total = 0;
-    for (auto f : flops) total += f;
-    best = std::max(best, total / s * 1e-9 + (sink[0] == 12345.0 ? 1e-30 : 0.0));
-  }
-  return best;
+  return BestFmaGflops(threads, [&](int t, int64_t* flops) {
+    int chains = 0;
+    return HWY_DYNAMIC_DISPATCH(LoadFmaLoopT)(bufs[t].get(), iters, flops, &chains);
+  });
 }
 
 double MeasureReadGbps(int threads, int64_t bytes) {
