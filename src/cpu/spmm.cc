@@ -128,16 +128,20 @@ constexpr int64_t kMaxTasksL2 = 256;
 // Fewest rows per task of the tiled kernels: every task streams all of X^T once per token tile,
 // so tiny tasks (9 rows for SmolLM2's 576-row layers at n = 512) multiply that traffic.
 constexpr int64_t kTiledMinRows = 32;
+// This core's L2 in bytes as the system reports it (0 when it does not).
+int64_t CoreL2Bytes() {
+  static const int64_t v = std::max<int64_t>(0, sysconf(_SC_LEVEL2_CACHE_SIZE));
+  return v;
+}
 // Largest X^T tile (all k x tile tokens) of the tile-outer order: three quarters of this core's
-// L2 (sysconf; 1 MiB when the system does not say), the rest for the streamed weights and the
-// partial sums. SPARQ_XT_TILE_BYTES overrides it (tuning experiments only).
+// L2 (1 MiB when the system does not say), the rest for the streamed weights and the partial
+// sums. SPARQ_XT_TILE_BYTES overrides it (tuning experiments only).
 int64_t XtTileL2Bytes() {
   static const int64_t v = [] {
     if (const char* e = std::getenv("SPARQ_XT_TILE_BYTES"))
       return std::max<int64_t>(4096, std::atoll(e));
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l2 > 0 ? std::clamp<int64_t>(int64_t{l2} / 4 * 3, 128 << 10, 16 << 20)
-                  : int64_t{1} << 20;
+    const int64_t l2 = CoreL2Bytes();
+    return l2 > 0 ? std::clamp<int64_t>(l2 / 4 * 3, 128 << 10, 16 << 20) : int64_t{1} << 20;
   }();
   return v;
 }
@@ -316,8 +320,7 @@ bool StreamY(const SpmmArgs& a, int64_t m, int threads) {
       reinterpret_cast<uintptr_t>(a.y) % sizeof(float) != 0) {
     return false;
   }
-  static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  const double l2_bytes = l2 > 0 ? static_cast<double>(l2) : double{1 << 20};
+  const double l2_bytes = CoreL2Bytes() > 0 ? static_cast<double>(CoreL2Bytes()) : double{1 << 20};
   return forced == StreamYMode::kAlways ||
          static_cast<double>(a.n) * static_cast<double>(m) * 4.0 > l2_bytes * std::max(threads, 1);
 }
