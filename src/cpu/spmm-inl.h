@@ -180,13 +180,16 @@ inline constexpr int kDensePrefetchBytes = 3072;
 inline constexpr int64_t kNmStreamPrefetchBytes = kDecodePrefetchBytes / 4;
 
 // Decode, N:M: raw[t][r - r0] = sum over kept weights of row r times xpad[t] (k_pad floats, zero
-// beyond cols). R rows run in lockstep (R weight streams, and one X window serves all R rows).
+// beyond cols). R rows run in lockstep (R weight streams, and one X window serves all R rows), over
+// T tokens [t0, t0 + T) at once (each row's decoded positions and values serve all T tokens).
 // kPerm (m == 2n, L % n == 0): the L kept values of a vector come from a window of 2L columns,
 // so X is loaded as two vectors and permuted by the decoded positions (one vpermt2ps on AVX-512)
-// instead of gathered; otherwise X is gathered.
-template <int kBits, bool kBf16, bool kPerm, int R>
+// instead of gathered; otherwise X is gathered. Each (row, token) sum runs in the same order
+// whatever T is, so the token blocking changes no bits.
+template <int kBits, bool kBf16, bool kPerm, int R, int T>
 HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
-                             int64_t n, int64_t r, int64_t r0, int64_t r1, float* raw) {
+                             int64_t t0, int64_t r, int64_t r0, int64_t r1, float* raw) {
+  static_assert(R >= 1 && R <= 4 && T >= 1 && T <= 4);
   const DF df;
   const size_t L = hn::Lanes(df);
   const size_t per_chunk = kNmChunk / L;
@@ -198,50 +201,101 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
   const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
   const int64_t row_bytes = row_vals * static_cast<int64_t>(vb);
   const int64_t chunk_bytes = kNmChunk * static_cast<int64_t>(vb);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* x = xpad + t * w.k_pad;
-    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
-    // The prefetch position in each stream (kNmStreamPrefetchBytes): pf_rows blocks of R rows
-    // ahead, pf_off bytes into the row.
-    int64_t pf_rows = kNmStreamPrefetchBytes / row_bytes,
-            pf_off = kNmStreamPrefetchBytes % row_bytes;
-    for (int64_t c = 0; c < w.chunks; ++c) {
-      const int32_t col0 = static_cast<int32_t>(c * chunk_cols);
-      for (int q = 0; q < R; ++q) hwy::Prefetch(vals + (q + R * pf_rows) * row_bytes + pf_off);
-      pf_off += chunk_bytes;
-      if (pf_off >= row_bytes) {
-        pf_off -= row_bytes;
-        ++pf_rows;
-      }
-      for (size_t p = 0; p < per_chunk; ++p) {
-        hn::Vec<DF> xlo, xhi;
-        int32_t wcol = col0;
-        if constexpr (kPerm) {
-          wcol = col0 + static_cast<int32_t>(2 * p * L);
-          xlo = hn::LoadU(df, x + wcol);
-          xhi = hn::LoadU(df, x + wcol + L);
-        }
-#define SPARQ_NM_ROW(q)                                                                       \
-  if constexpr (R > q) {                                                                      \
-    const auto cols = kPerm ? NmPermIndices<kBits>(meta + (q * w.chunks + c) * words, tab, p) \
-                            : NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p, col0); \
-    const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);  \
-    const auto xv = kPerm ? Permute2(df, xlo, xhi, cols) : hn::GatherIndex(df, x, cols);      \
-    acc##q = hn::MulAdd(v, xv, acc##q);                                                       \
-  }
-        SPARQ_NM_ROW(0)
-        SPARQ_NM_ROW(1)
-        SPARQ_NM_ROW(2)
-        SPARQ_NM_ROW(3)
-#undef SPARQ_NM_ROW
-      }
+  const float* x0 = xpad + t0 * w.k_pad;
+  const float* x1 = x0 + (T > 1 ? w.k_pad : 0);
+  const float* x2 = x0 + (T > 2 ? 2 * w.k_pad : 0);
+  const float* x3 = x0 + (T > 3 ? 3 * w.k_pad : 0);
+  // a<q><t>: row q, token t.
+  auto a00 = hn::Zero(df), a01 = hn::Zero(df), a02 = hn::Zero(df), a03 = hn::Zero(df);
+  auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
+  auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
+  auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
+  // The prefetch position in each stream (kNmStreamPrefetchBytes): pf_rows blocks of R rows
+  // ahead, pf_off bytes into the row.
+  int64_t pf_rows = kNmStreamPrefetchBytes / row_bytes, pf_off = kNmStreamPrefetchBytes % row_bytes;
+  for (int64_t c = 0; c < w.chunks; ++c) {
+    const int32_t col0 = static_cast<int32_t>(c * chunk_cols);
+    for (int q = 0; q < R; ++q) hwy::Prefetch(vals + (q + R * pf_rows) * row_bytes + pf_off);
+    pf_off += chunk_bytes;
+    if (pf_off >= row_bytes) {
+      pf_off -= row_bytes;
+      ++pf_rows;
     }
-    float* out = raw + t * (r1 - r0) + (r - r0);
-    out[0] = hn::GetLane(hn::SumOfLanes(df, acc0));
-    if constexpr (R > 1) out[1] = hn::GetLane(hn::SumOfLanes(df, acc1));
-    if constexpr (R > 2) out[2] = hn::GetLane(hn::SumOfLanes(df, acc2));
-    if constexpr (R > 3) out[3] = hn::GetLane(hn::SumOfLanes(df, acc3));
+    for (size_t p = 0; p < per_chunk; ++p) {
+      hn::Vec<DF> xlo0, xhi0, xlo1, xhi1, xlo2, xhi2, xlo3, xhi3;
+      if constexpr (kPerm) {
+        const int32_t wcol = col0 + static_cast<int32_t>(2 * p * L);
+#define SPARQ_NM_WINDOW(t)                   \
+  if constexpr (T > t) {                     \
+    xlo##t = hn::LoadU(df, x##t + wcol);     \
+    xhi##t = hn::LoadU(df, x##t + wcol + L); \
   }
+        SPARQ_NM_WINDOW(0)
+        SPARQ_NM_WINDOW(1)
+        SPARQ_NM_WINDOW(2)
+        SPARQ_NM_WINDOW(3)
+#undef SPARQ_NM_WINDOW
+      }
+#define SPARQ_NM_TOKEN(q, t)                                                                      \
+  if constexpr (T > t) {                                                                          \
+    const auto xv = kPerm ? Permute2(df, xlo##t, xhi##t, cols) : hn::GatherIndex(df, x##t, cols); \
+    a##q##t = hn::MulAdd(v, xv, a##q##t);                                                         \
+  }
+#define SPARQ_NM_ROW(q)                                                                          \
+  if constexpr (R > q) {                                                                         \
+    const auto cols = kPerm ? NmPermIndices<kBits>(meta + (q * w.chunks + c) * words, tab, p)    \
+                            : NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p, col0); \
+    const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);     \
+    SPARQ_NM_TOKEN(q, 0)                                                                         \
+    SPARQ_NM_TOKEN(q, 1)                                                                         \
+    SPARQ_NM_TOKEN(q, 2)                                                                         \
+    SPARQ_NM_TOKEN(q, 3)                                                                         \
+  }
+      SPARQ_NM_ROW(0)
+      SPARQ_NM_ROW(1)
+      SPARQ_NM_ROW(2)
+      SPARQ_NM_ROW(3)
+#undef SPARQ_NM_ROW
+#undef SPARQ_NM_TOKEN
+    }
+  }
+  float* out = raw + t0 * (r1 - r0) + (r - r0);
+#define SPARQ_NM_OUT(q, t) \
+  if constexpr (R > q && T > t) out[t * (r1 - r0) + q] = hn::GetLane(hn::SumOfLanes(df, a##q##t))
+  SPARQ_NM_OUT(0, 0);
+  SPARQ_NM_OUT(0, 1);
+  SPARQ_NM_OUT(0, 2);
+  SPARQ_NM_OUT(0, 3);
+  SPARQ_NM_OUT(1, 0);
+  SPARQ_NM_OUT(1, 1);
+  SPARQ_NM_OUT(1, 2);
+  SPARQ_NM_OUT(1, 3);
+  SPARQ_NM_OUT(2, 0);
+  SPARQ_NM_OUT(2, 1);
+  SPARQ_NM_OUT(2, 2);
+  SPARQ_NM_OUT(2, 3);
+  SPARQ_NM_OUT(3, 0);
+  SPARQ_NM_OUT(3, 1);
+  SPARQ_NM_OUT(3, 2);
+  SPARQ_NM_OUT(3, 3);
+#undef SPARQ_NM_OUT
+}
+
+// Tokens per pass of the N:M decode: R * T accumulators, plus T two-vector X windows.
+inline constexpr int kNmDecodeTokens = kMaxAcc >= 16 ? 4 : 2;
+
+template <int kBits, bool kBf16, bool kPerm, int R>
+HWY_INLINE void NmDecodeRowTokens(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
+                                  int64_t n, int64_t r, int64_t r0, int64_t r1, float* raw) {
+  constexpr int T = kNmDecodeTokens;
+  int64_t t = 0;
+  for (; t + T <= n; t += T)
+    NmDecodeRows<kBits, kBf16, kPerm, R, T>(w, tab, xpad, t, r, r0, r1, raw);
+  if constexpr (T > 2) {
+    for (; t + 2 <= n; t += 2)
+      NmDecodeRows<kBits, kBf16, kPerm, R, 2>(w, tab, xpad, t, r, r0, r1, raw);
+  }
+  for (; t < n; ++t) NmDecodeRows<kBits, kBf16, kPerm, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
 }
 
 template <int kBits, bool kBf16, bool kPerm>
@@ -249,8 +303,9 @@ HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, 
                                int64_t r1, float* raw) {
   const NmLaneTables tab(w.n, w.m, w.bits);
   int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) NmDecodeRows<kBits, kBf16, kPerm, 4>(w, tab, xpad, n, r, r0, r1, raw);
-  for (; r < r1; ++r) NmDecodeRows<kBits, kBf16, kPerm, 1>(w, tab, xpad, n, r, r0, r1, raw);
+  for (; r + 4 <= r1; r += 4)
+    NmDecodeRowTokens<kBits, kBf16, kPerm, 4>(w, tab, xpad, n, r, r0, r1, raw);
+  for (; r < r1; ++r) NmDecodeRowTokens<kBits, kBf16, kPerm, 1>(w, tab, xpad, n, r, r0, r1, raw);
 }
 
 // Column indices col_idx[p, p + L) as i32 lanes.
