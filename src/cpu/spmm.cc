@@ -58,6 +58,14 @@ void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float
   TransposeBlock(src, lds, rows, cols, dst, ldd);
 }
 const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
+// The token counts up to which the decode kernels run on this target (DecodeMaxN below).
+void DecodeLimitsT(DecodeLimits* b) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  *b = DecodeLimits{16, 4, 4, 3, 12, 12, 8};
+#else
+  *b = DecodeLimits{4, 4, 4, 1, 6, 12, 12};
+#endif
+}
 void EpilogueBlockT(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t r0, int64_t r1,
                     int64_t m, const Epilogue* ep) {
   EpilogueBlock(y, ldy, t0, t1, r0, r1, m, *ep);
@@ -98,23 +106,38 @@ HWY_EXPORT(TileWidthT);
 HWY_EXPORT(RowTileWidthT);
 HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
+HWY_EXPORT(DecodeLimitsT);
 HWY_EXPORT(EpilogueRowT);
 HWY_EXPORT(EpilogueBlockT);
 HWY_EXPORT(SiluMulT);
 
 namespace {
 
-// Up to this many tokens the decode (gather) kernels run; above, the tiled (X^T) kernels.
-// The gather kernels stream the weights once but gather X once per token; the tiled ones pay a
-// transpose of X but one FMA per kept weight covers a whole vector of tokens.
-// Measured here (4096x4096, 1 thread): N:M decode beats tiled up to n = 16 (the X window permute
-// is cheap per token); CSR gathers cost more per token, so shared-column layouts switch at 4.
-constexpr int64_t kNmDecodeMaxN = 16;
-constexpr int64_t kScgDecodeMaxN = 4;
-// The bit-mask decode expands each 16 columns once for up to 4 tokens, so it stays ahead of the
-// tiled kernel further: measured at 50% (4096x4096 and 1536x576, one thread), decode is 2-5x
-// faster up to n = 8, 1.4x at 12, even at 16.
-constexpr int64_t kMaskDecodeMaxN = 12;
+// Up to how many tokens the decode (gather) kernels run, by layout and target (DecodeLimitsT);
+// above, the tiled (X^T) kernels. The decode kernels stream the weights once but expand or gather
+// X per token; the tiled ones pay a transpose of X, and one FMA per kept weight covers a whole
+// vector of tokens (a tile costs the same from 1 to 16 tokens on AVX-512: one padded vector).
+// Measured 2026-12-01, 2 threads, decode against tiled on the same packed weight, an OpenBLAS call
+// before each sample, ms (4096x4096 unless said; 576x1536 and 1536x576 agree unless said):
+// AVX-512:
+// - N:M with m = 2n (2:4, 4:8; X windows permuted, 4 tokens per pass): up to 16 (2:4 f32 3.0 /
+//   3.3 at 16, 5.3 / 4.4 at 32; 576x576 0.125 / 0.112 at 16).
+// - other N:M (1:4; X gathered): up to 4 (1.6 / 2.1 at 4; 2.4 / 2.0 at 6).
+// - CSR rows (groups of one row): up to 4 (99% 0.14 / 0.16, 576x1536 90% 0.041 / 0.067, 99% 0.014
+//   / 0.041; behind at 80-90%: 2.3 / 2.0, 1.0 / 0.8); tiled from 6 (80% 3.2 / 2.0, 99% 0.30 /
+//   0.24).
+// - V:N:M and BSR (groups of 2-4 rows): up to 3, where they are even (V:8:2:4 3.1 / 2.8, BSR
+//   16x16 70% 1.9 / 1.7, 32x32 90% 0.63 / 0.62; 576x1536 0.21 / 0.21, 0.12 / 0.13, 0.050 /
+//   0.058); tiled from 4 (V:8:2:4 3.6 / 2.8, BSR 16x16 2.2 / 1.7).
+// - dense bf16 rows: up to 12 (4.3 / 6.5 at 8, 6.0 / 6.5 at 12, 7.9 / 6.5 at 16).
+// - bit-mask rows (4 tokens per pass): at 50% up to 12 (3.5 / 4.0), at 70% up to 8 (2.1 / 2.7 at 8,
+//   3.1 / 2.7 at 12).
+// AVX2 (SPARQ_MAX_ISA=AVX2 on the same machine; the other targets follow it):
+// - 2:4: up to 4 (2.7 / 2.9 at 4, 3.9 / 2.9 at 6; 16 tokens ran 9.6 against 3.7);
+//   1:4 and CSR: up to 4 (1.9 / 1.9, 1.13 / 1.17).
+// - V:N:M and BSR: 1 (V:16:2:4 2.7 / 2.5 at 2; BSR 32x32 90% 0.52 / 0.50 at 1).
+// - dense bf16: up to 6 (3.5 / 5.5 at 4, 6.2 / 5.5 at 8); bit mask: 12 at 50% and 70% (the
+//   AVX2 tiled mask kernel is slower: 5.2 / 6.8 at 12).
 // Fewest multiply-adds per task: below, thread hand-off costs more than it saves. 16K (a few
 // microseconds of decode): with 64K, SmolLM2's 576x576 layers made 3 decode tasks and its
 // 192x576 ones a single task, so 2 threads idled; at 16K the model's 2-thread decode went
@@ -892,12 +915,13 @@ void ApplyMaxIsaOnce() {
 const std::vector<SpmmKernel>& SpmmRegistry() {
   static const std::vector<SpmmKernel> kKernels = {
       {"DenseF32Blas", PackedKind::kDenseF32, 0, INT64_MAX, false, RunDenseBlas},
-      {"SpmmNm_decode", PackedKind::kNm, 0, kNmDecodeMaxN, true, RunDecode},
-      {"SpmmNm_tiled", PackedKind::kNm, kNmDecodeMaxN + 1, INT64_MAX, true, RunRowTiled},
-      {"SpmmScg_decode", PackedKind::kScg, 0, kScgDecodeMaxN, true, RunDecode},
-      {"SpmmScg_tiled", PackedKind::kScg, kScgDecodeMaxN + 1, INT64_MAX, true, RunScgTiled},
-      {"SpmmMask_decode", PackedKind::kMask, 0, kMaskDecodeMaxN, true, RunDecode},
-      {"SpmmMask_tiled", PackedKind::kMask, kMaskDecodeMaxN + 1, INT64_MAX, true, RunRowTiled},
+      // The ranges span DecodeLimitsT of every target.
+      {"SpmmNm_decode", PackedKind::kNm, 0, 16, true, RunDecode},
+      {"SpmmNm_tiled", PackedKind::kNm, 5, INT64_MAX, true, RunRowTiled},
+      {"SpmmScg_decode", PackedKind::kScg, 0, 12, true, RunDecode},
+      {"SpmmScg_tiled", PackedKind::kScg, 2, INT64_MAX, true, RunScgTiled},
+      {"SpmmMask_decode", PackedKind::kMask, 0, 12, true, RunDecode},
+      {"SpmmMask_tiled", PackedKind::kMask, 9, INT64_MAX, true, RunRowTiled},
   };
   return kKernels;
 }
@@ -910,12 +934,32 @@ void SetScgTiledOrderForTest(ScgTiledOrder order) {
   g_scg_order.store(static_cast<int>(order), std::memory_order_relaxed);
 }
 
+int64_t DecodeMaxN(const PackedWeight& w) {
+  DecodeLimits b;
+  HWY_DYNAMIC_DISPATCH(DecodeLimitsT)(&b);
+  switch (w.kind) {
+    case PackedKind::kNm:
+      return w.nm.m == 2 * w.nm.n ? b.nm_window : b.nm_gather;
+    case PackedKind::kScg:
+      if (w.scg.implicit_cols) return b.dense_bf16;
+      return w.scg.g == 1 ? b.csr : b.groups;
+    case PackedKind::kMask:  // denser than 40%, or sparser
+      return 10 * w.stored >= 4 * w.rows * w.cols ? b.mask : b.sparse_mask;
+    case PackedKind::kDenseF32:
+      break;
+  }
+  return 0;
+}
+
 const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n) {
   ApplyMaxIsaOnce();
+  const bool decode = n <= DecodeMaxN(w);
   for (const auto& k : SpmmRegistry()) {
-    if (k.kind == w.kind && n >= k.min_n && n <= k.max_n) return k;
+    if (k.kind == w.kind && (k.kind == PackedKind::kDenseF32 || (k.run == RunDecode) == decode)) {
+      return k;
+    }
   }
-  return SpmmRegistry().front();  // unreachable: every kind has rows covering all n
+  return SpmmRegistry().front();  // unreachable: every sparse kind has a decode and a tiled row
 }
 
 void RunSharedInput(const float* x, int64_t n, int64_t ldx, const SharedInputJob* jobs,

@@ -32,14 +32,30 @@ struct SpmmArgs {
 struct SpmmKernel {
   const char* name;  // "SpmmNm_decode", ...
   PackedKind kind;
-  // Smallest / largest n the dispatcher picks this kernel for (every kernel is correct for all n).
+  // Smallest / largest n the dispatcher may pick this kernel for (every kernel is correct for all
+  // n); within them the weight decides (DecodeMaxN), so a decode and a tiled range can overlap.
   int64_t min_n, max_n;
   bool simd;  // runs through Highway dispatch (tests run it for every compiled target)
   void (*run)(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
 };
 
-// All kernels; dispatch picks the first row whose kind matches and whose [min_n, max_n] holds n.
+// Token counts up to which the decode kernels run, per layout (DecodeMaxN); they differ by target.
+struct DecodeLimits {
+  int64_t nm_window;    // N:M with m = 2n (X windows permuted)
+  int64_t nm_gather;    // other N:M (X gathered)
+  int64_t csr;          // shared-column rows in groups of one (CSR)
+  int64_t groups;       // groups of 2-4 rows (V:N:M, BSR)
+  int64_t dense_bf16;   // dense bf16 rows
+  int64_t mask;         // bit-mask rows, at least 40% kept
+  int64_t sparse_mask;  // bit-mask rows, under 40% kept
+};
+
+// All kernels: per sparse kind a decode row (RunDecode) and a tiled row; dense f32 one row.
 const std::vector<SpmmKernel>& SpmmRegistry();
+// The largest n for which `w` runs its decode kernel (above: its tiled kernel), for the target
+// that runs (DecodeLimits by w's layout).
+int64_t DecodeMaxN(const PackedWeight& w);
+// The kernel of w's kind that runs n tokens: decode for n <= DecodeMaxN(w), else tiled.
 const SpmmKernel& ChooseKernel(const PackedWeight& w, int64_t n);
 
 // Several weights applied to the same X (q/k/v, gate/up): job j computes

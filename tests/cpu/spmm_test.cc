@@ -581,6 +581,57 @@ TEST(LinearWeightTest, CsrLayoutFollowsDensity) {
   }
 }
 
+TEST(SpmmTest, DispatchSwitchesFromDecodeToTiledByLayout) {
+  // Each sparse weight runs its kind's decode kernel up to DecodeMaxN(w) tokens and its tiled
+  // kernel above, inside the registry rows' [min_n, max_n]. The bound depends on the layout and the
+  // target: N:M with m = 2n permutes X windows (cheap per token) and never switches before other
+  // N:M, which gather X; CSR rows not before groups of rows (V:N:M, BSR); dense bf16 rows not
+  // before groups; bit-mask rows not later when sparser. On AVX-512 the window N:M decode runs 4
+  // tokens a pass and stays ahead up to 16 tokens.
+  const Case cases[] = {
+      {FormatKind::kNM, "2:4", DType::kF32},                                           // 0
+      {FormatKind::kNM, "4:8", DType::kBF16},                                          // 1
+      {FormatKind::kNM, "1:4", DType::kF32},                                           // 2
+      {FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kColumns},   // 3
+      {FormatKind::kVNM, "vnm:16:2:4", DType::kF32},                                   // 4
+      {FormatKind::kBsr, "block:16x16:0.7", DType::kBF16},                             // 5
+      {FormatKind::kDense, "dense", DType::kBF16},                                     // 6
+      {FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},   // 7
+      {FormatKind::kCsr, "unstructured:0.75", DType::kF32, cpu::CsrLayout::kBitmask},  // 8
+  };
+  std::vector<Built> built;
+  for (const Case& c : cases) built.push_back(Build(c, 64, 128, 77));
+  int targets_run = 0;
+  ForEachTarget([&](const std::string& target) {
+    ++targets_run;
+    int64_t max_n[std::size(cases)];
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      const PackedWeight& w = built[i].packed;
+      max_n[i] = cpu::DecodeMaxN(w);
+      EXPECT_GE(max_n[i], 1) << target << " " << Name(cases[i]);
+      for (int64_t n = 1; n <= 40; ++n) {
+        const std::string what = target + " " + Name(cases[i]) + " n=" + std::to_string(n);
+        const cpu::SpmmKernel& k = cpu::ChooseKernel(w, n);
+        EXPECT_EQ(k.kind, w.kind) << what;
+        const std::string name = k.name;
+        const std::string suffix = n <= max_n[i] ? "_decode" : "_tiled";
+        EXPECT_EQ(name.substr(name.size() - suffix.size()), suffix) << what;
+        EXPECT_TRUE(n >= k.min_n && n <= k.max_n) << what << " " << name;
+      }
+    }
+    EXPECT_EQ(max_n[0], max_n[1]) << target;
+    EXPECT_GE(max_n[0], max_n[2]) << target;
+    EXPECT_GE(max_n[3], max_n[4]) << target;
+    EXPECT_EQ(max_n[4], max_n[5]) << target;
+    EXPECT_GE(max_n[6], max_n[4]) << target;
+    EXPECT_GE(max_n[7], max_n[8]) << target;
+    if (target == "AVX3" || target == "AVX3_DL") {
+      EXPECT_EQ(max_n[0], 16) << target;
+    }
+  });
+  EXPECT_GE(targets_run, 2);
+}
+
 // Three LinearWeights of cases c[i], rows[i] x cols[i], seeded seed + i, and their values
 // densified.
 void BuildLinears(const Case (&c)[3], const int64_t* rows, const int64_t* cols, uint64_t seed,
@@ -780,7 +831,11 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
             const bool fused = LinearWeight::ForwardSwiGlu(
                 lw[0], lw[1], lw[2], x.data(), own_up ? xu.data() : nullptr, n,
                 permuted ? down_row.data() : nullptr, res.data(), got.data(), pool);
-            const bool expect = g.fuses && n > 12;
+            // Fused where all three run their tiled kernels (n above their DecodeMaxN).
+            bool tiled = true;
+            for (const LinearWeight& l : lw)
+              tiled = tiled && l.kernel_name(n).find("_tiled") != std::string::npos;
+            const bool expect = g.fuses && tiled;
             ASSERT_EQ(fused, expect) << what;
             EXPECT_EQ(LinearWeight::SwiGluFuses(lw[0], lw[1], lw[2], n), expect) << what;
             for (size_t i = fused ? n * d : 0; i < got.size(); ++i) {
