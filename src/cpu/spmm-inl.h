@@ -410,8 +410,58 @@ HWY_NOINLINE void ScgDecodeDenseImpl(const ScgWeight& w, const float* xrep, int6
   }
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Columns [p0, p) of a group of G rows (2 or 4) for one token, 16 / G columns per vector: the
+// values of those columns are 16 contiguous floats ([col][row]), and X comes from one gather of
+// the 16 / G columns spread to G lanes each by a permute. s[q] += row q's sum; returns p (the
+// columns after it are left to the G-lane loop). Per 16 products: one value load, one index load,
+// a 4- or 8-lane gather, one permute and one FMA, where the G-lane loop spends 16 / G column
+// loads, broadcasts and FMAs (V:16:2:4 4096x4096 n = 1: docs/kernels.md).
+template <int G, bool kBf16, bool kIdx16>
+HWY_INLINE int64_t GroupDecodeWide(const ScgWeight& w, int64_t p0, int64_t p1, const float* xt,
+                                   float* s) {
+  static_assert(G == 2 || G == 4);
+  constexpr int64_t C = 16 / G;
+  const DF df;
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
+  const size_t vb = kBf16 ? 2 : 4;
+  const uint16_t* c16 = kIdx16 ? w.col_idx.data_as<uint16_t>() : nullptr;
+  const uint32_t* c32 = kIdx16 ? nullptr : w.col_idx.data_as<uint32_t>();
+  const __m512i rep = G == 4 ? _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
+                             : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  auto xvec = [&](int64_t q) -> __m512 {
+    if constexpr (G == 4) {
+      const __m128i idx =
+          kIdx16 ? _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c16 + q)))
+                 : _mm_loadu_si128(reinterpret_cast<const __m128i*>(c32 + q));
+      return _mm512_permutexvar_ps(rep, _mm512_castps128_ps512(_mm_i32gather_ps(xt, idx, 4)));
+    } else {
+      const __m256i idx =
+          kIdx16 ? _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c16 + q)))
+                 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c32 + q));
+      return _mm512_permutexvar_ps(rep, _mm512_castps256_ps512(_mm256_i32gather_ps(xt, idx, 4)));
+    }
+  };
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t p = p0;
+  for (; p + 2 * C <= p1; p += 2 * C) {
+    hwy::Prefetch(vals + p * G * vb + kPrefetchBytes);
+    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + p * G * vb).raw, xvec(p), acc0);
+    acc1 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + (p + C) * G * vb).raw, xvec(p + C), acc1);
+  }
+  for (; p + C <= p1; p += C) {
+    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + p * G * vb).raw, xvec(p), acc0);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
+  for (int i = 0; i < 16; ++i) s[i % G] += lanes[i];
+  return p;
+}
+#endif
+
 // Decode, g = 2 or 4 rows sharing explicit columns (BSR, V:N:M): per column, a g-lane vector of
-// values times a broadcast of x[col].
+// values times a broadcast of x[col] (on AVX-512, 16 / g columns per vector first:
+// GroupDecodeWide).
 template <int G, bool kBf16>
 HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t ldx, int64_t n,
                                      int64_t g0, int64_t g1, float* raw) {
@@ -427,9 +477,14 @@ HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t
     for (int64_t t = 0; t < n; ++t) {
       const float* xt = x + t * ldx;
       if (hn::Lanes(dg) == G) {
+        float wide[G] = {};
+        int64_t p = p0;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+        p = w.idx16 ? GroupDecodeWide<G, kBf16, true>(w, p0, p1, xt, wide)
+                    : GroupDecodeWide<G, kBf16, false>(w, p0, p1, xt, wide);
+#endif
         auto acc0 = hn::Zero(dg);
         auto acc1 = hn::Zero(dg);
-        int64_t p = p0;
         for (; p + 1 < p1; p += 2) {
           acc0 = hn::MulAdd(LoadValues<kBf16>(dg, vals + p * G * vb), hn::Set(dg, xt[w.Col(p)]), acc0);
           acc1 = hn::MulAdd(LoadValues<kBf16>(dg, vals + (p + 1) * G * vb),
@@ -439,6 +494,7 @@ HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t
           acc0 = hn::MulAdd(LoadValues<kBf16>(dg, vals + p * G * vb), hn::Set(dg, xt[w.Col(p)]), acc0);
         }
         hn::StoreU(hn::Add(acc0, acc1), dg, s);
+        for (int q = 0; q < G; ++q) s[q] += wide[q];
       } else {
         for (int q = 0; q < G; ++q) s[q] = 0;
         for (int64_t p = p0; p < p1; ++p) {

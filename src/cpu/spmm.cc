@@ -61,7 +61,7 @@ const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 // The token counts up to which the decode kernels run on this target (DecodeMaxN below).
 void DecodeLimitsT(DecodeLimits* b) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  *b = DecodeLimits{16, 4, 4, 3, 12, 12, 8};
+  *b = DecodeLimits{16, 4, 4, 4, 12, 12, 8};
 #else
   *b = DecodeLimits{4, 4, 4, 1, 6, 12, 12};
 #endif
@@ -126,9 +126,9 @@ namespace {
 // - CSR rows (groups of one row): up to 4 (99% 0.14 / 0.16, 576x1536 90% 0.041 / 0.067, 99% 0.014
 //   / 0.041; behind at 80-90%: 2.3 / 2.0, 1.0 / 0.8); tiled from 6 (80% 3.2 / 2.0, 99% 0.30 /
 //   0.24).
-// - V:N:M and BSR (groups of 2-4 rows): up to 3, where they are even (V:8:2:4 3.1 / 2.8, BSR
-//   16x16 70% 1.9 / 1.7, 32x32 90% 0.63 / 0.62; 576x1536 0.21 / 0.21, 0.12 / 0.13, 0.050 /
-//   0.058); tiled from 4 (V:8:2:4 3.6 / 2.8, BSR 16x16 2.2 / 1.7).
+// - V:N:M and BSR (groups of 2-4 rows; the decode takes 16 / g columns per vector): up to 4
+//   (V:16:2:4 3.1 / 3.3, BSR 16x16 70% 1.8 / 2.0, 32x32 90% 0.68 / 0.68; 576x1536 0.18 / 0.20,
+//   0.12 / 0.15, 0.066 / 0.108); at 6 tiled is ahead at 4096x4096 (3.8 / 3.4, 2.5 / 2.1).
 // - dense bf16 rows: up to 12 (4.3 / 6.5 at 8, 6.0 / 6.5 at 12, 7.9 / 6.5 at 16).
 // - bit-mask rows (4 tokens per pass): at 50% up to 12 (3.5 / 4.0), at 70% up to 8 (2.1 / 2.7 at 8,
 //   3.1 / 2.7 at 12).
