@@ -262,22 +262,16 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
   float* out = raw + t0 * (r1 - r0) + (r - r0);
 #define SPARQ_NM_OUT(q, t) \
   if constexpr (R > q && T > t) out[t * (r1 - r0) + q] = hn::GetLane(hn::SumOfLanes(df, a##q##t))
-  SPARQ_NM_OUT(0, 0);
-  SPARQ_NM_OUT(0, 1);
-  SPARQ_NM_OUT(0, 2);
-  SPARQ_NM_OUT(0, 3);
-  SPARQ_NM_OUT(1, 0);
-  SPARQ_NM_OUT(1, 1);
-  SPARQ_NM_OUT(1, 2);
-  SPARQ_NM_OUT(1, 3);
-  SPARQ_NM_OUT(2, 0);
-  SPARQ_NM_OUT(2, 1);
-  SPARQ_NM_OUT(2, 2);
-  SPARQ_NM_OUT(2, 3);
-  SPARQ_NM_OUT(3, 0);
-  SPARQ_NM_OUT(3, 1);
-  SPARQ_NM_OUT(3, 2);
-  SPARQ_NM_OUT(3, 3);
+#define SPARQ_NM_OUT_ROW(q) \
+  SPARQ_NM_OUT(q, 0);       \
+  SPARQ_NM_OUT(q, 1);       \
+  SPARQ_NM_OUT(q, 2);       \
+  SPARQ_NM_OUT(q, 3)
+  SPARQ_NM_OUT_ROW(0);
+  SPARQ_NM_OUT_ROW(1);
+  SPARQ_NM_OUT_ROW(2);
+  SPARQ_NM_OUT_ROW(3);
+#undef SPARQ_NM_OUT_ROW
 #undef SPARQ_NM_OUT
 }
 

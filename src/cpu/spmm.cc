@@ -336,7 +336,8 @@ std::atomic<int> g_stream_y{0};
 // caches cold as in `bench kernels`: an OpenBLAS call between samples): one thread 5.49 / 5.53 ->
 // 4.43 / 4.57, two threads 2.63 / 3.17 -> 2.36 / 2.53; back to back (Y still in L3) one thread
 // 3.93 / 4.03 -> 4.06 / 4.17, two threads within noise. More in docs/kernels.md.
-bool StreamY(const SpmmArgs& a, int64_t m, int threads) {
+bool StreamY(const SpmmArgs& a, int64_t m, const ThreadPool* pool) {
+  const int threads = pool ? pool->num_threads() : 1;
   const auto forced = static_cast<StreamYMode>(g_stream_y.load(std::memory_order_relaxed));
   if (forced == StreamYMode::kNever || a.ep.bias || a.ep.residual ||
       a.ep.act != Activation::kNone || a.ldy % 16 != 0 ||
@@ -345,7 +346,7 @@ bool StreamY(const SpmmArgs& a, int64_t m, int threads) {
   }
   const double l2_bytes = CoreL2Bytes() > 0 ? static_cast<double>(CoreL2Bytes()) : double{1 << 20};
   return forced == StreamYMode::kAlways ||
-         static_cast<double>(a.n) * static_cast<double>(m) * 4.0 > l2_bytes * std::max(threads, 1);
+         static_cast<double>(a.n) * static_cast<double>(m) * 4.0 > l2_bytes * threads;
 }
 
 // Rows from Y's row 0 to the first 64-byte line start (Y rows of ldy % 16 == 0 floats all start
@@ -662,7 +663,7 @@ std::vector<int64_t> RowTiledBounds(const RowTiled& rt, const SpmmArgs& a, bool 
 }
 
 void RunRowTiledXt(const RowTiled& rt, const SpmmArgs& a, ThreadPool* pool) {
-  const bool stream = StreamY(a, rt.pw->rows, pool ? pool->num_threads() : 1);
+  const bool stream = StreamY(a, rt.pw->rows, pool);
   const auto bounds = RowTiledBounds(rt, a, stream);
   ParallelTasks(pool, int64_t(bounds.size()) - 1, [&](int64_t task, int) {
     RowTiledTask(rt, a, bounds[task], bounds[task + 1], stream);
@@ -687,7 +688,7 @@ void RunRowTiledJobs(const std::vector<DecodeJob>& jobs, ThreadPool* pool) {
   std::vector<char> stream(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     rts.emplace_back(*jobs[j].w, xt, a0.n, nt, stride);
-    stream[j] = StreamY(jobs[j].a, jobs[j].w->rows, pool ? pool->num_threads() : 1);
+    stream[j] = StreamY(jobs[j].a, jobs[j].w->rows, pool);
     const auto bounds = RowTiledBounds(rts.back(), jobs[j].a, stream[j]);
     for (size_t b = 0; b + 1 < bounds.size(); ++b) tasks.push_back({j, bounds[b], bounds[b + 1]});
   }
@@ -709,7 +710,7 @@ std::atomic<int> g_scg_order{0};
 void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const ScgWeight& w = pw.scg;
   const std::vector<int64_t> cost = RowCost(pw);
-  const bool stream = StreamY(a, w.rows, pool ? pool->num_threads() : 1);
+  const bool stream = StreamY(a, w.rows, pool);
   const TaskCuts cuts = CutsFor(a, stream, w.g, std::max(1, 4 / w.g));
   auto bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, cuts.align, kMaxTasks, cuts.offset);
   int64_t tasks = int64_t(bounds.size()) - 1;

@@ -922,8 +922,9 @@ TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
 }
 
 TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
-  // Shared-column groups of 2 and 4 rows (BSR 2x2, 4x4) with u32 column indices, through the
-  // decode (n <= 2, on AVX-512 16 / g columns per vector from one gather) and the tiled kernel.
+  // Shared-column groups of 2 and 4 rows (BSR 2x2, 4x4) with u32 column indices, through both
+  // registry kernels at n = 1, 2, 5 (the decode on AVX-512: 16 / g columns per vector from one
+  // gather).
   const int64_t m = 8, k = 70000;
   for (const char* pat : {"block:4x4:0.99", "block:2x2:0.99"}) {
     auto p = Pattern::Parse(pat);
@@ -931,18 +932,17 @@ TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
     std::vector<float> w = testing_cpu::PatternWeights(*p, m, k, 12);
     auto s = Encode(w, m, k, FormatKind::kBsr, *p, DType::kF32);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
-    const std::vector<float> dense = testing_cpu::Densify(*s);
+    Built b;
+    b.dense = testing_cpu::Densify(*s);
     auto pw = cpu::Pack(*s, "w");
     ASSERT_TRUE(pw.ok()) << pw.status().ToString();
-    ASSERT_FALSE(pw->scg.idx16) << pat;
-    ASSERT_GE(pw->scg.g, 2) << pat;
+    b.packed = std::move(pw).value();
+    ASSERT_FALSE(b.packed.scg.idx16) << pat;
+    ASSERT_GE(b.packed.scg.g, 2) << pat;
     ForEachTarget([&](const std::string& target) {
       for (const auto& kern : cpu::SpmmRegistry()) {
-        if (kern.kind != pw->kind) continue;
+        if (kern.kind != b.packed.kind) continue;
         for (int64_t n : {1, 2, 5}) {
-          Built b;
-          b.dense = dense;
-          b.packed = *pw;
           RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
                       target + " " + pat + " " + kern.name + " n=" + std::to_string(n));
         }
