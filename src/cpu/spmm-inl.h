@@ -1032,7 +1032,8 @@ class XtSlicePrefetcher {
 // rounds): V:16:2:4 11008x4096 one thread 216-217 -> 172-176, two threads 111-124 -> 94; V:32:2:4
 // 11008x4096 233-234 -> 182-187; V:16:2:4 4096x11008 187-192 -> 165-177; 4096x4096 V:N:M and
 // BSR 16x16 / 32x32 90% within noise or up to 8% faster. Only for groups of 2 or more rows: CSR
-// rows (one row per group, short runs) went 5-15% slower with it (99% 4096x4096, 95% 4096x11008).
+// rows (one row per group, short runs) went 5-15% slower with it (99% 4096x4096, 95% 4096x11008);
+// except the narrow CSR kernel's single pass over the weights (kCsrStreamAhead).
 class ScgRunPrefetcher {
  public:
   ScgRunPrefetcher(const ScgWeight& w, const ScgBlock& blk, int64_t g0, int64_t g1, int g,
@@ -1068,6 +1069,15 @@ class ScgRunPrefetcher {
   int64_t g0_, g1_;
   size_t vbytes_, ibytes_;
 };
+
+// Rows ahead whose weights the narrow CSR kernel prefetches in a pass over the whole k
+// (blk.stream): the weights are read once per call there, from DRAM or L3 (a model reads each
+// layer once per token), and a kept weight costs too few cycles for the hardware prefetchers to
+// keep up. Measured (4096x4096 90% n = 4, one thread, OpenBLAS run before each sample, ms):
+// 1.82-1.94 without, 1.37-1.44 with 2-8 rows ahead, 1.49-1.55 at 16, 1.63-1.68 at 32. The same
+// prefetch in the full-vector pairs (n = 9-32, one tile) was 0-10% slower at 4096x4096 and
+// 11008x4096 (bench kernels, two threads, against the build before) and is not used there.
+inline constexpr int64_t kCsrStreamAhead = 4;
 
 // One group of G rows sharing columns; columns [p0, p1) (all < the k block's end).
 template <int G, int NV, bool kBf16>
@@ -1134,6 +1144,96 @@ HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const
     float* scr = scratch + (gi - g0) * G * NT;  // [group][G][NT]: padded rows stay inside
     ScgTiledGroup<G, NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], xt, scr, first);
   }
+}
+
+// CSR rows (g = 1, explicit columns) on a token tile narrower than one vector: kNt (4 or 8) tokens
+// in a 128- / 256-bit vector, for n <= kNt on targets with wider vectors (NarrowCsrWidth). At n = 4
+// the 16-token tile read a whole 64-byte line of X^T per kept weight and its X^T (k x 16 floats,
+// 256 KiB at k = 4096) sat in L2; with 4 tokens a kept weight reads 16 bytes and X^T (64 KiB) is
+// mostly in L1. Two rows at a time, each with two partial sums (kept weight i into sum i % 2,
+// whatever the other row's length, so a row's bits do not depend on its partner): four FMA chains
+// where the 16-token kernel's pairs had two, each waiting out the FMA latency per kept weight.
+template <size_t kNt, bool kBf16, class Col>
+HWY_INLINE void CsrNarrowPair(Col col, int64_t pa0, int64_t pa1, int64_t pb0, int64_t pb1,
+                              const void* vals, const float* xt, float* scr, bool two, bool first) {
+  const hn::CappedTag<float, kNt> d;
+  constexpr int64_t NT = static_cast<int64_t>(kNt);
+  auto a0 = first ? hn::Zero(d) : hn::LoadU(d, scr);
+  auto b0 = first || !two ? hn::Zero(d) : hn::LoadU(d, scr + NT);
+  auto a1 = hn::Zero(d), b1 = hn::Zero(d);
+  const int64_t na = pa1 - pa0, nb = two ? pb1 - pb0 : 0;
+  const int64_t common = std::min(na, nb) & ~int64_t{1};
+  int64_t i = 0;
+  for (; i < common; i += 2) {
+    const auto xa0 = hn::LoadU(d, xt + col(pa0 + i) * NT);
+    const auto xb0 = hn::LoadU(d, xt + col(pb0 + i) * NT);
+    const auto xa1 = hn::LoadU(d, xt + col(pa0 + i + 1) * NT);
+    const auto xb1 = hn::LoadU(d, xt + col(pb0 + i + 1) * NT);
+    a0 = hn::MulAdd(hn::Set(d, ScalarValue<kBf16>(vals, pa0 + i)), xa0, a0);
+    b0 = hn::MulAdd(hn::Set(d, ScalarValue<kBf16>(vals, pb0 + i)), xb0, b0);
+    a1 = hn::MulAdd(hn::Set(d, ScalarValue<kBf16>(vals, pa0 + i + 1)), xa1, a1);
+    b1 = hn::MulAdd(hn::Set(d, ScalarValue<kBf16>(vals, pb0 + i + 1)), xb1, b1);
+  }
+  // Each row's rest alone, still kept weight i into sum i % 2.
+  auto tail = [&](int64_t p0, int64_t cnt, auto& s0, auto& s1) {
+    int64_t j = common;
+    for (; j + 2 <= cnt; j += 2) {
+      const auto x0 = hn::LoadU(d, xt + col(p0 + j) * NT);
+      const auto x1 = hn::LoadU(d, xt + col(p0 + j + 1) * NT);
+      s0 = hn::MulAdd(hn::Set(d, ScalarValue<kBf16>(vals, p0 + j)), x0, s0);
+      s1 = hn::MulAdd(hn::Set(d, ScalarValue<kBf16>(vals, p0 + j + 1)), x1, s1);
+    }
+    if (j < cnt) {
+      s0 = hn::MulAdd(hn::Set(d, ScalarValue<kBf16>(vals, p0 + j)),
+                      hn::LoadU(d, xt + col(p0 + j) * NT), s0);
+    }
+  };
+  tail(pa0, na, a0, a1);
+  hn::StoreU(hn::Add(a0, a1), d, scr);
+  if (two) {
+    tail(pb0, nb, b0, b1);
+    hn::StoreU(hn::Add(b0, b1), d, scr + NT);
+  }
+}
+
+// Rows (groups of 1) [g0, g1) over k block blk, X^T tiles of kNt tokens.
+template <size_t kNt, bool kBf16>
+HWY_NOINLINE void CsrNarrowImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
+                                const ScgBlock& blk, float* scratch, const XtNext& next) {
+  constexpr int64_t NT = static_cast<int64_t>(kNt);
+  const void* vals = w.values.data();
+  XtSlicePrefetcher pf(next, (g1 - g0 + 1) / 2);
+  ScgRunPrefetcher wpf(w, blk, g0, g1, 1, kBf16 ? 2 : 4);
+  auto run = [&](auto col) HWY_ATTR {
+    for (int64_t gi = g0; gi < g1; gi += 2) {
+      pf.Step();
+      if (blk.stream) {
+        wpf.Fetch(gi + kCsrStreamAhead);
+        wpf.Fetch(gi + kCsrStreamAhead + 1);
+      }
+      const bool two = gi + 1 < g1;
+      const int64_t j = gi - g0;
+      CsrNarrowPair<kNt, kBf16>(col, blk.pb[j], blk.pe[j], two ? blk.pb[j + 1] : 0,
+                                two ? blk.pe[j + 1] : 0, vals, xt, scratch + j * NT, two,
+                                blk.first);
+    }
+  };
+  if (w.idx16) {
+    const uint16_t* ci = w.col_idx.data_as<uint16_t>();
+    run([ci](int64_t p) { return int64_t{ci[p]}; });
+  } else {
+    const uint32_t* ci = w.col_idx.data_as<uint32_t>();
+    run([ci](int64_t p) { return int64_t{ci[p]}; });
+  }
+}
+
+// The narrow CSR tile width for n tokens: 4 or 8 where that is under one vector and covers n
+// (AVX2: n <= 4; AVX-512: n <= 8), else 0 (the full-vector tiles).
+inline int64_t NarrowCsrWidth(int64_t n) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  if (n <= 4 && L > 4) return 4;
+  if (n <= 8 && L > 8) return 8;
+  return 0;
 }
 
 template <int kBits, bool kBf16, int NV>
@@ -1630,6 +1730,17 @@ HWY_INLINE void ScgTiledG(const ScgWeight& w, int nv, int64_t g0, int64_t g1, co
 inline void ScgTiled(const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
                      const ScgBlock& blk, float* scratch, const XtNext& next) {
   const int nv = static_cast<int>(nt / static_cast<int64_t>(hn::Lanes(DF())));
+  if (nv == 0) {  // a narrow CSR tile (NarrowCsrWidth)
+    const bool bf = w.value_dtype == DType::kBF16;
+    if (nt == 4) {
+      bf ? CsrNarrowImpl<4, true>(w, g0, g1, xt, blk, scratch, next)
+         : CsrNarrowImpl<4, false>(w, g0, g1, xt, blk, scratch, next);
+    } else {
+      bf ? CsrNarrowImpl<8, true>(w, g0, g1, xt, blk, scratch, next)
+         : CsrNarrowImpl<8, false>(w, g0, g1, xt, blk, scratch, next);
+    }
+    return;
+  }
   if (w.g == 1) {
     ScgTiledG<1>(w, nv, g0, g1, xt, blk, scratch, next);
   } else if (w.g == 2) {

@@ -42,6 +42,7 @@ void SiluMulT(float* g, const float* u, int64_t len, float* out) {
   for (int64_t i = 0; i < len; ++i) out[i] = g[i] * u[i];
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
+int64_t NarrowCsrWidthT(int64_t n) { return NarrowCsrWidth(n); }
 int64_t RowTileWidthT(int64_t n) { return RowTileWidth(n); }
 // stream: write dst with non-temporal stores where the target has whole-line squares (dst and ldd
 // must then be 64-byte aligned), fenced before returning.
@@ -61,9 +62,9 @@ const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 // The token counts up to which the decode kernels run on this target (DecodeMaxN below).
 void DecodeLimitsT(DecodeLimits* b) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  *b = DecodeLimits{16, 4, 4, 4, 12, 12, 8};
+  *b = DecodeLimits{16, 4, 2, 4, 12, 12, 8};
 #else
-  *b = DecodeLimits{4, 4, 4, 1, 6, 12, 12};
+  *b = DecodeLimits{4, 4, 3, 1, 6, 12, 12};
 #endif
 }
 void EpilogueBlockT(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t r0, int64_t r1,
@@ -103,6 +104,7 @@ HWY_EXPORT(ScgTiledT);
 HWY_EXPORT(MaskDecodeT);
 HWY_EXPORT(MaskTiledT);
 HWY_EXPORT(TileWidthT);
+HWY_EXPORT(NarrowCsrWidthT);
 HWY_EXPORT(RowTileWidthT);
 HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
@@ -123,9 +125,10 @@ namespace {
 // - N:M with m = 2n (2:4, 4:8; X windows permuted, 4 tokens per pass): up to 16 (2:4 f32 3.0 /
 //   3.3 at 16, 5.3 / 4.4 at 32; 576x576 0.125 / 0.112 at 16).
 // - other N:M (1:4; X gathered): up to 4 (1.6 / 2.1 at 4; 2.4 / 2.0 at 6).
-// - CSR rows (groups of one row): up to 4 (99% 0.14 / 0.16, 576x1536 90% 0.041 / 0.067, 99% 0.014
-//   / 0.041; behind at 80-90%: 2.3 / 2.0, 1.0 / 0.8); tiled from 6 (80% 3.2 / 2.0, 99% 0.30 /
-//   0.24).
+// - CSR rows (groups of one row): up to 2, the tiled kernel on narrow 4- / 8-token tiles from 3
+//   (measured again 2026-12-01 after that kernel, one thread, ms: 90% 1.0 / 1.4 at 2, 2.0 / 1.4 at
+//   3; 99% 0.15 / 0.22 at 2, 0.21 / 0.22 at 3, 0.29 / 0.22 at 4; 576x1536 90% 0.043 / 0.053 at 2,
+//   0.059 / 0.055 at 3; 1536x576 99% 0.040 / 0.024 at 3).
 // - V:N:M and BSR (groups of 2-4 rows; the decode takes 16 / g columns per vector): up to 4
 //   (V:16:2:4 3.1 / 3.3, BSR 16x16 70% 1.8 / 2.0, 32x32 90% 0.68 / 0.68; 576x1536 0.18 / 0.20,
 //   0.12 / 0.15, 0.066 / 0.108); at 6 tiled is ahead at 4096x4096 (3.8 / 3.4, 2.5 / 2.1).
@@ -134,7 +137,9 @@ namespace {
 //   3.1 / 2.7 at 12).
 // AVX2 (SPARQ_MAX_ISA=AVX2 on the same machine; the other targets follow it):
 // - 2:4: up to 4 (2.7 / 2.9 at 4, 3.9 / 2.9 at 6; 16 tokens ran 9.6 against 3.7);
-//   1:4 and CSR: up to 4 (1.9 / 1.9, 1.13 / 1.17).
+//   1:4: up to 4 (1.9 / 1.9); CSR up to 3 (narrow 4-token tiles, one thread: 90% 1.31 / 1.44 at
+//   3, 1.93 / 1.49 at 4; 99% 0.16 / 0.22 at 3, 0.22 / 0.22 at 4; 1536x576 90% 0.065 / 0.074 at
+//   3, 0.084 / 0.073 at 4).
 // - V:N:M and BSR: 1 (V:16:2:4 2.7 / 2.5 at 2; BSR 32x32 90% 0.52 / 0.50 at 1).
 // - dense bf16: up to 6 (3.5 / 5.5 at 4, 6.2 / 5.5 at 8); bit mask: 12 at 50% and 70% (the
 //   AVX2 tiled mask kernel is slower: 5.2 / 6.8 at 12).
@@ -715,6 +720,9 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   auto bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, cuts.align, kMaxTasks, cuts.offset);
   int64_t tasks = int64_t(bounds.size()) - 1;
   int64_t nt = HWY_DYNAMIC_DISPATCH(TileWidthT)(w.g, a.n);
+  if (w.g == 1 && !w.implicit_cols) {
+    if (const int64_t narrow = HWY_DYNAMIC_DISPATCH(NarrowCsrWidthT)(a.n)) nt = narrow;
+  }
   // Loop order by bytes moved from beyond L2: task-outer keeps a task's weights cached across the
   // token tiles but streams all of X^T once per task; tile-outer keeps one X^T tile cached for
   // every task but streams all the weights once per tile. Very sparse weights are smaller than X^T
@@ -819,6 +827,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       for (int64_t b = 0; b < kblocks; ++b) {
         ScgBlock blk;
         blk.first = b == 0;
+        blk.stream = tiles == 1 && kblocks == 1 && w.g == 1;
         blk.pb = starts + b * groups + g0;
         blk.pe = starts + (b + 1) * groups + g0;
         const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile - tile0, tile1 - tile0,

@@ -75,6 +75,7 @@ struct ScgWeight {
 // first: the first block (the partial sums start from zero).
 struct ScgBlock {
   bool first = false;
+  bool stream = false;  // one pass over CSR weights (one token tile, whole k): prefetch them
   const int64_t* pb = nullptr;
   const int64_t* pe = nullptr;
 };

@@ -166,10 +166,11 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
 
 TEST(SpmmTest, AllTargetsAroundTileSizes) {
   // Shapes one below / at / above the vector widths (4, 8, 16 lanes), the 16-value N:M chunk,
-  // the token tiles (16..64; N:M on AVX-512 also 128: n = 200) and the k blocks (128..512 columns).
+  // the token tiles (16..64; N:M on AVX-512 also 128: n = 200; CSR's narrow 4- and 8-token tiles:
+  // n = 3, 5, 8) and the k blocks (128..512 columns).
   const int64_t ms[] = {4, 9};
   const int64_t ks[] = {15, 16, 17, 129, 513};
-  const int64_t ns[] = {1, 3, 15, 16, 31, 33, 64, 66, 200};
+  const int64_t ns[] = {1, 3, 5, 8, 15, 16, 31, 33, 64, 66, 200};
   const Case cases[] = {{FormatKind::kNM, "2:4", DType::kF32},
                         {FormatKind::kNM, "2:4", DType::kBF16},
                         {FormatKind::kNM, "4:8", DType::kF32},
@@ -585,9 +586,9 @@ TEST(SpmmTest, DispatchSwitchesFromDecodeToTiledByLayout) {
   // Each sparse weight runs its kind's decode kernel up to DecodeMaxN(w) tokens and its tiled
   // kernel above, inside the registry rows' [min_n, max_n]. The bound depends on the layout and the
   // target: N:M with m = 2n permutes X windows (cheap per token) and never switches before other
-  // N:M, which gather X; CSR rows not before groups of rows (V:N:M, BSR); dense bf16 rows not
-  // before groups; bit-mask rows not later when sparser. On AVX-512 the window N:M decode runs 4
-  // tokens a pass and stays ahead up to 16 tokens.
+  // N:M, which gather X; dense bf16 rows not before groups of rows (V:N:M, BSR); bit-mask rows not
+  // later when sparser. On AVX-512 the window N:M decode runs 4 tokens a pass and stays ahead up
+  // to 16 tokens, and CSR rows go tiled from 3 tokens (narrow 4-token tiles), before the groups.
   const Case cases[] = {
       {FormatKind::kNM, "2:4", DType::kF32},                                           // 0
       {FormatKind::kNM, "4:8", DType::kBF16},                                          // 1
@@ -621,12 +622,12 @@ TEST(SpmmTest, DispatchSwitchesFromDecodeToTiledByLayout) {
     }
     EXPECT_EQ(max_n[0], max_n[1]) << target;
     EXPECT_GE(max_n[0], max_n[2]) << target;
-    EXPECT_GE(max_n[3], max_n[4]) << target;
     EXPECT_EQ(max_n[4], max_n[5]) << target;
     EXPECT_GE(max_n[6], max_n[4]) << target;
     EXPECT_GE(max_n[7], max_n[8]) << target;
     if (target == "AVX3" || target == "AVX3_DL") {
       EXPECT_EQ(max_n[0], 16) << target;
+      EXPECT_LT(max_n[3], max_n[4]) << target;
     }
   });
   EXPECT_GE(targets_run, 2);
@@ -919,6 +920,26 @@ TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
     testing_cpu::ReferenceForward(w, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
     ExpectClose(want, abs_sum, y.data(), n, m, m, k, "csr u32");
   }
+  // Both registry kernels on every target, through the token tiles of each width (narrow 4 and 8,
+  // one and two vectors).
+  auto cs = CsrMatrix::FromDense(w, m, k, DType::kF32);
+  ASSERT_TRUE(cs.ok());
+  Built b;
+  b.dense = w;
+  auto pw = cpu::Pack(SparseMatrix(std::move(cs).value()), "w");
+  ASSERT_TRUE(pw.ok()) << pw.status().ToString();
+  b.packed = std::move(pw).value();
+  ASSERT_EQ(b.packed.kind, cpu::PackedKind::kScg);
+  ASSERT_FALSE(b.packed.scg.idx16);
+  ForEachTarget([&](const std::string& target) {
+    for (const auto& kern : cpu::SpmmRegistry()) {
+      if (kern.kind != b.packed.kind) continue;
+      for (int64_t n : {1, 3, 5, 12, 17}) {
+        RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
+                    target + " " + kern.name + " csr u32 n=" + std::to_string(n));
+      }
+    }
+  });
 }
 
 TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
