@@ -1033,7 +1033,7 @@ class XtSlicePrefetcher {
 // 11008x4096 233-234 -> 182-187; V:16:2:4 4096x11008 187-192 -> 165-177; 4096x4096 V:N:M and
 // BSR 16x16 / 32x32 90% within noise or up to 8% faster. Only for groups of 2 or more rows: CSR
 // rows (one row per group, short runs) went 5-15% slower with it (99% 4096x4096, 95% 4096x11008);
-// except the narrow CSR kernel's single pass over the weights (kCsrStreamAhead).
+// except CsrNarrowImpl's single pass over weights beyond L2 (kCsrStreamAhead).
 class ScgRunPrefetcher {
  public:
   ScgRunPrefetcher(const ScgWeight& w, const ScgBlock& blk, int64_t g0, int64_t g1, int g,
@@ -1070,13 +1070,14 @@ class ScgRunPrefetcher {
   size_t vbytes_, ibytes_;
 };
 
-// Rows ahead whose weights the narrow CSR kernel prefetches in a pass over the whole k
-// (blk.stream): the weights are read once per call there, from DRAM or L3 (a model reads each
+// Rows ahead whose weights CsrNarrowImpl prefetches in a pass over the whole k (blk.stream,
+// weights beyond L2): they are read once per call there, from DRAM or L3 (a model reads each
 // layer once per token), and a kept weight costs too few cycles for the hardware prefetchers to
-// keep up. Measured (4096x4096 90% n = 4, one thread, OpenBLAS run before each sample, ms):
-// 1.82-1.94 without, 1.37-1.44 with 2-8 rows ahead, 1.49-1.55 at 16, 1.63-1.68 at 32. The same
-// prefetch in the full-vector pairs (n = 9-32, one tile) was 0-10% slower at 4096x4096 and
-// 11008x4096 (bench kernels, two threads, against the build before) and is not used there.
+// keep up. Measured (one thread, an OpenBLAS call before each sample, ms): 4096x4096 90% n = 4
+// 1.82-1.94 without, 1.37-1.44 with 2-8 rows ahead, 1.49-1.55 at 16, 1.63-1.68 at 32; 4 ahead,
+// three rounds: 11008x4096 90% n = 4 4.47-5.11 -> 3.82-3.90; 99% (1-3 MB) within noise;
+// SmolLM2's 576x1536 90% (0.5 MB, in L2) 0.048-0.050 -> 0.051-0.054, hence only for weights
+// larger than L2. In the full-vector pairs (n = 9-32) it was not faster with two threads.
 inline constexpr int64_t kCsrStreamAhead = 4;
 
 // One group of G rows sharing columns; columns [p0, p1) (all < the k block's end).
@@ -1152,7 +1153,10 @@ HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const
 // 256 KiB at k = 4096) sat in L2; with 4 tokens a kept weight reads 16 bytes and X^T (64 KiB) is
 // mostly in L1. Two rows at a time, each with two partial sums (kept weight i into sum i % 2,
 // whatever the other row's length, so a row's bits do not depend on its partner): four FMA chains
-// where the 16-token kernel's pairs had two, each waiting out the FMA latency per kept weight.
+// where the pairs of ScgTiledImpl have two. The same kernel on one full 16-token vector (n = 9-16
+// on AVX-512) was no faster than those pairs with two threads (interleaved builds, three rounds:
+// 1536x576 90% n = 16 0.079 -> 0.083-0.086 ms, 4096x4096 90% n = 12 0.86-0.90 -> 0.91-1.06), so
+// it runs the narrow tiles only.
 template <size_t kNt, bool kBf16, class Col>
 HWY_INLINE void CsrNarrowPair(Col col, int64_t pa0, int64_t pa1, int64_t pb0, int64_t pb1,
                               const void* vals, const float* xt, float* scr, bool two, bool first) {

@@ -810,6 +810,10 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       starts[kblocks * groups + gi] = end;
     }
   });
+  // CSR weights read in one pass (one token tile, whole k) from beyond L2: prefetched
+  // (kCsrStreamAhead in spmm-inl.h).
+  const bool stream_w = tiles == 1 && kblocks == 1 && w.g == 1 && !w.implicit_cols && nt < lanes &&
+                        wbytes > static_cast<double>(CoreL2Bytes());
   // Token tiles [tile0, tile1) of one task's groups, over X^T tiles from xt (tile tile0 first).
   auto run = [&](const float* xt, int64_t task, int64_t tile0, int64_t tile1) {
     const int64_t g0 = bounds[task], g1 = bounds[task + 1];
@@ -827,7 +831,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
       for (int64_t b = 0; b < kblocks; ++b) {
         ScgBlock blk;
         blk.first = b == 0;
-        blk.stream = tiles == 1 && kblocks == 1 && w.g == 1;
+        blk.stream = stream_w;
         blk.pb = starts + b * groups + g0;
         blk.pe = starts + (b + 1) * groups + g0;
         const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile - tile0, tile1 - tile0,
