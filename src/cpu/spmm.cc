@@ -793,23 +793,33 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // starts[b * groups + g]: group g's first column position in k block b (b = kblocks: its end),
   // found once per call (in parallel over the tasks) instead of scanning each group's columns
   // again in every token tile and k block.
+  //
+  // One k block (one token tile: every n up to 16 on AVX-512) needs no scan: the blocks' starts are
+  // the group pointers themselves (block b of group gi at starts[b * stride + gi], stride 1), and
+  // the call saves a parallel region, which costs a wake-up of the sleeping workers (tens of us
+  // on this VM) beside SmolLM2-sized products of 20-60 us.
   const int64_t groups = w.groups();
-  int64_t* starts = reinterpret_cast<int64_t*>(ThreadBuffer(4, (kblocks + 1) * groups * 2));
-  ParallelTasks(pool, tasks, [&](int64_t task, int) {
-    for (int64_t gi = bounds[task]; gi < bounds[task + 1]; ++gi) {
-      int64_t p = w.group_ptr[gi];
-      const int64_t end = w.group_ptr[gi + 1];
-      for (int64_t b = 0; b < kblocks; ++b) {
-        if (w.implicit_cols) {
-          p = w.group_ptr[gi] + b * kb;
-        } else {
-          while (p < end && w.Col(p) < b * kb) ++p;
+  const int64_t stride = kblocks == 1 ? 1 : groups;
+  int64_t* starts = kblocks == 1
+                        ? nullptr
+                        : reinterpret_cast<int64_t*>(ThreadBuffer(4, (kblocks + 1) * groups * 2));
+  if (kblocks > 1) {
+    ParallelTasks(pool, tasks, [&](int64_t task, int) {
+      for (int64_t gi = bounds[task]; gi < bounds[task + 1]; ++gi) {
+        int64_t p = w.group_ptr[gi];
+        const int64_t end = w.group_ptr[gi + 1];
+        for (int64_t b = 0; b < kblocks; ++b) {
+          if (w.implicit_cols) {
+            p = w.group_ptr[gi] + b * kb;
+          } else {
+            while (p < end && w.Col(p) < b * kb) ++p;
+          }
+          starts[b * groups + gi] = p;
         }
-        starts[b * groups + gi] = p;
+        starts[kblocks * groups + gi] = end;
       }
-      starts[kblocks * groups + gi] = end;
-    }
-  });
+    });
+  }
   // CSR weights read in one pass (one token tile, whole k) from beyond L2: prefetched
   // (kCsrStreamAhead in spmm-inl.h).
   const bool stream_w = tiles == 1 && kblocks == 1 && w.g == 1 && !w.implicit_cols && nt < lanes &&
@@ -832,8 +842,9 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
         ScgBlock blk;
         blk.first = b == 0;
         blk.stream = stream_w;
-        blk.pb = starts + b * groups + g0;
-        blk.pe = starts + (b + 1) * groups + g0;
+        const int64_t* st = kblocks == 1 ? w.group_ptr.data() : starts;
+        blk.pb = st + b * stride + g0;
+        blk.pe = st + (b + 1) * stride + g0;
         const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile - tile0, tile1 - tile0,
                                         std::min(w.cols, (b + 1) * kb), w.cols, kb, 1);
         HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch, &next);
