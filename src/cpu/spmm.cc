@@ -794,10 +794,10 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // found once per call (in parallel over the tasks) instead of scanning each group's columns
   // again in every token tile and k block.
   //
-  // One k block (one token tile: every n up to 16 on AVX-512) needs no scan: the blocks' starts are
-  // the group pointers themselves (block b of group gi at starts[b * stride + gi], stride 1), and
-  // the call saves a parallel region, which costs a wake-up of the sleeping workers (tens of us
-  // on this VM) beside SmolLM2-sized products of 20-60 us.
+  // One k block (one token tile: n up to 64 tokens on AVX-512, fewer for groups elsewhere) needs no
+  // scan: the blocks' starts are the group pointers (block b of group gi at starts[b * stride +
+  // gi], stride 1), and the call saves a parallel region, which costs a wake-up of the sleeping
+  // workers (tens of us on this VM) beside SmolLM2-sized products of 20-60 us.
   const int64_t groups = w.groups();
   const int64_t stride = kblocks == 1 ? 1 : groups;
   int64_t* starts = kblocks == 1
