@@ -800,10 +800,9 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // workers (tens of us on this VM) beside SmolLM2-sized products of 20-60 us.
   const int64_t groups = w.groups();
   const int64_t stride = kblocks == 1 ? 1 : groups;
-  int64_t* starts = kblocks == 1
-                        ? nullptr
-                        : reinterpret_cast<int64_t*>(ThreadBuffer(4, (kblocks + 1) * groups * 2));
+  const int64_t* starts = w.group_ptr.data();
   if (kblocks > 1) {
+    int64_t* found = reinterpret_cast<int64_t*>(ThreadBuffer(4, (kblocks + 1) * groups * 2));
     ParallelTasks(pool, tasks, [&](int64_t task, int) {
       for (int64_t gi = bounds[task]; gi < bounds[task + 1]; ++gi) {
         int64_t p = w.group_ptr[gi];
@@ -814,16 +813,16 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
           } else {
             while (p < end && w.Col(p) < b * kb) ++p;
           }
-          starts[b * groups + gi] = p;
+          found[b * groups + gi] = p;
         }
-        starts[kblocks * groups + gi] = end;
+        found[kblocks * groups + gi] = end;
       }
     });
+    starts = found;
   }
-  // CSR weights read in one pass (one token tile, whole k) from beyond L2: prefetched
-  // (kCsrStreamAhead in spmm-inl.h).
-  const bool stream_w = tiles == 1 && kblocks == 1 && w.g == 1 && !w.implicit_cols && nt < lanes &&
-                        wbytes > static_cast<double>(CoreL2Bytes());
+  // A narrow CSR tile (nt under one vector: one token tile, one k block) reads its weights in one
+  // pass; beyond L2 they are prefetched (kCsrStreamAhead in spmm-inl.h).
+  const bool stream_w = nt < lanes && wbytes > static_cast<double>(CoreL2Bytes());
   // Token tiles [tile0, tile1) of one task's groups, over X^T tiles from xt (tile tile0 first).
   auto run = [&](const float* xt, int64_t task, int64_t tile0, int64_t tile1) {
     const int64_t g0 = bounds[task], g1 = bounds[task + 1];
@@ -842,9 +841,8 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
         ScgBlock blk;
         blk.first = b == 0;
         blk.stream = stream_w;
-        const int64_t* st = kblocks == 1 ? w.group_ptr.data() : starts;
-        blk.pb = st + b * stride + g0;
-        blk.pe = st + (b + 1) * stride + g0;
+        blk.pb = starts + b * stride + g0;
+        blk.pe = starts + (b + 1) * stride + g0;
         const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile - tile0, tile1 - tile0,
                                         std::min(w.cols, (b + 1) * kb), w.cols, kb, 1);
         HWY_DYNAMIC_DISPATCH(ScgTiledT)(&w, nt, g0, g1, xtt, &blk, scratch, &next);
