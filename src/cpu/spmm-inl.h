@@ -158,6 +158,17 @@ HWY_INLINE hn::Vec<DF> Permute2(DF d, hn::Vec<DF> lo, hn::Vec<DF> hi, hn::Vec<DI
 // Bytes ahead of the current position that the kernels prefetch in each weight stream (several
 // streams in flight hide this VM's memory latency better than the hardware prefetcher).
 inline constexpr int kPrefetchBytes = 1024;
+
+// The far weight-stream prefetch of the decode kernels (N:M, bit mask, dense bf16, f32 V:N:M /
+// BSR): into L2 (prefetcht1; hwy::Prefetch is prefetcht0, into L1). Those lines are not read for
+// hundreds of cycles, and on AMD Zen 4 (32 KiB L1) the L1 prefetches held the fill buffers that
+// the demand loads wait for. Measured there (n = 1, interleaved rounds, ms, L1 -> L2): 2:4 f32
+// 4096x4096 one thread 1.86-1.98 -> 1.46-1.60, two 0.85-0.92 -> 0.69-0.76; 11008x4096 2:4 f32
+// 6.5-6.7 -> 4.6-5.0, bf16 2.9-3.4 -> 2.5-2.6; dense bf16 7.0-7.1 -> 6.2-6.3; SmolLM2 (bench
+// model, two threads) 2:4 bf16 decode 78-84 -> 119-121 tok/s, 50% bf16 (bit mask, one thread)
+// 64-65 -> 70-71. CSR rows (gathers) and bf16 V:N:M / BSR stay on prefetcht0 (within noise /
+// slower with this).
+HWY_INLINE void PrefetchFar(const void* p) { __builtin_prefetch(p, 0, 2); }
 // The decode kernels of N:M and bit-mask rows run R = 4 rows in lockstep, and the rows' values are
 // contiguous, so 1 KiB ahead of each row's stream stayed inside the 4 rows being read (a 576-column
 // bf16 row at 50% is 576 bytes): nothing of the next rows was requested before the kernel reached
@@ -215,7 +226,7 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
   int64_t pf_rows = kNmStreamPrefetchBytes / row_bytes, pf_off = kNmStreamPrefetchBytes % row_bytes;
   for (int64_t c = 0; c < w.chunks; ++c) {
     const int32_t col0 = static_cast<int32_t>(c * chunk_cols);
-    for (int q = 0; q < R; ++q) hwy::Prefetch(vals + (q + R * pf_rows) * row_bytes + pf_off);
+    for (int q = 0; q < R; ++q) PrefetchFar(vals + (q + R * pf_rows) * row_bytes + pf_off);
     pf_off += chunk_bytes;
     if (pf_off >= row_bytes) {
       pf_off -= row_bytes;
@@ -390,7 +401,7 @@ HWY_NOINLINE void ScgDecodeDenseImpl(const ScgWeight& w, const float* xrep, int6
       float s[4] = {0, 0, 0, 0};
       if (L % 4 == 0) {  // lane i of a vector starting at p (a multiple of 4) is row i % 4
         for (; p + static_cast<int64_t>(2 * L) <= len; p += 2 * L) {
-          hwy::Prefetch(vals + p * vb + kDensePrefetchBytes);
+          PrefetchFar(vals + p * vb + kDensePrefetchBytes);
           acc0 = hn::MulAdd(LoadValues<kBf16>(df, vals + p * vb), hn::LoadU(df, xr + p), acc0);
           acc1 = hn::MulAdd(LoadValues<kBf16>(df, vals + (p + L) * vb), hn::LoadU(df, xr + p + L),
                             acc1);
@@ -439,7 +450,13 @@ HWY_INLINE int64_t GroupDecodeWide(const ScgWeight& w, int64_t p0, int64_t p1, c
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t p = p0;
   for (; p + 2 * C <= p1; p += 2 * C) {
-    hwy::Prefetch(vals + p * G * vb + kPrefetchBytes);
+    // bf16: into L1 (PrefetchFar measured slower here: 4096x4096 V:16:2:4 one thread 1.74-1.76
+    // -> 2.09-2.10 ms; f32 2.96-3.82 -> 2.28-2.54).
+    if constexpr (kBf16) {
+      hwy::Prefetch(vals + p * G * vb + kPrefetchBytes);
+    } else {
+      PrefetchFar(vals + p * G * vb + kPrefetchBytes);
+    }
     acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + p * G * vb).raw, xvec(p), acc0);
     acc1 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + (p + C) * G * vb).raw, xvec(p + C), acc1);
   }
@@ -560,9 +577,9 @@ class MaskStreamPrefetch {
   HWY_INLINE void Fetch(int q, const uint8_t* vp) const {
     if constexpr (kPerStream) {
       const int64_t row = std::min(w_.rows - 1, r_ + q + R_ * pf_rows_);
-      hwy::Prefetch(base_ + w_.row_ptr[row] * vb_ + pf_chunk_ * chunk_bytes_);
+      PrefetchFar(base_ + w_.row_ptr[row] * vb_ + pf_chunk_ * chunk_bytes_);
     } else {
-      hwy::Prefetch(vp + kDecodePrefetchBytes);
+      PrefetchFar(vp + kDecodePrefetchBytes);
     }
   }
   HWY_INLINE void Next() {
