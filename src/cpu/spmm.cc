@@ -62,7 +62,7 @@ const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 // The token counts up to which the decode kernels run on this target (DecodeMaxN below).
 void DecodeLimitsT(DecodeLimits* b) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  *b = DecodeLimits{16, 4, 2, 4, 12, 12, 8};
+  *b = DecodeLimits{16, 4, 2, AmdFamily19h() ? kZen4GroupsDecodeMaxN : 4, 12, 12, 8};
 #else
   *b = DecodeLimits{4, 4, 3, 1, 6, 12, 12};
 #endif
@@ -80,6 +80,9 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <cblas.h>
+#if HWY_ARCH_X86
+#include <cpuid.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -132,6 +135,12 @@ namespace {
 // - V:N:M and BSR (groups of 2-4 rows; the decode takes 16 / g columns per vector): up to 4
 //   (V:16:2:4 3.1 / 3.3, BSR 16x16 70% 1.8 / 2.0, 32x32 90% 0.68 / 0.68; 576x1536 0.18 / 0.20,
 //   0.12 / 0.15, 0.066 / 0.108); at 6 tiled is ahead at 4096x4096 (3.8 / 3.4, 2.5 / 2.1).
+//   On AMD Zen 4 up to 2 (kZen4GroupsDecodeMaxN; measured there 2026-12-01 evening, 2 threads,
+//   decode / tiled, ms, two rounds, the tiled kernel's second round on a slower host): 4096x4096
+//   V:16:2:4 2.25 / 2.63-2.87 at 2, 3.05-3.09 / 2.55-2.92 at 3, 4.02-4.09 / 2.61-2.97 at 4; BSR
+//   32x32 90% 0.38-0.42 / 0.47 at 2, 0.59-0.62 / 0.42-0.50 at 3; 576x576 V:16:2:4 0.036 / 0.035
+//   at 2, 0.054 / 0.035 at 3, 0.071 / 0.035 at 4; 1536x576 BSR 16x16 50% 0.14 / 0.084 at 3. Its
+//   gathers (the decode's X values) cost several cycles per element.
 // - dense bf16 rows: up to 12 (4.3 / 6.5 at 8, 6.0 / 6.5 at 12, 7.9 / 6.5 at 16).
 // - bit-mask rows (4 tokens per pass): at 50% up to 12 (3.5 / 4.0), at 70% up to 8 (2.1 / 2.7 at 8,
 //   3.1 / 2.7 at 12).
@@ -947,6 +956,23 @@ const std::vector<SpmmKernel>& SpmmRegistry() {
       {"SpmmMask_tiled", PackedKind::kMask, 9, INT64_MAX, true, RunRowTiled},
   };
   return kKernels;
+}
+
+bool AmdFamily19h() {
+  static const bool v = [] {
+#if HWY_ARCH_X86
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    // "AuthenticAMD" in ebx, edx, ecx.
+    if (ebx != 0x68747541u || edx != 0x69746e65u || ecx != 0x444d4163u) return false;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned base = (eax >> 8) & 0xf;
+    return (base == 0xf ? base + ((eax >> 20) & 0xff) : base) == 0x19;
+#else
+    return false;
+#endif
+  }();
+  return v;
 }
 
 void SetStreamYForTest(StreamYMode mode) {
