@@ -161,8 +161,8 @@ inline constexpr int kPrefetchBytes = 1024;
 
 // The far weight-stream prefetch of the decode kernels (N:M, bit mask, dense bf16, f32 V:N:M /
 // BSR): into L2 (prefetcht1; hwy::Prefetch is prefetcht0, into L1). Those lines are not read for
-// hundreds of cycles, and on AMD Zen 4 (32 KiB L1) the L1 prefetches held the fill buffers that
-// the demand loads wait for. Measured there (n = 1, interleaved rounds, ms, L1 -> L2): 2:4 f32
+// hundreds of cycles, and on AMD Zen 4 (32 KiB L1) the L1 prefetches presumably held the fill
+// buffers that the demand loads wait for (no hardware counters on that VM). Measured there (n = 1, interleaved rounds, ms, L1 -> L2): 2:4 f32
 // 4096x4096 one thread 1.86-1.98 -> 1.46-1.60, two 0.85-0.92 -> 0.69-0.76; 11008x4096 2:4 f32
 // 6.5-6.7 -> 4.6-5.0, bf16 2.9-3.4 -> 2.5-2.6; dense bf16 7.0-7.1 -> 6.2-6.3; SmolLM2 (bench
 // model, two threads) 2:4 bf16 decode 78-84 -> 119-121 tok/s, 50% bf16 (bit mask, one thread)

@@ -139,8 +139,8 @@ namespace {
 //   decode / tiled, ms, two rounds, the tiled kernel's second round on a slower host): 4096x4096
 //   V:16:2:4 2.25 / 2.63-2.87 at 2, 3.05-3.09 / 2.55-2.92 at 3, 4.02-4.09 / 2.61-2.97 at 4; BSR
 //   32x32 90% 0.38-0.42 / 0.47 at 2, 0.59-0.62 / 0.42-0.50 at 3; 576x576 V:16:2:4 0.036 / 0.035
-//   at 2, 0.054 / 0.035 at 3, 0.071 / 0.035 at 4; 1536x576 BSR 16x16 50% 0.14 / 0.084 at 3. Its
-//   gathers (the decode's X values) cost several cycles per element.
+//   at 2, 0.054 / 0.035 at 3, 0.071 / 0.035 at 4; 1536x576 BSR 16x16 50% 0.14 / 0.084 at 3. The
+//   decode gathers its X values; that Zen 4's gathers are what costs was not measured apart.
 // - dense bf16 rows: up to 12 (4.3 / 6.5 at 8, 6.0 / 6.5 at 12, 7.9 / 6.5 at 16).
 // - bit-mask rows (4 tokens per pass): at 50% up to 12 (3.5 / 4.0), at 70% up to 8 (2.1 / 2.7 at 8,
 //   3.1 / 2.7 at 12).

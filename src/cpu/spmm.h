@@ -50,8 +50,8 @@ struct DecodeLimits {
   int64_t sparse_mask;  // bit-mask rows, under 40% kept
 };
 
-// Whether this CPU is AMD family 19h (Zen 3 / Zen 4; with AVX-512: Zen 4), whose X gathers make the
-// V:N:M / BSR decode lose to the tiled kernel from 3 tokens (DecodeLimitsT).
+// Whether this CPU is AMD family 19h (Zen 3 / Zen 4; with AVX-512: Zen 4), where the V:N:M / BSR
+// decode (which gathers X) was measured slower than the tiled kernel from 3 tokens (DecodeLimitsT).
 bool AmdFamily19h();
 // V:N:M / BSR decode limit on AVX-512 where AmdFamily19h() (4 elsewhere on AVX-512).
 inline constexpr int64_t kZen4GroupsDecodeMaxN = 2;
