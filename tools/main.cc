@@ -5,10 +5,14 @@
 #include <map>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "src/cpu/machine.h"
 
+#include "tools/bench_hooks.h"
 #include "tools/command.h"
 
 namespace sparq::cli {
@@ -57,6 +61,29 @@ int main(int argc, char** argv) {
     restart = true;
   }
   if (restart) execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  // `sparq bench MODEL [MORE ...]` (the spelling of the model issue) means `sparq bench model ...`
+  // when the word after `bench` is no bench subcommand but an existing file or folder; a word
+  // that is neither gets one line naming it (CLI11 would only say "A subcommand is required").
+  std::vector<char*> args(argv, argv + argc);
+  static char model_word[] = "model";
+  if (argc >= 3 && std::string(argv[1]) == "bench" && argv[2][0] != '-') {
+    const auto& subs = BenchSubcommands();
+    const bool is_sub = std::any_of(subs.begin(), subs.end(),
+                                    [&](const CommandInfo& c) { return c.name == argv[2]; });
+    struct stat st {};
+    if (!is_sub) {
+      if (::stat(argv[2], &st) != 0) {
+        std::string names;
+        for (const auto& c : subs) names += (names.empty() ? "" : ", ") + c.name;
+        std::fprintf(stderr,
+                     "sparq: bench: '%s' is neither a subcommand (%s) nor an existing model file "
+                     "or folder\n",
+                     argv[2], names.c_str());
+        return 1;
+      }
+      args.insert(args.begin() + 2, model_word);
+    }
+  }
   CLI::App app{"sparq: prune, pack and run sparse neural networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sparq 0.1.0");
@@ -68,7 +95,7 @@ int main(int argc, char** argv) {
     runs[sub] = c.setup(*sub);
   }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 1;

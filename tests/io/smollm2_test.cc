@@ -158,6 +158,32 @@ TEST_F(SmolLm2Test, InspectListsEveryTensorAndJsonParses) {
   EXPECT_THAT(table, ::testing::HasSubstr("total: 272 tensors"));
 }
 
+// `sparq bench model` rows as JSON (the fields the model issue names), and the issue's spelling
+// `sparq bench MODEL`, which means the same; a word that is neither a bench subcommand nor a
+// path gets one line naming it (exit 1).
+TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
+  const std::string flags = " --threads 1 --prompt 8 --decode 2 --repeats 1 --json";
+  for (const std::string sub : {"bench model '", "bench '"}) {
+    std::string out;
+    ASSERT_EQ(testing::RunCommand(Cli() + " " + sub + path_ + "'" + flags, &out), 0) << sub << out;
+    const json rows = json::parse(out);
+    ASSERT_EQ(rows.size(), 1u) << out;
+    const json& r = rows[0];
+    EXPECT_EQ(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
+    EXPECT_EQ(r["threads"], 1);
+    EXPECT_EQ(r["prompt_tokens"], 8);
+    EXPECT_EQ(r["decode_tokens"], 2);
+    EXPECT_GT(r["decode_tok_s"].get<double>(), 0.0);
+    EXPECT_GT(r["prefill_tok_s"].get<double>(), 0.0);
+    // Dense f32: every parameter of the file (inspect's total above) plus the tied head, which
+    // the runtime keeps as its own f32 copy (49152 x 576).
+    EXPECT_EQ(r["weight_bytes"].get<int64_t>(), 4 * (int64_t{134515008} + int64_t{49152} * 576));
+  }
+  std::string out;
+  EXPECT_EQ(testing::RunCommand(Cli() + " bench kernls 2>&1", &out), 1);
+  EXPECT_THAT(out, ::testing::HasSubstr("bench: 'kernls' is neither a subcommand")) << out;
+}
+
 // `sparq generate` with its output piped (stdout and stderr into one pipe): the prompt and the
 // new text first, then the timing line from stderr on a line of its own (stdout is flushed
 // before it; piped stdout is block-buffered, and the final newline used to come after it).
