@@ -4,10 +4,13 @@
 # calibration from the Sherlock Holmes text and evaluated on WikiText-2 (ctx 512).
 #
 #   bash scripts/accuracy_table.sh [OUT_DIR]      (after the release build; see README)
-#   EVAL_TOKENS=0 for the whole test text (about 300k tokens: hours on 2 cores), default 16384.
-#   CALIB_SAMPLES / CALIB_LEN (default 16 x 512), THREADS (default 2), METHODS, PATTERNS.
+#   EVAL_TOKENS=0 for the whole test text (about 300k tokens, ~10 min per model on 2 cores),
+#   default 16384. CALIB_SAMPLES / CALIB_LEN (default 16 x 512), THREADS per run (default 2),
+#   JOBS runs at a time (default 1; JOBS=2 THREADS=1 keeps both cores busy through the
+#   single-threaded permutation search), METHODS, PATTERNS.
 # Prints one markdown table (perplexity and its ratio to dense, prune seconds) and keeps the
-# pruned checkpoints and JSON in OUT_DIR (default build/accuracy).
+# pruned checkpoints, JSON and one result line per row ($OUT_DIR/*.row) in OUT_DIR (default
+# build/accuracy). Each row is also printed to stderr when it is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/accuracy}
@@ -18,6 +21,7 @@ EVAL_TOKENS=${EVAL_TOKENS:-16384}
 CALIB_SAMPLES=${CALIB_SAMPLES:-16}
 CALIB_LEN=${CALIB_LEN:-512}
 THREADS=${THREADS:-2}
+JOBS=${JOBS:-1}
 METHODS=${METHODS:-"magnitude wanda sparsegpt"}
 PATTERNS=${PATTERNS:-"unstructured:0.5 2:4 4:8"}
 mkdir -p "$OUT"
@@ -29,28 +33,60 @@ eval_ppl() {  # model -> "perplexity tokens"
     --threads "$THREADS" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["perplexity"], j["tokens"])'
 }
 
-read -r dense tokens < <(eval_ppl "$MODEL")
-rows=("| dense | - | $(printf '%.2f' "$dense") | 1.00x | - |")
-run() {  # method pattern [extra flags...]
-  local method=$1 pattern=$2; shift 2
-  local tag="${method}_${pattern//:/-}${1:+_perm}"
-  local t0=$SECONDS
+# One row -> $OUT/$tag.row: "perplexity tokens prune_seconds". A failed prune or eval leaves no
+# .row file, and the table stops with the name of the row.
+run() {  # tag method pattern [extra flags...]
+  local tag=$1 method=$2 pattern=$3; shift 3
+  local t0=$SECONDS ppl tokens
+  rm -f "$OUT/$tag.row"
   "$SPARQ" prune "$MODEL" --method "$method" --pattern "$pattern" \
     --calib "$SHARED/sherlock-holmes-pg1661.txt" --calib-samples "$CALIB_SAMPLES" \
     --calib-len "$CALIB_LEN" --threads "$THREADS" "$@" --report "$OUT/$tag.json" \
     -o "$OUT/$tag.sparq" >"$OUT/$tag.log" 2>&1
   local secs=$((SECONDS - t0))
-  read -r ppl _ < <(eval_ppl "$OUT/$tag.sparq")
-  rows+=("| $method | $pattern${1:+ + permute} | $(printf '%.2f' "$ppl") | $(python3 -c "print(f'{$ppl/$dense:.2f}x')") | $secs |")
-  echo "${rows[-1]}" >&2
+  read -r ppl tokens < <(eval_ppl "$OUT/$tag.sparq")
+  echo "$ppl $tokens $secs" >"$OUT/$tag.row"
+  echo "done: $method $pattern${1:+ $*}: perplexity $ppl, prune $secs s" >&2
 }
-for p in $PATTERNS; do
-  for m in $METHODS; do run "$m" "$p"; done
-done
-case " $METHODS " in *" sparsegpt "*) run sparsegpt 2:4 --permute ;; esac
+dense_row() {
+  local ppl tokens
+  rm -f "$OUT/dense.row"
+  read -r ppl tokens < <(eval_ppl "$MODEL")
+  echo "$ppl $tokens -" >"$OUT/dense.row"
+  echo "done: dense: perplexity $ppl" >&2
+}
 
-echo "WikiText-2 test, first $tokens predicted tokens (ctx 512); calibration $CALIB_SAMPLES x $CALIB_LEN tokens of Sherlock Holmes; $THREADS threads"
+# The rows in table order: "tag method pattern [flags]".
+rows=("dense dense -")
+for p in $PATTERNS; do
+  for m in $METHODS; do rows+=("${m}_${p//:/-} $m $p"); done
+done
+case " $METHODS " in *" sparsegpt "*) rows+=("sparsegpt_2-4_perm sparsegpt 2:4 --permute") ;; esac
+
+for r in "${rows[@]}"; do
+  read -r -a f <<<"$r"
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  if [ "${f[0]}" = dense ]; then dense_row & else run "${f[@]}" & fi
+done
+wait
+
+[ -f "$OUT/dense.row" ] || { echo "accuracy_table: the dense evaluation failed" >&2; exit 1; }
+read -r dense tokens _ <"$OUT/dense.row"
+echo "WikiText-2 test, first $tokens predicted tokens (ctx 512); calibration $CALIB_SAMPLES x $CALIB_LEN tokens of Sherlock Holmes; $THREADS threads per run, $JOBS at a time"
 echo
 echo "| method | pattern | perplexity | vs dense | prune s |"
 echo "|---|---|---|---|---|"
-printf '%s\n' "${rows[@]}"
+status=0
+for r in "${rows[@]}"; do
+  read -r -a f <<<"$r"
+  if [ ! -f "$OUT/${f[0]}.row" ]; then
+    echo "accuracy_table: row ${f[0]} failed (see $OUT/${f[0]}.log)" >&2
+    status=1
+    continue
+  fi
+  read -r ppl _ secs <"$OUT/${f[0]}.row"
+  pattern=${f[2]}
+  [ "${f[3]:-}" = --permute ] && pattern="$pattern + permute"
+  echo "| ${f[1]} | $pattern | $(printf '%.2f' "$ppl") | $(python3 -c "print(f'{$ppl/$dense:.2f}x')") | $secs |"
+done
+exit $status
