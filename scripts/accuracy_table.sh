@@ -4,7 +4,7 @@
 # calibration from the Sherlock Holmes text and evaluated on WikiText-2 (ctx 512).
 #
 #   bash scripts/accuracy_table.sh [OUT_DIR]      (after the release build; see README)
-#   EVAL_TOKENS=0 for the whole test text (about 300k tokens, ~10 min per model on 2 cores),
+#   EVAL_TOKENS=0 for the whole test text (about 300k tokens, about 11 min per model with 2 threads),
 #   default 16384. CALIB_SAMPLES / CALIB_LEN (default 16 x 512), THREADS per run (default 2),
 #   JOBS runs at a time (default 1; JOBS=2 THREADS=1 keeps both cores busy through the
 #   single-threaded permutation search), METHODS, PATTERNS.
