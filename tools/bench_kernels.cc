@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "sparq/format.h"
 #include "sparq/linear.h"
 #include "sparq/pattern.h"
@@ -74,6 +76,42 @@ Result<std::vector<T>> ParseList(const std::string& s, const char* what) {
 struct Options {
   std::string json_path, plot_path, shapes, ns, patterns, threads, values, py_peers;
   int repeats = 5;
+  // Bytes each side of a few-token row rotates through (RotationCopies); < 0: twice the LLC.
+  int64_t rotate_bytes = -1;
+};
+
+// Few-token products are bound by reading the weights, and a model's layers each come from
+// memory (the whole model is far larger than the last-level cache). Benchmarked in a loop, a
+// weight that fits the LLC is read from cache instead: a 19 MB 2:4 bf16 4096x4096 weight stays
+// there while the 67 MB f32 peer streams, which credits sparq with more than its byte ratio. So
+// rows with n <= kRotateMaxN run each call on the next of several copies (ours and the peers'
+// alike) that together hold at least twice the LLC: every copy has left the cache before it is
+// used again.
+constexpr int64_t kRotateMaxN = 16;
+
+// Last-level cache of this machine in bytes (sysconf; 32 MiB when the system does not say).
+int64_t LastLevelCacheBytes() {
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long v = sysconf(name);
+    if (v > 0) return v;
+  }
+  return int64_t{32} << 20;
+}
+
+// Copies of a weight of `bytes` that one side of an n-token row cycles through.
+int64_t RotationCopies(uint64_t bytes, int64_t n, int64_t rotate_bytes) {
+  if (n > kRotateMaxN || rotate_bytes <= 0 || bytes == 0) return 1;
+  return std::max<int64_t>(1, (rotate_bytes + static_cast<int64_t>(bytes) - 1) /
+                                  static_cast<int64_t>(bytes));
+}
+
+// Round-robin over copies; the position persists across samples, so consecutive calls (also
+// across the interleaved sides' samples) never reuse a copy before all others were read.
+template <typename T>
+struct Rotation {
+  std::vector<T>* items = nullptr;
+  size_t count = 1, next = 0;
+  T& Next() { return (*items)[next++ % count]; }
 };
 
 // `s` as one single-quoted word of a /bin/sh command line (paths with spaces or quotes).
@@ -85,7 +123,8 @@ std::string ShellQuote(const std::string& s) {
 
 // Runs the Python sparse peers (scipy / torch CSR) once for all rows; returns their medians keyed
 // by "m,k,n,threads,pattern" -> {peer: seconds}.
-std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Options& o) {
+std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Options& o,
+                                                                   int64_t rotate_bytes) {
   std::map<std::string, std::map<std::string, double>> out;
   if (o.py_peers.empty()) return out;
   if (!std::ifstream(o.py_peers).good()) {
@@ -95,7 +134,8 @@ std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Option
   const std::string cmd = "python3 " + ShellQuote(o.py_peers) + " --shapes " +
                           ShellQuote(o.shapes) + " --n " + ShellQuote(o.ns) + " --patterns " +
                           ShellQuote(o.patterns) + " --threads " + ShellQuote(o.threads) +
-                          " --repeats " + std::to_string(o.repeats);
+                          " --repeats " + std::to_string(o.repeats) + " --rotate-bytes " +
+                          std::to_string(rotate_bytes);
   std::fprintf(stderr, "running sparse peers: %s\n", cmd.c_str());
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) return out;
@@ -193,17 +233,27 @@ Status RunKernels(const Options& o) {
         "bandwidth %.1f GB/s\n",
         t, peak[t], load_fma[t], bw[t]);
   }
-  const auto py = RunPythonPeers(o);
+  const int64_t rotate_bytes =
+      o.rotate_bytes >= 0 ? o.rotate_bytes : 2 * LastLevelCacheBytes();
+  const auto py = RunPythonPeers(o, rotate_bytes);
   auto peers = MakeDensePeers();
   std::map<int, std::unique_ptr<ThreadPool>> pools;
   for (int t : threads_list) pools[t] = std::make_unique<ThreadPool>(t);
   auto set_threads = [&](int t) { for (auto& p : peers) p->SetThreads(t); };
 
   json rows = json::array();
+  if (rotate_bytes > 0) {
+    std::printf(
+        "rows with n <= %lld rotate through copies of each weight (sparq's and the peers') of "
+        ">= %.0f MiB per side (last-level cache %.0f MiB)\n",
+        static_cast<long long>(kRotateMaxN), rotate_bytes / 1048576.0,
+        LastLevelCacheBytes() / 1048576.0);
+  }
   std::printf("%6s %6s %4s %2s %-18s %-4s %-30s %9s %7s %6s %-8s %9s %7s %-6s %9s %7s\n", "m", "k", "n", "T",
               "pattern", "val", "kernel", "ms", "GFLOP/s", "GB/s", "peer", "peer ms", "speedup",
               "sparse", "sp ms", "vs sp");
   std::mt19937_64 rng(42);
+  const bool any_rotated = std::any_of(ns.begin(), ns.end(), [](int64_t n) { return n <= kRotateMaxN; });
   for (const auto& shape : shapes) {
     // Plain locals, not a structured binding: lambdas below capture them (clang 14 cannot).
     const int64_t m = shape.first, k = shape.second;
@@ -211,6 +261,15 @@ Status RunKernels(const Options& o) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (auto& v : w0) v = u(rng);
     for (auto& v : x) v = u(rng);
+    // The dense peers' copies of W for the few-token rows (the first is w0 itself).
+    const int64_t peer_copies =
+        any_rotated ? RotationCopies(uint64_t(m * k) * 4, 1, rotate_bytes) : 1;
+    std::vector<std::vector<float>> w_extra(size_t(peer_copies - 1), w0);
+    std::vector<const float*> w_ptrs{w0.data()};
+    for (const auto& c : w_extra) w_ptrs.push_back(c.data());
+    auto peer_rotation = [&](int64_t n) {
+      return Rotation<const float*>{&w_ptrs, size_t(RotationCopies(uint64_t(m * k) * 4, n, rotate_bytes)), 0};
+    };
     // Dense peers: check each against OpenBLAS once, then medians per (n, threads).
     std::map<std::pair<int64_t, int>, std::pair<std::string, DensePeer*>> best;
     std::map<std::pair<int64_t, int>, std::map<std::string, double>> peer_s;
@@ -227,8 +286,12 @@ Status RunKernels(const Options& o) {
           if (err < 1e-2) ok.push_back(p.get());
           else std::fprintf(stderr, "peer %s disagrees with openblas (max err %g): skipped\n", p->name().c_str(), err);
         }
+        auto rot = peer_rotation(n);
         for (int rep = 0; rep < o.repeats; ++rep) {
-          for (DensePeer* p : ok) samples[p->name()].push_back(Sample([&] { p->Run(w0.data(), x.data(), y.data(), m, k, n); }));
+          for (DensePeer* p : ok) {
+            samples[p->name()].push_back(
+                Sample([&] { p->Run(rot.Next(), x.data(), y.data(), m, k, n); }));
+          }
         }
         double bt = 1e30;
         for (DensePeer* p : ok) {
@@ -240,15 +303,21 @@ Status RunKernels(const Options& o) {
     }
     // Our own bf16 dense kernel (the fair baseline for bf16 sparse). It is sampled inside each
     // bf16 row's loop, interleaved with sparq and the f32 peer, so that all three run under the
-    // same cache state: measured alone, back to back, its 90 MB of 11008x4096 weights stayed in
-    // L3 while the sparse weights, sampled between f32 peer calls, came from memory.
-    std::unique_ptr<LinearWeight> bf16_dense;
-    if (std::find(dtypes.begin(), dtypes.end(), DType::kBF16) != dtypes.end()) {
+    // same cache state.
+    std::vector<LinearWeight> bf16_dense;
+    auto make_bf16_dense = [&]() -> Status {
       auto d = DenseMatrix::FromDense(w0, m, k, DType::kBF16);
       if (!d.ok()) return d.status();
       auto lw = LinearWeight::FromMatrix(std::move(d).value(), "dense_bf16");
       if (!lw.ok()) return lw.status();
-      bf16_dense = std::make_unique<LinearWeight>(std::move(lw).value());
+      bf16_dense.push_back(std::move(lw).value());
+      return Status::Ok();
+    };
+    if (std::find(dtypes.begin(), dtypes.end(), DType::kBF16) != dtypes.end()) {
+      SPARQ_RETURN_IF_ERROR(make_bf16_dense());
+      const int64_t copies =
+          any_rotated ? RotationCopies(bf16_dense[0].weight_bytes(), 1, rotate_bytes) : 1;
+      while (int64_t(bf16_dense.size()) < copies) SPARQ_RETURN_IF_ERROR(make_bf16_dense());
     }
     for (size_t pi = 0; pi < patterns.size(); ++pi) {
       const Pattern& p = patterns[pi];
@@ -257,30 +326,58 @@ Status RunKernels(const Options& o) {
       int64_t nnz = 0;
       for (float v : w) nnz += v != 0.0f;
       const bool eigen_row = p.kind == PatternKind::kUnstructured || (p.kind == PatternKind::kNM && p.n == 2 && p.m == 4);
-      std::unique_ptr<EigenSparsePeer> eigen;
-      if (eigen_row) eigen = std::make_unique<EigenSparsePeer>(w.data(), m, k);
+      // Eigen's copies (CSR: a 4-byte value and a 4-byte index per nonzero).
+      std::vector<std::unique_ptr<EigenSparsePeer>> eigen;
+      if (eigen_row) {
+        const int64_t copies =
+            any_rotated ? RotationCopies(uint64_t(nnz) * 8 + uint64_t(m) * 4, 1, rotate_bytes) : 1;
+        for (int64_t c = 0; c < copies; ++c) eigen.push_back(std::make_unique<EigenSparsePeer>(w.data(), m, k));
+      }
       std::map<int64_t, double> eigen_s;  // single-threaded: measured once per n
       for (DType dt : dtypes) {
         const double tp0 = Now();
-        auto s = Encode(w, m, k, PickFormat(p), p, dt);
-        if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
-        auto lw = LinearWeight::FromMatrix(std::move(s).value(), "bench");
-        if (!lw.ok()) return lw.status();
+        auto encode = [&]() -> Result<LinearWeight> {
+          auto s = Encode(w, m, k, PickFormat(p), p, dt);
+          if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
+          return LinearWeight::FromMatrix(std::move(s).value(), "bench");
+        };
+        std::vector<LinearWeight> lws;
+        {
+          auto lw = encode();
+          if (!lw.ok()) return lw.status();
+          lws.push_back(std::move(lw).value());
+        }
         const double pack_s = Now() - tp0;
+        const LinearWeight* lw = &lws[0];
+        const int64_t sparq_copies =
+            any_rotated ? RotationCopies(lw->weight_bytes(), 1, rotate_bytes) : 1;
+        while (int64_t(lws.size()) < sparq_copies) {
+          auto c = encode();
+          if (!c.ok()) return c.status();
+          lws.push_back(std::move(c).value());
+        }
+        lw = &lws[0];
         for (int64_t n : ns) {
           for (int t : threads_list) {
             set_threads(t);
             DensePeer* bp = best[{n, t}].second;
-            const LinearWeight* bd = dt == DType::kBF16 ? bf16_dense.get() : nullptr;
+            const bool with_bf16 = dt == DType::kBF16 && !bf16_dense.empty();
+            Rotation<LinearWeight> rs{&lws, size_t(RotationCopies(lw->weight_bytes(), n, rotate_bytes)), 0};
+            Rotation<LinearWeight> rb{&bf16_dense, 1, 0};
+            if (with_bf16) {
+              rb.count = size_t(RotationCopies(bf16_dense[0].weight_bytes(), n, rotate_bytes));
+            }
+            auto rp = peer_rotation(n);
             std::vector<double> ts, tp, tb;
             lw->Forward(x.data(), n, y.data(), pools[t].get());  // warm up
-            if (bd) bd->Forward(x.data(), n, yref.data(), pools[t].get());
+            if (with_bf16) bf16_dense[0].Forward(x.data(), n, yref.data(), pools[t].get());
             for (int rep = 0; rep < o.repeats; ++rep) {
-              ts.push_back(Sample([&] { lw->Forward(x.data(), n, y.data(), pools[t].get()); }));
-              if (bp) tp.push_back(Sample([&] { bp->Run(w0.data(), x.data(), yref.data(), m, k, n); }));
-              if (bd)
-                tb.push_back(
-                    Sample([&] { bd->Forward(x.data(), n, yref.data(), pools[t].get()); }));
+              ts.push_back(Sample([&] { rs.Next().Forward(x.data(), n, y.data(), pools[t].get()); }));
+              if (bp) tp.push_back(Sample([&] { bp->Run(rp.Next(), x.data(), yref.data(), m, k, n); }));
+              if (with_bf16) {
+                tb.push_back(Sample(
+                    [&] { rb.Next().Forward(x.data(), n, yref.data(), pools[t].get()); }));
+              }
             }
             const double med = Median(ts), pmed = bp ? Median(tp) : 0;
             json r;
@@ -302,18 +399,26 @@ Status RunKernels(const Options& o) {
             r["read_gbps"] = bw[t];
             r["frac_peak_fma"] = 2.0 * n * nnz / med * 1e-9 / peak[t];
             r["frac_read_bw"] = lw->weight_bytes() / med * 1e-9 / bw[t];
-            if (dt == DType::kBF16) {
+            // Copies each side cycled through (1: none; the weights may then stay cached).
+            r["rotated_copies"] = {{"sparq", rs.count}, {"peer", rp.count}};
+            if (with_bf16) {
+              r["rotated_copies"]["bf16_dense"] = rb.count;
               r["bf16_dense_median_s"] = Median(tb);
               r["speedup_vs_bf16_dense"] = Median(tb) / med;
             }
             // Sparse peers: Eigen (one thread; measured once per n), scipy / torch (script).
             std::string sp;
             double spt = 0;
-            if (eigen) {
+            if (!eigen.empty()) {
               if (!eigen_s.count(n)) {
                 std::vector<double> es;
                 const int reps = n >= 128 ? 1 : std::min(o.repeats, 3);
-                for (int rep = 0; rep < reps; ++rep) es.push_back(Sample([&] { eigen->Run(x.data(), yref.data(), n); }));
+                Rotation<std::unique_ptr<EigenSparsePeer>> re{
+                    &eigen, size_t(std::min<int64_t>(
+                                int64_t(eigen.size()),
+                                RotationCopies(uint64_t(nnz) * 8 + uint64_t(m) * 4, n, rotate_bytes))),
+                    0};
+                for (int rep = 0; rep < reps; ++rep) es.push_back(Sample([&] { re.Next()->Run(x.data(), yref.data(), n); }));
                 eigen_s[n] = Median(es);
               }
               sp = "eigen", spt = eigen_s[n];
@@ -378,6 +483,10 @@ BenchRegistrar kernels(
       sub.add_option("--values", o->values, "Comma-separated value types (f32, bf16)")->capture_default_str();
       sub.add_option("--repeats", o->repeats, "Timing samples per row (median)")->capture_default_str();
       sub.add_option("--py-peers", o->py_peers, "scipy/torch peer script ('' to skip)")->capture_default_str();
+      sub.add_option("--rotate-bytes", o->rotate_bytes,
+                     "Bytes of weight copies each side of a row with n <= 16 cycles through, so "
+                     "that weights come from memory as in a model (default: twice the last-level "
+                     "cache; 0: no copies)");
       return [o]() -> Status {
         if (o->repeats < 1) return InvalidInput("--repeats must be >= 1");
         return RunKernels(*o);

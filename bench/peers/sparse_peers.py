@@ -5,7 +5,9 @@ Y = X W^T on the same shapes / patterns / token counts (2:4 and unstructured row
 Prints a JSON list of {m, k, n, threads, pattern, peer, median_s} on stdout; progress on stderr.
 Weights are seeded uniform [-1, 1) pruned by magnitude to the pattern, like the C++ side.
 scipy is single-threaded (its row for 2 threads repeats the 1-thread time); torch uses
-torch.set_num_threads. Calls longer than 0.5 s are timed once.
+torch.set_num_threads. Calls longer than 0.5 s are timed once. Rows with n <= 16 cycle through
+copies of the weight totalling --rotate-bytes (the C++ side passes its own figure, twice the
+last-level cache), so that the weights come from memory as a model's layers do.
 """
 import argparse
 import json
@@ -31,6 +33,18 @@ def prune(w, pattern):
     return None
 
 
+class Rotation:
+    """Calls fn(copy) on the next of `copies` in turn (the position persists across calls)."""
+
+    def __init__(self, copies):
+        self.copies, self.i = copies, 0
+
+    def __call__(self, fn):
+        c = self.copies[self.i % len(self.copies)]
+        self.i += 1
+        return fn(c)
+
+
 def median_time(fn, reps):
     fn()
     t0 = time.perf_counter()
@@ -54,6 +68,7 @@ def main():
     ap.add_argument("--patterns", required=True)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rotate-bytes", type=int, default=0)
     a = ap.parse_args()
     try:
         import scipy.sparse as sp
@@ -78,21 +93,27 @@ def main():
             w = prune(w0, pattern)
             if w is None:
                 continue
-            ws = sp.csr_matrix(w) if sp else None
-            wt = torch.from_numpy(w).to_sparse_csr() if torch else None
+            nnz = int(np.count_nonzero(w))
+            # CSR bytes: a 4-byte value and a 4-byte (scipy) or 8-byte (torch) index per nonzero.
+            copies = 1 if a.rotate_bytes <= 0 else max(1, -(-a.rotate_bytes // (nnz * 8 + 4 * m)))
+            ws = [sp.csr_matrix(w) for _ in range(copies)] if sp else None
+            wt = [torch.from_numpy(w).to_sparse_csr() for _ in range(copies)] if torch else None
             for n in (int(v) for v in a.n.split(",")):
                 xt = np.ascontiguousarray(x[:n].T)
+                rot = slice(None) if n <= 16 else slice(0, 1)
                 scipy_s = None
                 for t in (int(v) for v in a.threads.split(",")):
                     if ws is not None:
                         if scipy_s is None:
-                            scipy_s = median_time(lambda: ws @ xt, a.repeats)
+                            r = Rotation(ws[rot])
+                            scipy_s = median_time(lambda: r(lambda c: c @ xt), a.repeats)
                         rows.append(dict(m=m, k=k, n=n, threads=t, pattern=pattern, peer="scipy",
                                          median_s=scipy_s))
                     if wt is not None:
                         torch.set_num_threads(t)
                         xtt = torch.from_numpy(xt)
-                        s = median_time(lambda: torch.sparse.mm(wt, xtt), a.repeats)
+                        r = Rotation(wt[rot])
+                        s = median_time(lambda: r(lambda c: torch.sparse.mm(c, xtt)), a.repeats)
                         rows.append(dict(m=m, k=k, n=n, threads=t, pattern=pattern, peer="torch",
                                          median_s=s))
                     print(f"{m}x{k} {pattern} n={n} t={t} done", file=sys.stderr)
