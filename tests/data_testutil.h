@@ -76,25 +76,25 @@ inline std::string PythonInterpreter() {
 
 // Unless `present`, fails (or, under the opt-out, skips) the current test and returns from the
 // enclosing void function; `what_and_how` names what is missing and how a user gets it.
-#define SPARQ_REQUIRE(present, what_and_how)                                         \
-  do {                                                                             \
-    if (!(present)) {                                                              \
+#define SPARQ_REQUIRE(present, what_and_how)                                             \
+  do {                                                                                   \
+    if (!(present)) {                                                                    \
       const std::string sparq_missing_ = ::sparq::testing::MissingMessage(what_and_how); \
-      if (::sparq::testing::MissingFilesSkip()) GTEST_SKIP() << sparq_missing_;    \
-      FAIL() << sparq_missing_;                                                    \
-    }                                                                              \
+      if (::sparq::testing::MissingFilesSkip()) GTEST_SKIP() << sparq_missing_;          \
+      FAIL() << sparq_missing_;                                                          \
+    }                                                                                    \
   } while (0)
 
 // The same for a file; `how_to_get` says how a user gets it.
-#define SPARQ_REQUIRE_FILE(path, how_to_get)                                       \
-  do {                                                                             \
-    const std::string sparq_path_ = (path);                                        \
-    SPARQ_REQUIRE(::sparq::testing::FileExists(sparq_path_),                       \
-                  "missing " + sparq_path_ + ": " + (how_to_get));                 \
+#define SPARQ_REQUIRE_FILE(path, how_to_get)                       \
+  do {                                                             \
+    const std::string sparq_path_ = (path);                        \
+    SPARQ_REQUIRE(::sparq::testing::FileExists(sparq_path_),       \
+                  "missing " + sparq_path_ + ": " + (how_to_get)); \
   } while (0)
 
 // The two requirements most tests have.
-#define SPARQ_REQUIRE_MODEL()                                                          \
+#define SPARQ_REQUIRE_MODEL() \
   SPARQ_REQUIRE_FILE(::sparq::testing::SmolLmModelPath(), ::sparq::testing::kGetModel)
-#define SPARQ_REQUIRE_TEXT(name)                                                       \
+#define SPARQ_REQUIRE_TEXT(name) \
   SPARQ_REQUIRE_FILE(::sparq::testing::DataText(name), ::sparq::testing::kGetText)
