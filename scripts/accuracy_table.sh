@@ -7,7 +7,7 @@
 #   EVAL_TOKENS=0 for the whole test text (about 300k tokens, about 11 min per model with 2 threads),
 #   default 16384. CALIB_SAMPLES / CALIB_LEN (default 16 x 512), THREADS per run (default 2),
 #   JOBS runs at a time (default 1; JOBS=2 THREADS=1 keeps both cores busy through the
-#   single-threaded permutation search), METHODS, PATTERNS.
+#   single-threaded permutation search), METHODS, PATTERNS, TEXTS (default data/text).
 # Prints one markdown table (perplexity and its ratio to dense, prune seconds) and keeps the
 # pruned checkpoints, JSON and one result line per row ($OUT_DIR/*.row) in OUT_DIR (default
 # build/accuracy). Each row is also printed to stderr when it is done.
@@ -16,7 +16,9 @@ cd "$(dirname "$0")/.."
 OUT=${1:-build/accuracy}
 SPARQ=${SPARQ:-build/release/sparq}
 MODEL=${MODEL:-${SPARQ_CACHE:-$HOME/.cache/sparq}/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-SHARED=${SHARED:-../shared/data/text}
+TEXTS=${TEXTS:-data/text}
+PY=${SPARQ_PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
 EVAL_TOKENS=${EVAL_TOKENS:-16384}
 CALIB_SAMPLES=${CALIB_SAMPLES:-16}
 CALIB_LEN=${CALIB_LEN:-512}
@@ -29,8 +31,8 @@ max=()
 [ "$EVAL_TOKENS" != 0 ] && max=(--max-tokens "$EVAL_TOKENS")
 
 eval_ppl() {  # model -> "perplexity tokens"
-  "$SPARQ" eval "$1" --text "$SHARED/wikitext-2-raw-test.txt" --ctx 512 "${max[@]}" \
-    --threads "$THREADS" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["perplexity"], j["tokens"])'
+  "$SPARQ" eval "$1" --text "$TEXTS/wikitext-2-raw-test.txt" --ctx 512 "${max[@]}" \
+    --threads "$THREADS" --json | "$PY" -c 'import json,sys; j=json.load(sys.stdin); print(j["perplexity"], j["tokens"])'
 }
 
 # One row -> $OUT/$tag.row: "perplexity tokens prune_seconds". A failed prune or eval leaves no
@@ -40,7 +42,7 @@ run() {  # tag method pattern [extra flags...]
   local t0=$SECONDS ppl tokens
   rm -f "$OUT/$tag.row"
   "$SPARQ" prune "$MODEL" --method "$method" --pattern "$pattern" \
-    --calib "$SHARED/sherlock-holmes-pg1661.txt" --calib-samples "$CALIB_SAMPLES" \
+    --calib "$TEXTS/sherlock-holmes-pg1661.txt" --calib-samples "$CALIB_SAMPLES" \
     --calib-len "$CALIB_LEN" --threads "$THREADS" "$@" --report "$OUT/$tag.json" \
     -o "$OUT/$tag.sparq" >"$OUT/$tag.log" 2>&1
   local secs=$((SECONDS - t0))
@@ -87,6 +89,6 @@ for r in "${rows[@]}"; do
   read -r ppl _ secs <"$OUT/${f[0]}.row"
   pattern=${f[2]}
   [ "${f[3]:-}" = --permute ] && pattern="$pattern + permute"
-  echo "| ${f[1]} | $pattern | $(printf '%.2f' "$ppl") | $(python3 -c "print(f'{$ppl/$dense:.2f}x')") | $secs |"
+  echo "| ${f[1]} | $pattern | $(printf '%.2f' "$ppl") | $("$PY" -c "print(f'{$ppl/$dense:.2f}x')") | $secs |"
 done
 exit $status

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # sparq's main job on its built-in default, from a fresh machine: install dependencies, fetch the
-# default model (SmolLM2-135M-Instruct) into the cache, build the release preset, run `sparq demo`.
+# default model (SmolLM2-135M-Instruct) into the cache, build the release preset, run `sparq demo`
+# (which reads data/text/ of this checkout). Arguments go to `sparq demo` (e.g. --quick).
+# Writes only build/, .venv/ and ${SPARQ_CACHE:-~/.cache/sparq} (the model, pip's cache, the
+# demo's checkpoints in demo/ or demo-quick/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}

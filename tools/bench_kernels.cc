@@ -21,6 +21,7 @@
 #include "src/cpu/machine.h"
 #include "tools/bench_hooks.h"
 #include "tools/bench_peers.h"
+#include "tools/python_path.h"
 
 namespace sparq::cli {
 namespace {
@@ -131,7 +132,7 @@ std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Option
     std::fprintf(stderr, "sparse peers script %s not found: scipy/torch peers skipped\n", o.py_peers.c_str());
     return out;
   }
-  const std::string cmd = "python3 " + ShellQuote(o.py_peers) + " --shapes " +
+  const std::string cmd = PythonCommand() + " " + ShellQuote(o.py_peers) + " --shapes " +
                           ShellQuote(o.shapes) + " --n " + ShellQuote(o.ns) + " --patterns " +
                           ShellQuote(o.patterns) + " --threads " + ShellQuote(o.threads) +
                           " --repeats " + std::to_string(o.repeats) + " --rotate-bytes " +
@@ -161,11 +162,11 @@ std::map<std::string, std::map<std::string, double>> RunPythonPeers(const Option
 Status WritePlot(const json& rows, const std::string& path, const std::string& script_dir) {
   const std::string tmp = path + ".rows.json";
   std::ofstream(tmp) << rows.dump();
-  const std::string cmd = "python3 " + ShellQuote(script_dir + "/plot_speedup.py") + " " +
-                          ShellQuote(tmp) + " " + ShellQuote(path);
+  const std::string cmd = PythonCommand() + " " + ShellQuote(script_dir + "/plot_speedup.py") +
+                          " " + ShellQuote(tmp) + " " + ShellQuote(path);
   const int rc = std::system(cmd.c_str());
   std::remove(tmp.c_str());
-  if (rc != 0) return IoError("--plot: '" + cmd + "' failed (needs python3 with matplotlib)");
+  if (rc != 0) return IoError("--plot: '" + cmd + "' failed (needs matplotlib: install_deps.sh)");
   return Status::Ok();
 }
 
@@ -178,8 +179,9 @@ Status CheckPlotter(const std::string& script_dir) {
         "--plot: plot script '" + script +
         "' not found (run from the repository root, or name the peers script with --py-peers)");
   }
-  if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
-    return IoError("--plot needs python3 with matplotlib (pip install matplotlib); nothing was run");
+  if (std::system((PythonCommand() + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) != 0) {
+    return IoError("--plot needs matplotlib in " + PythonInterpreter() + " (scripts/install_deps.sh "
+                   "puts it in .venv/; SPARQ_PYTHON names another Python); nothing was run");
   }
   return Status::Ok();
 }

@@ -10,6 +10,7 @@
 
 #include "sparq/model.h"
 #include "tools/bench_hooks.h"
+#include "tools/python_path.h"
 
 namespace sparq::cli {
 namespace {
@@ -76,8 +77,9 @@ Status RunBenchModel(const BenchModelOptions& o) {
                     {"runtime", "sparq"}});
   }
   if (!o.llama_cpp.empty()) {
-    const std::string cmd = "python3 '" + o.llama_cpp + "' '" + o.models[0] + "' --threads " +
-                            std::to_string(o.threads) + " --prompt " + std::to_string(o.prompt) +
+    const std::string cmd = PythonCommand() + " '" + o.llama_cpp + "' '" + o.models[0] +
+                            "' --threads " + std::to_string(o.threads) +
+                            " --prompt " + std::to_string(o.prompt) +
                             " --decode " + std::to_string(o.decode) + " --repeats " +
                             std::to_string(o.repeats) + " --json";
     FILE* p = ::popen(cmd.c_str(), "r");

@@ -1,7 +1,10 @@
 // `sparq demo`: sparq's main job on the default model (SmolLM2-135M-Instruct): prune it one-shot
 // with SparseGPT to 50% unstructured (bf16 values) and to 2:4, then one table of perplexity,
-// decode and prefill tokens/s and weight bytes for the dense and both pruned models, and one
-// generated sentence from each.
+// decode and prefill tokens/s and weight bytes for the dense model (f32, and with its weights
+// rounded to bf16, so that what bf16 buys is not credited to sparsity) and both pruned models,
+// and one generated sentence from each. Its texts are found in data/text/ (the current folder's,
+// else the checkout's the binary was built in) unless --calib / --text name them; --quick makes
+// every stage short (an end-to-end check, not numbers to quote).
 // `sparq demo --formats`: a layer with the shape of a Llama-7B MLP weight (11008 x 4096),
 // magnitude-masked to each pattern, encoded in each applicable format with f32 and bf16 values,
 // checked for an exact round trip, and summarised in a memory table.
@@ -11,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,6 +28,7 @@
 #include "sparq/pattern.h"
 #include "sparq/thread_pool.h"
 #include "tools/command.h"
+#include "tools/python_path.h"
 
 namespace sparq::cli {
 namespace {
@@ -175,10 +180,21 @@ struct DemoOptions {
   int threads = 0;
   bool formats = false;
   std::string model;                  // default: $SPARQ_MODEL or the cache
+  std::string calib, text;            // default: data/text/ (FindText)
+  bool quick = false;
   int64_t calib_samples = 16, calib_len = 512;
   int64_t eval_tokens = 8192, ctx = 512;
   int64_t prompt = 512, decode = 32;
+  int speed_repeats = 3;
+  int64_t generate_tokens = 20;
 };
+
+// --quick: a real run of every stage (all 30 blocks pruned, perplexity, speed, generation), each
+// cut short; the model load and the pruning of 210 layers remain most of its time.
+constexpr int64_t kQuickCalibSamples = 4, kQuickCalibLen = 128;
+constexpr int64_t kQuickEvalTokens = 1024, kQuickCtx = 256;
+constexpr int64_t kQuickPrompt = 64, kQuickDecode = 8, kQuickGenerate = 8;
+constexpr int kQuickSpeedRepeats = 1;
 
 std::string CacheDir() {
   if (const char* c = std::getenv("SPARQ_CACHE"); c != nullptr && *c) return c;
@@ -191,18 +207,52 @@ bool Exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-// Finds a text file of ../shared/data/text from the current directory or the binary's repo.
-std::string SharedText(const std::string& name) {
-  for (const char* base : {"../shared/data/text/", "../../shared/data/text/",
-                           "../../../shared/data/text/"}) {
-    if (Exists(base + name)) return base + name;
+// `flag_value` if given, else data/text/<name> of the current folder, else of the checkout the
+// executable sits in (build/<preset>/sparq -> <repo>/data/text).
+Result<std::string> FindText(const std::string& flag_value, const std::string& name,
+                             const char* flag) {
+  if (!flag_value.empty()) {
+    if (!Exists(flag_value)) return InvalidInput("demo: " + std::string(flag) + " " + flag_value +
+                                                 ": no such file");
+    return flag_value;
   }
-  return "../shared/data/text/" + name;
+  const std::string rel = "data/text/" + name;
+  if (Exists(rel)) return rel;
+  if (std::string near = FindNearExecutable(rel); !near.empty()) return near;
+  return InvalidInput("demo: " + rel + " not found in the current folder nor in the checkout of "
+                      "this sparq binary: run it from the repository root or name the file with " +
+                      flag);
+}
+
+// The dense model with every linear layer and the head stored as dense bf16 (round to nearest
+// even, as the pruned bf16 checkpoints store their kept values) and run through sparq's dense
+// bf16 kernel: the row that separates what bf16 buys from what sparsity buys.
+Status ToDenseBf16(LlamaModel& model) {
+  LlamaWeights& w = model.mutable_weights();
+  auto convert = [](LinearWeight& lw, const std::string& name) -> Status {
+    const float* d = lw.dense_f32();
+    if (d == nullptr) return Internal("demo: " + name + " is not dense f32 (" + lw.format() + ")");
+    const int64_t rows = lw.rows(), cols = lw.cols();
+    SPARQ_ASSIGN_OR_RETURN(SparseMatrix m,
+                           Encode(std::span<const float>(d, static_cast<size_t>(rows * cols)),
+                                  rows, cols, FormatKind::kDense, Pattern::Dense(), DType::kBF16));
+    SPARQ_ASSIGN_OR_RETURN(lw, LinearWeight::FromMatrix(std::move(m), name));
+    return Status::Ok();
+  };
+  for (size_t l = 0; l < w.blocks.size(); ++l) {
+    for (int s = 0; s < kNumSlots; ++s) {
+      SPARQ_RETURN_IF_ERROR(convert(w.blocks[l].linear[s],
+                                    "blk." + std::to_string(l) + "." +
+                                        std::string(SlotName(static_cast<LinearSlot>(s)))));
+    }
+  }
+  return convert(w.output, "output");
 }
 
 struct DemoRow {
   std::string label, path;
   double ppl = 0, prune_s = 0;
+  bool pruned = false;
   std::vector<double> dec, pre;
   uint64_t bytes = 0, linear_bytes = 0;
   std::string sentence;
@@ -213,8 +263,22 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-Status RunModelDemo(const DemoOptions& o) {
+Status RunModelDemo(DemoOptions o) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (o.quick) {
+    o.calib_samples = std::min(o.calib_samples, kQuickCalibSamples);
+    o.calib_len = std::min(o.calib_len, kQuickCalibLen);
+    o.eval_tokens = std::min(o.eval_tokens, kQuickEvalTokens);
+    o.ctx = std::min(o.ctx, kQuickCtx);
+    o.prompt = kQuickPrompt;
+    o.decode = kQuickDecode;
+    o.speed_repeats = kQuickSpeedRepeats;
+    o.generate_tokens = kQuickGenerate;
+  }
+  if (o.calib_samples < 1 || o.calib_len < 2 || o.eval_tokens < 2 || o.ctx < 2) {
+    return InvalidInput("demo: --calib-samples must be >= 1, --calib-len, --eval-tokens and --ctx "
+                        ">= 2");
+  }
   const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
@@ -226,44 +290,56 @@ Status RunModelDemo(const DemoOptions& o) {
   if (!Exists(model)) {
     return InvalidInput(model + " not found: run scripts/fetch_model.sh (scripts/run_demo.sh does)");
   }
-  const std::string calib_path = SharedText("sherlock-holmes-pg1661.txt");
-  const std::string eval_path = SharedText("wikitext-2-raw-test.txt");
+  SPARQ_ASSIGN_OR_RETURN(const std::string calib_path,
+                         FindText(o.calib, "sherlock-holmes-pg1661.txt", "--calib"));
+  SPARQ_ASSIGN_OR_RETURN(const std::string eval_path,
+                         FindText(o.text, "wikitext-2-raw-test.txt", "--text"));
   SPARQ_ASSIGN_OR_RETURN(std::string calib, ReadTextFile(calib_path));
   SPARQ_ASSIGN_OR_RETURN(std::string eval_text, ReadTextFile(eval_path));
-  const std::string out_dir = CacheDir() + "/demo";
-  ::mkdir(CacheDir().c_str(), 0755);
-  ::mkdir(out_dir.c_str(), 0755);
-  std::printf("sparq demo: %s, %d threads\n", model.c_str(), threads);
-  std::printf("calibration: %lld x %lld tokens of %s; perplexity: first %lld tokens of %s, ctx "
-              "%lld\n\n",
+  // --quick keeps its checkpoints apart from the full run's.
+  const std::string out_dir = CacheDir() + (o.quick ? "/demo-quick" : "/demo");
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return IoError("demo: cannot create " + out_dir + ": " + ec.message());
+  std::printf("sparq demo%s: %s, %d threads\n", o.quick ? " --quick (every stage cut short)" : "",
+              model.c_str(), threads);
+  std::printf("calibration text: %s\nevaluation text:  %s\n", calib_path.c_str(),
+              eval_path.c_str());
+  std::printf("calibration: %lld x %lld tokens; perplexity: first %lld tokens, ctx %lld; "
+              "checkpoints in %s\n\n",
               static_cast<long long>(o.calib_samples), static_cast<long long>(o.calib_len),
-              calib_path.c_str(), static_cast<long long>(o.eval_tokens), eval_path.c_str(),
-              static_cast<long long>(o.ctx));
-  std::vector<DemoRow> rows(3);
-  rows[0].label = "dense (Q4_1 dequantized to f32)";
-  rows[0].path = model;
-  rows[1].label = "SparseGPT 50% unstructured, bf16";
-  rows[1].path = out_dir + "/smollm2-sparsegpt-u50-bf16.sparq";
-  rows[2].label = "SparseGPT 2:4, bf16";
-  rows[2].path = out_dir + "/smollm2-sparsegpt-2of4-bf16.sparq";
-  const std::pair<const char*, DType> variants[2] = {{"unstructured:0.5", DType::kBF16},
-                                                     {"2:4", DType::kBF16}};
-  for (int v = 0; v < 2; ++v) {
+              static_cast<long long>(o.eval_tokens), static_cast<long long>(o.ctx),
+              out_dir.c_str());
+  // Row order: dense f32, dense bf16, then the pruned (bf16) models.
+  constexpr size_t kDenseF32 = 0, kDenseBf16 = 1, kFirstPruned = 2;
+  std::vector<DemoRow> rows(4);
+  rows[kDenseF32].label = "dense (Q4_1 dequantized to f32)";
+  rows[kDenseF32].path = model;
+  rows[kDenseBf16].label = "dense, bf16 weights";
+  rows[kDenseBf16].path = model;
+  rows[2].label = "SparseGPT 50% unstructured, bf16";
+  rows[2].path = out_dir + "/smollm2-sparsegpt-u50-bf16.sparq";
+  rows[3].label = "SparseGPT 2:4, bf16";
+  rows[3].path = out_dir + "/smollm2-sparsegpt-2of4-bf16.sparq";
+  const char* kPrunedPatterns[2] = {"unstructured:0.5", "2:4"};
+  for (size_t i = kFirstPruned; i < rows.size(); ++i) {
     ModelPruneOptions po;
     po.method = PruneMethod::kSparseGpt;
-    SPARQ_ASSIGN_OR_RETURN(po.pattern, Pattern::Parse(variants[v].first));
-    po.value_dtype = variants[v].second;
+    SPARQ_ASSIGN_OR_RETURN(po.pattern, Pattern::Parse(kPrunedPatterns[i - kFirstPruned]));
+    po.value_dtype = DType::kBF16;
     po.calib_samples = o.calib_samples;
     po.calib_len = o.calib_len;
-    std::fprintf(stderr, "pruning: %s\n", rows[v + 1].label.c_str());
-    SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(model, calib, po, rows[v + 1].path, &pool));
-    rows[v + 1].prune_s = r.seconds;
+    std::fprintf(stderr, "pruning: %s\n", rows[i].label.c_str());
+    SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(model, calib, po, rows[i].path, &pool));
+    rows[i].prune_s = r.seconds;
+    rows[i].pruned = true;
   }
   std::vector<LlamaModel> models;
-  for (DemoRow& r : rows) {
-    SPARQ_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::Load(r.path));
-    r.bytes = m.weight_bytes();
-    r.linear_bytes = m.block_linear_bytes();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SPARQ_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::Load(rows[i].path));
+    if (i == kDenseBf16) SPARQ_RETURN_IF_ERROR(ToDenseBf16(m));
+    rows[i].bytes = m.weight_bytes();
+    rows[i].linear_bytes = m.block_linear_bytes();
     models.push_back(std::move(m));
   }
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, models[0].tokenizer().Encode(eval_text));
@@ -275,9 +351,10 @@ Status RunModelDemo(const DemoOptions& o) {
   }
   // Speed: interleaved repeats, medians.
   std::vector<int32_t> prompt(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), o.prompt));
-  std::fprintf(stderr, "speed: prefill %zu tokens, decode %lld tokens, 3 interleaved runs\n",
-               prompt.size(), static_cast<long long>(o.decode));
-  for (int rep = 0; rep < 3; ++rep) {
+  std::fprintf(stderr, "speed: prefill %zu tokens, decode %lld tokens, %d interleaved run%s\n",
+               prompt.size(), static_cast<long long>(o.decode), o.speed_repeats,
+               o.speed_repeats == 1 ? "" : "s");
+  for (int rep = 0; rep < o.speed_repeats; ++rep) {
     for (size_t i = 0; i < rows.size(); ++i) {
       SPARQ_ASSIGN_OR_RETURN(ModelSpeed s, MeasureSpeed(models[i], prompt, o.decode, &pool));
       rows[i].pre.push_back(s.prefill_tok_s());
@@ -288,7 +365,7 @@ Status RunModelDemo(const DemoOptions& o) {
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> pids, models[0].tokenizer().Encode(prompt_text));
   for (size_t i = 0; i < rows.size(); ++i) {
     GenerateOptions g;
-    g.max_new = 20;
+    g.max_new = o.generate_tokens;
     SPARQ_ASSIGN_OR_RETURN(GenerateResult gr, Generate(models[i], pids, g, &pool));
     std::string s = prompt_text + models[i].tokenizer().Decode(gr.tokens);
     for (char& ch : s) {
@@ -299,19 +376,26 @@ Status RunModelDemo(const DemoOptions& o) {
   std::printf("%-34s %10s %10s %11s %11s %11s %9s\n", "model", "perplexity", "decode t/s",
               "prefill t/s", "weights MB", "linears MB", "prune s");
   for (const DemoRow& r : rows) {
-    std::printf("%-34s %10.3f %10.1f %11.1f %11.1f %11.1f %9.1f\n", r.label.c_str(), r.ppl,
-                Median(r.dec), Median(r.pre), r.bytes / 1e6, r.linear_bytes / 1e6, r.prune_s);
+    char prune[32] = "-";
+    if (r.pruned) std::snprintf(prune, sizeof(prune), "%.1f", r.prune_s);
+    std::printf("%-34s %10.3f %10.1f %11.1f %11.1f %11.1f %9s\n", r.label.c_str(), r.ppl,
+                Median(r.dec), Median(r.pre), r.bytes / 1e6, r.linear_bytes / 1e6, prune);
   }
-  std::printf("\nvs dense: ");
-  for (size_t i = 1; i < rows.size(); ++i) {
-    std::printf("%s: perplexity x%.2f, decode x%.2f, prefill x%.2f, linear bytes x%.2f%s",
-                rows[i].label.c_str(), rows[i].ppl / rows[0].ppl,
-                Median(rows[i].dec) / Median(rows[0].dec), Median(rows[i].pre) / Median(rows[0].pre),
-                static_cast<double>(rows[i].linear_bytes) / rows[0].linear_bytes,
-                i + 1 < rows.size() ? "\n          " : "\n");
+  auto ratios = [&](const DemoRow& r, const DemoRow& base) {
+    std::printf("%s: perplexity x%.2f, decode x%.2f, prefill x%.2f, linear bytes x%.2f\n",
+                r.label.c_str(), r.ppl / base.ppl, Median(r.dec) / Median(base.dec),
+                Median(r.pre) / Median(base.pre),
+                static_cast<double>(r.linear_bytes) / base.linear_bytes);
+  };
+  std::printf("\nwhat bf16 buys (vs dense f32): ");
+  ratios(rows[kDenseBf16], rows[kDenseF32]);
+  std::printf("what sparsity buys (vs dense bf16):\n");
+  for (size_t i = kFirstPruned; i < rows.size(); ++i) {
+    std::printf("  ");
+    ratios(rows[i], rows[kDenseBf16]);
   }
   std::printf("(weights MB: everything the runtime holds for compute, incl. the embedding (f32 in "
-              "memory) and the tied output head (bf16 in the bf16 checkpoints); linears MB: the "
+              "memory) and the tied output head (bf16 in the bf16 rows); linears MB: the "
               "210 block linear layers, what pruning changes)\n\n");
   for (const DemoRow& r : rows) std::printf("%-34s \"%s\"\n", r.label.c_str(), r.sentence.c_str());
   std::printf("\ntotal %.1f s\n",
@@ -345,8 +429,8 @@ Status RunFormatsDemo(const DemoOptions& o) {
 }
 
 Registrar reg("demo",
-              "Prune SmolLM2-135M (SparseGPT 50% / 2:4) and compare perplexity, speed, bytes; "
-              "--formats: memory table of each format",
+              "Prune SmolLM2-135M (SparseGPT 50% / 2:4) and compare perplexity, speed, bytes "
+              "with the dense model in f32 and bf16; --formats: memory table of each format",
               [](CLI::App& sub) -> RunFn {
                 auto o = std::make_shared<DemoOptions>();
                 sub.add_option("--rows", o->rows, "rows of the generated layer (default 11008)");
@@ -357,11 +441,25 @@ Registrar reg("demo",
                 sub.add_flag("--formats", o->formats,
                              "Show the formats memory table of a Llama-7B-shaped layer instead");
                 sub.add_option("--model", o->model, "Model (default: the cached SmolLM2 GGUF)");
+                sub.add_option("--calib", o->calib,
+                               "Calibration text (default: data/text/sherlock-holmes-pg1661.txt "
+                               "of the current folder, else of this binary's checkout)");
+                sub.add_option("--text", o->text,
+                               "Evaluation text (default: data/text/wikitext-2-raw-test.txt, "
+                               "found the same way)");
+                sub.add_flag("--quick", o->quick,
+                             "A short end-to-end run with the same table: at most 4 x 128 "
+                             "calibration tokens, perplexity on 1024 tokens (ctx 256), speed from "
+                             "one run of a 64-token prefill and 8 decode steps, 8 generated "
+                             "tokens; every block is still pruned. Its checkpoints go to "
+                             "<cache>/demo-quick");
                 sub.add_option("--calib-samples", o->calib_samples, "Calibration segments")
                     ->capture_default_str();
                 sub.add_option("--calib-len", o->calib_len, "Tokens per segment")
                     ->capture_default_str();
                 sub.add_option("--eval-tokens", o->eval_tokens, "WikiText tokens for perplexity")
+                    ->capture_default_str();
+                sub.add_option("--ctx", o->ctx, "Perplexity window (tokens)")
                     ->capture_default_str();
                 return [o]() { return o->formats ? RunFormatsDemo(*o) : RunModelDemo(*o); };
               });

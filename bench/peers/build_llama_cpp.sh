@@ -7,18 +7,28 @@
 #   bench/peers/build_llama_cpp.sh [PY_LIB_DIR]
 #
 # PY_LIB_DIR: the folder holding the installed package's libllama.so, libggml*.so (default: the
-# `lib/` folder of the installed llama_cpp package, or $LLCPP_LIB). Work folders: $LLSRC, $LLBUILD;
-# result: $LLLIB (a copy of PY_LIB_DIR with the new libggml-cpu.so*). Builds nice'd with 2 jobs.
+# `lib/` folder of the llama_cpp package installed in the repository's .venv, e.g. by
+# `.venv/bin/pip install llama-cpp-python`, or $LLCPP_LIB). Work folders: $LLSRC, $LLBUILD;
+# result: $LLLIB (a copy of PY_LIB_DIR with the new libggml-cpu.so*). All three default to
+# ${SPARQ_CACHE:-~/.cache/sparq}/llama_cpp/, pip's cache to ${SPARQ_CACHE:-~/.cache/sparq}/pip.
+# Builds nice'd with 2 jobs.
 set -euo pipefail
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+PY=${SPARQ_PYTHON:-$REPO/.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+CACHE=${SPARQ_CACHE:-$HOME/.cache/sparq}
+export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$CACHE/pip}"
 VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}   # must equal the installed llama-cpp-python version (ABI)
-LLSRC=${LLSRC:-/tmp/llsrc} LLBUILD=${LLBUILD:-/tmp/llbuild} LLLIB=${LLLIB:-/tmp/llcpp_lib2}
-PY_LIB_DIR=${1:-${LLCPP_LIB:-$(python3 -c 'import importlib.util as u, os; \
+LLSRC=${LLSRC:-$CACHE/llama_cpp/src} LLBUILD=${LLBUILD:-$CACHE/llama_cpp/build}
+LLLIB=${LLLIB:-$CACHE/llama_cpp/lib}
+PY_LIB_DIR=${1:-${LLCPP_LIB:-$("$PY" -c 'import importlib.util as u, os; \
 print(os.path.join(os.path.dirname(u.find_spec("llama_cpp").origin), "lib"))')}}
 [ -f "$PY_LIB_DIR/libllama.so" ] || { echo "no libllama.so in $PY_LIB_DIR: pass the folder" >&2; exit 1; }
 
 # 1. The sdist carries llama.cpp in vendor/llama.cpp.
+mkdir -p "$LLSRC"
 [ -f "$LLSRC/llama_cpp_python-$VER.tar.gz" ] ||
-  pip download --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$LLSRC"
+  "$PY" -m pip download --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$LLSRC"
 [ -d "$LLSRC/llama_cpp_python-$VER" ] || tar xzf "$LLSRC/llama_cpp_python-$VER.tar.gz" -C "$LLSRC"
 
 # 2. Explicit x86 features: AVX2/FMA/F16C/BMI2 + AVX-512 F/CD/VL/DQ/BW. AMX, AVX-VNNI, AVX512
@@ -38,12 +48,12 @@ nice -n 10 cmake -S "$LLSRC/llama_cpp_python-$VER/vendor/llama.cpp" -B "$LLBUILD
 nice -n 10 cmake --build "$LLBUILD" --target ggml-cpu -j 2
 
 # 4. The installed libraries, with libggml-cpu swapped (same ggml version, so ABI-compatible).
-rm -rf "$LLLIB" && cp -a "$PY_LIB_DIR" "$LLLIB"
+rm -rf "$LLLIB" && mkdir -p "$(dirname "$LLLIB")" && cp -a "$PY_LIB_DIR" "$LLLIB"
 rm -f "$LLLIB"/libggml-cpu.so*
 cp -a "$LLBUILD"/bin/libggml-cpu.so* "$LLLIB"/
 
 # The folder that holds the llama_cpp package (PY_LIB_DIR is its lib/ folder), e.g. the
-# --target of a `pip install --target DIR llama-cpp-python`, which python3 alone does not find.
+# --target of a `pip install --target DIR llama-cpp-python`, which the venv alone does not find.
 PY_PKG_PARENT=$(cd "$PY_LIB_DIR/../.." && pwd)
 echo "export PYTHONPATH=$PY_PKG_PARENT"
 echo "export LLAMA_CPP_LIB_PATH=$LLLIB"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """llama.cpp's own prefill and decode speed on a GGUF, as one JSON row for `sparq bench model`.
 
-    pip install llama-cpp-python
+    .venv/bin/pip install llama-cpp-python
     # a -march=native build that dies with SIGILL: bench/peers/build_llama_cpp.sh (docs/model.md)
-    python3 bench/peers/llama_cpp_bench.py MODEL.gguf [--threads 2] [--prompt 512] [--decode 32] \
+    .venv/bin/python bench/peers/llama_cpp_bench.py MODEL.gguf [--threads 2] [--prompt 512] [--decode 32] \
         [--repeats 3] [--json]
 
 Same protocol as sparq's MeasureSpeed: prefill a --prompt-token prompt in one batch, then

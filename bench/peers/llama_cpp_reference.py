@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """sparq vs llama.cpp on the same GGUF: token ids, perplexity, greedy next-token agreement.
 
-    pip install llama-cpp-python   # builds llama.cpp from source (slow on 2 cores)
+    .venv/bin/pip install llama-cpp-python   # builds llama.cpp from source (slow on 2 cores)
     # a -march=native build that dies with SIGILL: bench/peers/build_llama_cpp.sh (docs/model.md)
-    python3 bench/peers/llama_cpp_reference.py MODEL.gguf --sparq build/release/sparq \
-        --text ../shared/data/text/wikitext-2-raw-test.txt [--ctx 512] [--max-tokens 16384] \
+    .venv/bin/python bench/peers/llama_cpp_reference.py MODEL.gguf --sparq build/release/sparq \
+        --text data/text/wikitext-2-raw-test.txt [--ctx 512] [--max-tokens 16384] \
         [--threads 2] [--f32]
+
+Temporary files (the --f32 GGUF, token ids) go to ${SPARQ_CACHE:-~/.cache/sparq}/tmp.
 
 1. Token ids: llama.cpp's tokenizer (add_bos=False, special=False) on the whole text vs
    `sparq eval --tokens-out` (also on the whole text): must be identical.
@@ -54,7 +56,9 @@ def main():
     a = ap.parse_args()
 
     from llama_cpp import Llama
-    tmp = tempfile.mkdtemp()
+    cache = os.environ.get("SPARQ_CACHE") or os.path.expanduser("~/.cache/sparq")
+    os.makedirs(os.path.join(cache, "tmp"), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="llama_cpp_reference.", dir=os.path.join(cache, "tmp"))
     try:
         ref_model, kv = a.model, {}
         if a.f32:

@@ -2,10 +2,10 @@
 """An independent NumPy implementation of sequential one-shot pruning of the SmolLM2 GGUF, to check
 `sparq prune` + `sparq eval` end to end (not only layer by layer).
 
-    pip install gguf numpy tokenizers
-    python3 bench/peers/prune_reference.py MODEL.gguf --method wanda|sparsegpt|dense \
-        --calib ../shared/data/text/sherlock-holmes-pg1661.txt --calib-samples 16 --calib-len 512 \
-        --text ../shared/data/text/wikitext-2-raw-test.txt --ctx 512 --max-tokens 4096
+    .venv/bin/pip install tokenizers        # gguf and numpy: scripts/install_deps.sh
+    .venv/bin/python bench/peers/prune_reference.py MODEL.gguf --method wanda|sparsegpt|dense \
+        --calib data/text/sherlock-holmes-pg1661.txt --calib-samples 16 --calib-len 512 \
+        --text data/text/wikitext-2-raw-test.txt --ctx 512 --max-tokens 4096
 
 Nothing here comes from sparq: weights are dequantized by the `gguf` package, token ids come from
 Hugging Face `tokenizers`, the forward pass is written from llama.cpp's LLM_ARCH_LLAMA graph (as in

@@ -81,7 +81,7 @@ def main():
     missing = [name for name, mod in (("scipy", sp), ("torch", torch)) if mod is None]
     if missing:
         print(f"sparse peers: {', '.join(missing)} not installed, no rows for "
-              f"{' or '.join(missing)} (pip install {' '.join(missing)})", file=sys.stderr)
+              f"{' or '.join(missing)} (.venv/bin/pip install {' '.join(missing)})", file=sys.stderr)
     rows = []
     rng = np.random.default_rng(42)
     for shape in a.shapes.split(","):

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "data_testutil.h"
+
 namespace sparq::testing {
 
 namespace {
@@ -125,22 +127,8 @@ Bytes ReadFile(const std::string& path) {
 }
 
 std::string SmolLm2Path() {
-  std::string path;
-  if (const char* p = std::getenv("SPARQ_SMOLLM2_GGUF"); p && *p) {
-    path = p;
-  } else {
-    std::string cache;
-    if (const char* c = std::getenv("SPARQ_CACHE"); c && *c) {
-      cache = c;
-    } else if (const char* h = std::getenv("HOME"); h && *h) {
-      cache = std::string(h) + "/.cache/sparq";
-    } else {
-      return "";
-    }
-    path = cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  }
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? path : "";
+  const std::string path = SmolLmModelPath();
+  return FileExists(path) ? path : "";
 }
 
 int RunCommand(const std::string& cmd, std::string* out) {

@@ -49,7 +49,8 @@ std::string TempDir();
 void WriteFile(const std::string& path, const Bytes& bytes);
 Bytes ReadFile(const std::string& path);
 
-// Where scripts/fetch_model.sh puts SmolLM2 (SPARQ_SMOLLM2_GGUF overrides); "" if absent.
+// SmolLmModelPath() (data_testutil.h) if the file exists, else ""; a test that needs it starts
+// with SPARQ_REQUIRE_MODEL().
 std::string SmolLm2Path();
 
 // Runs `cmd` through the shell; returns the exit status and replaces *out with its stdout.

@@ -2,7 +2,7 @@
 //
 // Tiny synthetic folders (always run): name mapping, the q/k RoPE row order, f16 and untied heads,
 // shard discovery, and one error per kind of bad folder, each naming the file and the tensor.
-// SmolLM2 (skipped without the GGUF): the test writes the GGUF's weights as an HF folder (f32 in
+// SmolLM2 (a failure without the GGUF): the test writes the GGUF's weights as an HF folder (f32 in
 // one file; bf16 in two shards with an index) with q/k rows put back in HF order by the inverse
 // of llama.cpp's converter permutation, written here as numpy-style axis swaps independent of the
 // loader's index formula. The f32 folder must give the GGUF model bitwise; the independent check
@@ -449,7 +449,11 @@ class SmolLmHfFolderTest : public ::testing::Test {
     gguf_model_ = nullptr;
   }
   void SetUp() override {
-    if (gguf_model_ == nullptr) GTEST_SKIP() << testing::kModelMissing;
+    SPARQ_REQUIRE_MODEL();
+    ASSERT_NE(gguf_model_, nullptr) << testing::SmolLmPath() << " did not load (see above)";
+    // Every test reads WikiText ids or the calibration text.
+    SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
+    SPARQ_REQUIRE_TEXT("sherlock-holmes-pg1661.txt");
   }
 
   // The GGUF's tensors (dequantized to f32, as FromGguf does) under HF names with HF q/k row
@@ -514,7 +518,7 @@ class SmolLmHfFolderTest : public ::testing::Test {
 
   static std::vector<int32_t> WikiIds(const LlamaModel& m, size_t chars) {
     const std::string wiki =
-        testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt")).substr(0, chars);
+        testing::ReadFileOrEmpty(testing::DataText("wikitext-2-raw-test.txt")).substr(0, chars);
     auto ids = m.tokenizer().Encode(wiki);
     EXPECT_TRUE(ids.ok());
     return ids.ok() ? *ids : std::vector<int32_t>{};
@@ -561,8 +565,7 @@ TEST_F(SmolLmHfFolderTest, F32FolderIsTheGgufModelBitwise) {
 TEST_F(SmolLmHfFolderTest, PruningTheFolderGivesTheGgufsPrunedMatrices) {
   // `sparq prune` starts from LlamaModel::Load, so a folder prunes exactly like its GGUF.
   const std::string calib =
-      testing::ReadFileOrEmpty(testing::SharedText("sherlock-holmes-pg1661.txt"));
-  if (calib.empty()) GTEST_SKIP() << "../shared/data/text missing";
+      testing::ReadFileOrEmpty(testing::DataText("sherlock-holmes-pg1661.txt"));
   ModelPruneOptions o;
   o.method = PruneMethod::kWanda;
   o.pattern = Pattern::NM(2, 4);

@@ -27,7 +27,8 @@ class SmolLmTest : public ::testing::Test {
     model_ = nullptr;
   }
   void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << testing::kModelMissing;
+    SPARQ_REQUIRE_MODEL();
+    ASSERT_NE(model_, nullptr) << testing::SmolLmPath() << " did not load (see the failure above)";
   }
   static std::vector<float> AllLogits(std::span<const int32_t> ids, ThreadPool* pool) {
     auto cache = KvCache::Create(model_->config(), static_cast<int64_t>(ids.size()));
@@ -144,8 +145,8 @@ TEST_F(SmolLmTest, LongContextDecodeMatchesPrefill) {
 }
 
 TEST_F(SmolLmTest, PerplexityOnWikiTextSlice) {
-  const std::string wiki = testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
-  if (wiki.empty()) GTEST_SKIP() << "wikitext missing";
+  SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
+  const std::string wiki = testing::ReadFileOrEmpty(testing::DataText("wikitext-2-raw-test.txt"));
   auto ids = model_->tokenizer().Encode(wiki.substr(0, 40000));
   ASSERT_TRUE(ids.ok());
   ids->resize(2048);
@@ -293,8 +294,8 @@ TEST(LlamaLoadTest, MissingAndTruncatedFiles) {
   auto r = LlamaModel::Load("/nonexistent/model.gguf");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("/nonexistent/model.gguf"), std::string::npos);
+  SPARQ_REQUIRE_MODEL();
   const std::string path = testing::SmolLmPath();
-  if (path.empty()) GTEST_SKIP() << testing::kModelMissing;
   // A truncated copy: the GGUF reader rejects it with a message naming the file.
   const std::string bytes = testing::ReadFileOrEmpty(path);
   const std::string cut = ::testing::TempDir() + "/truncated.gguf";

@@ -1,7 +1,6 @@
 #include "model/model_testutil.h"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,20 +10,8 @@
 namespace sparq::testing {
 
 std::string SmolLmPath() {
-  std::string path;
-  if (const char* m = std::getenv("SPARQ_MODEL"); m != nullptr && *m) {
-    path = m;
-  } else {
-    std::string cache;
-    if (const char* c = std::getenv("SPARQ_CACHE"); c != nullptr && *c) {
-      cache = c;
-    } else if (const char* h = std::getenv("HOME"); h != nullptr) {
-      cache = std::string(h) + "/.cache/sparq";
-    }
-    path = cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  }
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? path : std::string();
+  const std::string path = SmolLmModelPath();
+  return FileExists(path) ? path : std::string();
 }
 
 std::string ReadFileOrEmpty(const std::string& path) {
@@ -43,10 +30,6 @@ nlohmann::json LoadTestJson(const std::string& name) {
     std::abort();
   }
   return nlohmann::json::parse(s);
-}
-
-std::string SharedText(const std::string& name) {
-  return std::string(SPARQ_SHARED_DIR) + "/data/text/" + name;
 }
 
 LlamaModel* NewSmolLm() {

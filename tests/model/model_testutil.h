@@ -4,24 +4,22 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "data_testutil.h"
 #include "sparq/model.h"
 
 namespace sparq::testing {
 
-// $SPARQ_MODEL, else ${SPARQ_CACHE:-$HOME/.cache/sparq}/models/SmolLM2-135M-Instruct.Q4_1.gguf;
-// empty if the file does not exist (tests then GTEST_SKIP with kModelMissing).
+// SmolLmModelPath() (data_testutil.h) if the file exists, else empty; a test that needs it starts
+// with SPARQ_REQUIRE_MODEL().
 std::string SmolLmPath();
-inline constexpr const char* kModelMissing =
-    "SmolLM2-135M-Instruct.Q4_1.gguf not found: run scripts/fetch_model.sh or set SPARQ_MODEL";
 // The SmolLM2 GGUF loaded as the dense model (for fixtures' SetUpTestSuite; the caller owns it).
-// Null if the file is missing (tests skip) or does not load (a test failure is recorded).
+// Null if the file is missing (SPARQ_REQUIRE_MODEL in SetUp reports it) or does not load (a test
+// failure is recorded).
 LlamaModel* NewSmolLm();
 
 // Whole file as bytes ("" if missing).
 std::string ReadFileOrEmpty(const std::string& path);
 // tests/model/data/<name> parsed as JSON (aborts the test program if it is missing: a repo file).
 nlohmann::json LoadTestJson(const std::string& name);
-// ../shared/data/text/<name>.
-std::string SharedText(const std::string& name);
 
 }  // namespace sparq::testing

@@ -13,25 +13,32 @@ namespace sparq {
 class PruneModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // Missing files are reported by SetUp, test by test; here they only stop the loading.
     path_ = testing::SmolLmPath();
     if (path_.empty()) return;
-    calib_ = testing::ReadFileOrEmpty(testing::SharedText("sherlock-holmes-pg1661.txt"));
+    calib_ = testing::ReadFileOrEmpty(testing::DataText("sherlock-holmes-pg1661.txt"));
     const std::string wiki =
-        testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
+        testing::ReadFileOrEmpty(testing::DataText("wikitext-2-raw-test.txt"));
+    if (calib_.empty() || wiki.empty()) return;
     dense_ = testing::NewSmolLm();
     ASSERT_NE(dense_, nullptr);
     auto ids = dense_->tokenizer().Encode(wiki.substr(0, 20000));
-    ASSERT_TRUE(ids.ok());
-    eval_ids_ = new std::vector<int32_t>(ids->begin(), ids->begin() + 1024);
+    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+    ASSERT_GE(ids->size(), kEvalTokens) << "the first 20,000 characters of WikiText are too short";
+    eval_ids_ = new std::vector<int32_t>(ids->begin(), ids->begin() + kEvalTokens);
   }
   static void TearDownTestSuite() {
     delete dense_;
     delete eval_ids_;
     dense_ = nullptr;
+    eval_ids_ = nullptr;
   }
   void SetUp() override {
-    if (dense_ == nullptr) GTEST_SKIP() << testing::kModelMissing;
-    if (calib_.empty()) GTEST_SKIP() << "../shared/data/text missing";
+    SPARQ_REQUIRE_MODEL();
+    SPARQ_REQUIRE_TEXT("sherlock-holmes-pg1661.txt");
+    SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
+    ASSERT_NE(eval_ids_, nullptr) << path_ << ": the dense model or its WikiText ids did not load "
+                                     "(see the SetUpTestSuite failure above)";
   }
   static ModelPruneOptions SmallOptions(PruneMethod method, const char* pattern) {
     ModelPruneOptions o;
@@ -51,6 +58,7 @@ class PruneModelTest : public ::testing::Test {
   }
   static std::string Out(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
+  static constexpr size_t kEvalTokens = 1024;
   static inline std::string path_, calib_;
   static inline LlamaModel* dense_ = nullptr;
   static inline std::vector<int32_t>* eval_ids_ = nullptr;

@@ -28,16 +28,16 @@ std::string Fnv1a64(const std::vector<int32_t>& ids) {
 }
 
 TEST(TokenizerSlowTest, WholeTextsMatchReference) {
+  SPARQ_REQUIRE_MODEL();
   const std::string path = testing::SmolLmPath();
-  if (path.empty()) GTEST_SKIP() << testing::kModelMissing;
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok());
   auto tok = Tokenizer::FromGguf(*f);
   ASSERT_TRUE(tok.ok());
   const nlohmann::json ref = testing::LoadTestJson("tokenizer_reference.json");
   for (const auto& [name, want] : ref["full_texts"].items()) {
-    const std::string text = testing::ReadFileOrEmpty(testing::SharedText(name));
-    if (text.empty()) GTEST_SKIP() << name << " missing";
+    SPARQ_REQUIRE_TEXT(name);
+    const std::string text = testing::ReadFileOrEmpty(testing::DataText(name));
     auto ids = tok->Encode(text);
     ASSERT_TRUE(ids.ok()) << ids.status().ToString();
     EXPECT_EQ(ids->size(), want["count"].get<size_t>()) << name;

@@ -142,8 +142,8 @@ TEST(TokenizerTest, JsonRoundTrip) {
 class SmolLmTokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    SPARQ_REQUIRE_MODEL();
     const std::string path = testing::SmolLmPath();
-    if (path.empty()) GTEST_SKIP() << testing::kModelMissing;
     auto f = GgufFile::Open(path);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     auto t = Tokenizer::FromGguf(*f);
@@ -163,8 +163,8 @@ TEST_F(SmolLmTokenizerTest, MetadataFacts) {
 
 TEST_F(SmolLmTokenizerTest, MatchesReferenceOnWikiTextSlice) {
   const nlohmann::json ref = testing::LoadTestJson("tokenizer_reference.json");
-  const std::string wiki = testing::ReadFileOrEmpty(testing::SharedText("wikitext-2-raw-test.txt"));
-  if (wiki.empty()) GTEST_SKIP() << "../shared/data/text/wikitext-2-raw-test.txt missing";
+  SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
+  const std::string wiki = testing::ReadFileOrEmpty(testing::DataText("wikitext-2-raw-test.txt"));
   const std::string slice = wiki.substr(0, ref["wikitext_bytes"].get<size_t>());
   auto ids = tok_->Encode(slice);
   ASSERT_TRUE(ids.ok()) << ids.status().ToString();
