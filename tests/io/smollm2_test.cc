@@ -167,7 +167,8 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
     std::string out;
     ASSERT_EQ(testing::RunCommand(Cli() + " " + sub + path_ + "'" + flags, &out), 0) << sub << out;
     const json rows = json::parse(out);
-    ASSERT_EQ(rows.size(), 1u) << out;
+    ASSERT_EQ(rows.size(), 2u) << out;  // the model, then its dense bf16 row
+    EXPECT_EQ(rows[1]["variant"], "dense_bf16");
     const json& r = rows[0];
     EXPECT_EQ(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
     EXPECT_EQ(r["threads"], 1);
