@@ -21,6 +21,7 @@
 #include "src/cpu/machine.h"
 #include "tools/bench_hooks.h"
 #include "tools/bench_peers.h"
+#include "tools/json_output.h"
 #include "tools/python_path.h"
 
 namespace sparq::cli {
@@ -75,7 +76,8 @@ Result<std::vector<T>> ParseList(const std::string& s, const char* what) {
 }
 
 struct Options {
-  std::string json_path, plot_path, shapes, ns, patterns, threads, values, py_peers;
+  JsonOutput json;
+  std::string plot_path, shapes, ns, patterns, threads, values, py_peers;
   int repeats = 5;
   // Bytes each side of a few-token row rotates through (RotationCopies); < 0: twice the LLC.
   int64_t rotate_bytes = -1;
@@ -451,11 +453,7 @@ Status RunKernels(const Options& o) {
       }
     }
   }
-  if (!o.json_path.empty()) {
-    std::ofstream f(o.json_path);
-    if (!f) return IoError(o.json_path + ": cannot write");
-    f << rows.dump(1) << "\n";
-  }
+  SPARQ_RETURN_IF_ERROR(o.json.Write(rows.dump(1)));
   if (!o.plot_path.empty()) {
     SPARQ_RETURN_IF_ERROR(WritePlot(rows, o.plot_path, PeerScriptDir(o)));
   }
@@ -476,7 +474,7 @@ BenchRegistrar kernels(
       o->threads = "1,2";
       o->values = "f32";
       o->py_peers = "bench/peers/sparse_peers.py";
-      sub.add_option("--json", o->json_path, "Write the rows as JSON to FILE");
+      o->json.Register(sub, "the rows (docs/bench-json.md)");
       sub.add_option("--plot", o->plot_path, "Draw speedup vs sparsity per n to FILE (.png or .svg)");
       sub.add_option("--shapes", o->shapes, "Comma-separated MxK shapes")->capture_default_str();
       sub.add_option("--n", o->ns, "Comma-separated token counts")->capture_default_str();
@@ -491,6 +489,7 @@ BenchRegistrar kernels(
                      "cache; 0: no copies)");
       return [o]() -> Status {
         if (o->repeats < 1) return InvalidInput("--repeats must be >= 1");
+        StdoutToStderr table_to_stderr(&o->json);  // bare --json: stdout holds the rows alone
         return RunKernels(*o);
       };
     });

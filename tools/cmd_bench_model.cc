@@ -1,6 +1,9 @@
-// `sparq bench model MODEL [MORE.sparq ...] [--threads 2] [--prompt 512] [--decode 32] [--json]`:
-// prefill and decode tokens/s and weight bytes per model, runs interleaved across models and
-// medians taken; optionally llama.cpp's figures beside them (bench/peers/llama_cpp_bench.py).
+// `sparq bench model MODEL [MORE.sparq ...] [--threads 2] [--prompt 512] [--decode 32]
+// [--json [FILE]] [--no-dense-bf16]`: prefill and decode tokens/s and weight bytes per model,
+// runs interleaved across models and medians taken; beside the first model, that model with its
+// linear layers stored dense bf16 (StoreLinearsAsBf16), so that what bf16 storage buys is not
+// credited to sparsity; optionally llama.cpp's figures (bench/peers/llama_cpp_bench.py). The rows'
+// keys are in docs/bench-json.md.
 #include <cblas.h>
 
 #include <algorithm>
@@ -10,6 +13,8 @@
 
 #include "sparq/model.h"
 #include "tools/bench_hooks.h"
+#include "tools/json_output.h"
+#include "tools/machine_info.h"
 #include "tools/python_path.h"
 
 namespace sparq::cli {
@@ -20,7 +25,8 @@ struct BenchModelOptions {
   int threads = 2;
   int64_t prompt = 512, decode = 32;
   int repeats = 3;
-  bool json = false;
+  JsonOutput json;
+  bool no_dense_bf16 = false;
   std::string text;       // prompt tokens from this file (default: a fixed synthetic sequence)
   std::string llama_cpp;  // path of bench/peers/llama_cpp_bench.py to run as the peer
 };
@@ -36,13 +42,31 @@ std::string Base(std::string p) {
   return p.substr(p.find_last_of('/') + 1);
 }
 
+struct BenchRow {
+  std::string name;     // "model" key
+  std::string variant;  // "as_stored" | "dense_bf16"
+};
+
 Status RunBenchModel(const BenchModelOptions& o) {
   openblas_set_num_threads(o.threads);
   ThreadPool pool(o.threads);
+  const MachineInfo machine = DescribeMachine();
   std::vector<LlamaModel> models;
+  std::vector<BenchRow> names;
   for (const std::string& m : o.models) {
     SPARQ_ASSIGN_OR_RETURN(LlamaModel lm, LlamaModel::Load(m));
     models.push_back(std::move(lm));
+    names.push_back({Base(m), "as_stored"});
+    if (names.size() > 1 || o.no_dense_bf16) continue;
+    // The first model again, its linear layers dense bf16; a first model that is not dense f32
+    // (a pruned checkpoint) has no such row.
+    SPARQ_ASSIGN_OR_RETURN(LlamaModel bf, LlamaModel::Load(m));
+    if (Status st = StoreLinearsAsBf16(&bf); !st.ok()) {
+      std::fprintf(stderr, "no dense bf16 row: %s\n", st.message().c_str());
+      continue;
+    }
+    models.push_back(std::move(bf));
+    names.push_back({Base(m) + " [dense bf16]", "dense_bf16"});
   }
   std::vector<int32_t> prompt;
   if (!o.text.empty()) {
@@ -66,7 +90,8 @@ Status RunBenchModel(const BenchModelOptions& o) {
   }
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < models.size(); ++i) {
-    rows.push_back({{"model", Base(o.models[i])},
+    rows.push_back({{"model", names[i].name},
+                    {"variant", names[i].variant},
                     {"decode_tok_s", Median(dec[i])},
                     {"prefill_tok_s", Median(pre[i])},
                     {"weight_bytes", models[i].weight_bytes()},
@@ -74,7 +99,9 @@ Status RunBenchModel(const BenchModelOptions& o) {
                     {"threads", o.threads},
                     {"prompt_tokens", o.prompt},
                     {"decode_tokens", o.decode},
-                    {"runtime", "sparq"}});
+                    {"runtime", "sparq"},
+                    {"cpu_model", machine.cpu_model},
+                    {"isa", machine.isa}});
   }
   if (!o.llama_cpp.empty()) {
     const std::string cmd = PythonCommand() + " '" + o.llama_cpp + "' '" + o.models[0] +
@@ -92,15 +119,16 @@ Status RunBenchModel(const BenchModelOptions& o) {
     }
     nlohmann::json peer = nlohmann::json::parse(out, nullptr, false);
     if (peer.is_object()) {
+      peer["cpu_model"] = machine.cpu_model;
+      if (!peer.contains("isa")) peer["isa"] = "";  // the peer's own dispatch, not sparq's
       rows.push_back(peer);
     } else {
       std::fprintf(stderr, "llama.cpp peer gave no result (is llama-cpp-python installed?)\n");
     }
   }
-  if (o.json) {
-    std::printf("%s\n", rows.dump(1).c_str());
-    return Status::Ok();
-  }
+  SPARQ_RETURN_IF_ERROR(o.json.Write(rows.dump(1)));
+  if (o.json.to_stdout()) return Status::Ok();
+  std::printf("%s; %d threads\n", MachineLine(machine).c_str(), o.threads);
   const double base_dec = rows[0]["decode_tok_s"].get<double>();
   const double base_pre = rows[0]["prefill_tok_s"].get<double>();
   std::printf("%-44s %10s %8s %11s %8s %14s %8s\n", "model", "decode t/s", "vs 1st", "prefill t/s",
@@ -136,7 +164,9 @@ BenchRegistrar reg("model", "Prefill/decode tokens/s and weight bytes of models 
                      sub.add_option("--llama-cpp", o->llama_cpp,
                                     "Also run this peer script (bench/peers/llama_cpp_bench.py) "
                                     "on the first model");
-                     sub.add_flag("--json", o->json, "Print rows as JSON");
+                     o->json.Register(sub, "the rows (docs/bench-json.md)");
+                     sub.add_flag("--no-dense-bf16", o->no_dense_bf16,
+                                  "Leave out the first model's dense bf16 row");
                      return [o]() { return RunBenchModel(*o); };
                    });
 

@@ -1,4 +1,4 @@
-// `sparq eval MODEL --text FILE [--ctx 512] [--max-tokens N] [--json]`: perplexity over
+// `sparq eval MODEL --text FILE [--ctx 512] [--max-tokens N] [--json [FILE]]`: perplexity over
 // non-overlapping windows (see Perplexity in sparq/model.h).
 #include <cblas.h>
 
@@ -8,6 +8,7 @@
 #include "sparq/model.h"
 #include "src/model/progress.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 
 namespace sparq::cli {
 namespace {
@@ -17,7 +18,7 @@ struct EvalOptions {
   int64_t ctx = 512;
   int64_t max_tokens = 0;
   int threads = 0;
-  bool json = false;
+  JsonOutput json;
   bool tokenize_only = false;
   std::string tokens_out, argmax_out;
 };
@@ -40,7 +41,8 @@ Status RunEval(const EvalOptions& o) {
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
   if (!o.tokens_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.tokens_out, ids));
   if (o.tokenize_only) {
-    std::printf("%zu tokens\n", ids.size());
+    SPARQ_RETURN_IF_ERROR(o.json.Write(nlohmann::json({{"tokens", ids.size()}, {"model", o.model}}).dump()));
+    if (!o.json.to_stdout()) std::printf("%zu tokens\n", ids.size());
     return Status::Ok();
   }
   std::vector<int32_t> argmax;
@@ -52,12 +54,11 @@ Status RunEval(const EvalOptions& o) {
                                          o.argmax_out.empty() ? nullptr : &argmax));
   }
   if (!o.argmax_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.argmax_out, argmax));
-  if (o.json) {
-    nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens", r.tokens}, {"ctx", r.ctx},
-                        {"windows", r.windows},       {"seconds", r.seconds},
-                        {"model", o.model},           {"threads", threads}};
-    std::printf("%s\n", j.dump().c_str());
-  } else {
+  const nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens", r.tokens}, {"ctx", r.ctx},
+                            {"windows", r.windows},       {"seconds", r.seconds},
+                            {"model", o.model},           {"threads", threads}};
+  SPARQ_RETURN_IF_ERROR(o.json.Write(j.dump()));
+  if (!o.json.to_stdout()) {
     std::printf("perplexity %.4f over %lld predicted tokens (%lld windows of ctx %lld) in %.1f s\n",
                 r.perplexity, static_cast<long long>(r.tokens), static_cast<long long>(r.windows),
                 static_cast<long long>(r.ctx), r.seconds);
@@ -82,7 +83,7 @@ Registrar reg("eval", "Perplexity of a model (GGUF, .sparq or HF folder) on a te
                                "Write the greedy next-token choice at every predicted position");
                 sub.add_flag("--tokenize-only", o->tokenize_only,
                              "Only tokenize (with --tokens-out: dump the ids), no evaluation");
-                sub.add_flag("--json", o->json, "Print {\"perplexity\", \"tokens\", \"ctx\", ...}");
+                o->json.Register(sub, "{\"perplexity\", \"tokens\", \"ctx\", ...}");
                 return [o]() { return RunEval(*o); };
               });
 

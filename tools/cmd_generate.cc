@@ -1,8 +1,14 @@
-// `sparq generate MODEL --prompt "..." [--max-new 64] [--temperature 0] [--threads 2]`.
+// `sparq generate MODEL --prompt "..." [--raw] [--max-new 64] [--temperature 0] [--threads 2]`.
+//
+// A model that carries a chat template (sparq/chat.h) gets the prompt as one user message in
+// that template, unless --raw; a template sparq does not recognise means the raw prompt, with a
+// warning. stdout holds only the generated text; which template was applied and the speed go to
+// stderr, after it.
 #include <cblas.h>
 
 #include <cstdio>
 
+#include "sparq/chat.h"
 #include "sparq/model.h"
 #include "tools/command.h"
 
@@ -16,38 +22,62 @@ struct GenOptions {
   int64_t top_k = 40;
   uint64_t seed = 42;
   int threads = 0;
-  bool chat = false;
+  bool raw = false;
+  bool chat = false;  // the default, spelled out (kept for older command lines)
 };
+
+struct PromptIds {
+  std::vector<int32_t> ids;
+  std::string template_line;  // "template: ..." for stderr
+};
+
+Result<PromptIds> PromptTokens(const GenOptions& o, const Tokenizer& tok) {
+  const TokenizerData& d = tok.data();
+  PromptIds p;
+  if (!o.raw && !d.chat_template.empty()) {
+    const std::string bos = d.bos_id >= 0 ? d.tokens[d.bos_id] : std::string();
+    auto ct = ChatTemplate::Recognize(d.chat_template, bos);
+    if (ct.ok()) {
+      const ChatMessage user{"user", o.prompt};
+      const std::string text = ct->Render(std::span(&user, 1), /*add_generation_prompt=*/true);
+      SPARQ_ASSIGN_OR_RETURN(p.ids, tok.Encode(text, d.add_bos && !ct->emits_bos(),
+                                               /*parse_special=*/true));
+      p.template_line = "template: " + ct->Describe() + " (the model's chat template)";
+      return p;
+    }
+    std::fprintf(stderr, "sparq: warning: %s; the prompt is used raw (--raw: no warning)\n",
+                 ct.status().message().c_str());
+    p.template_line = "template: none (the model's chat template is not recognised; raw prompt)";
+  } else {
+    p.template_line = o.raw ? "template: none (--raw)"
+                            : "template: none (the model carries no chat template; raw prompt)";
+  }
+  SPARQ_ASSIGN_OR_RETURN(p.ids, tok.Encode(o.prompt, d.add_bos, /*parse_special=*/false));
+  return p;
+}
 
 Status RunGenerate(const GenOptions& o) {
   const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));
-  std::string prompt = o.prompt;
-  if (o.chat) {  // ChatML, as SmolLM2-Instruct's template
-    prompt = "<|im_start|>user\n" + o.prompt + "<|im_end|>\n<|im_start|>assistant\n";
-  }
-  SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                         model.tokenizer().Encode(prompt, model.tokenizer().data().add_bos,
-                                                  /*parse_special=*/o.chat));
+  const Tokenizer& tok = model.tokenizer();
+  SPARQ_ASSIGN_OR_RETURN(PromptIds prompt, PromptTokens(o, tok));
   GenerateOptions g;
   g.max_new = o.max_new;
   g.temperature = o.temperature;
   g.top_k = o.top_k;
   g.seed = o.seed;
-  if (!o.chat) std::fputs(o.prompt.c_str(), stdout);
-  std::fflush(stdout);
-  const Tokenizer& tok = model.tokenizer();
   SPARQ_ASSIGN_OR_RETURN(GenerateResult r,
-                         Generate(model, ids, g, &pool, [&](int32_t t) {
+                         Generate(model, prompt.ids, g, &pool, [&](int32_t t) {
                            const std::string piece = tok.Decode(std::span(&t, 1));
                            std::fwrite(piece.data(), 1, piece.size(), stdout);
                            std::fflush(stdout);
                          }));
   std::fputc('\n', stdout);
-  std::fflush(stdout);  // before the timing line on stderr, also when stdout is a pipe
+  std::fflush(stdout);  // before the lines on stderr, also when stdout is a pipe
   const double decode_tokens = static_cast<double>(r.tokens.size() > 0 ? r.tokens.size() - 1 : 0);
+  std::fprintf(stderr, "%s\n", prompt.template_line.c_str());
   std::fprintf(stderr,
                "prefill: %lld tokens in %.3f s (%.1f tok/s); decode: %zu tokens in %.3f s "
                "(%.1f tok/s); %d threads\n",
@@ -72,7 +102,11 @@ Registrar reg("generate", "Generate text from a prompt (greedy or sampled)",
                     ->capture_default_str();
                 sub.add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
                 sub.add_option("--threads", o->threads, "Threads (default: SPARQ_NUM_THREADS or all)");
-                sub.add_flag("--chat", o->chat, "Wrap the prompt in the ChatML template");
+                CLI::Option* raw = sub.add_flag(
+                    "--raw", o->raw, "Use the prompt as it is, without the model's chat template");
+                sub.add_flag("--chat", o->chat,
+                             "Apply the model's chat template (the default; kept as an alias)")
+                    ->excludes(raw);
                 return [o]() { return RunGenerate(*o); };
               });
 

@@ -1,5 +1,5 @@
-// `sparq inspect FILE [--json]`: what a model file holds. For every tensor: shape, dtype, stored
-// format, density, the finest pattern it satisfies (FinestPattern on its dense f32 form; 1-D
+// `sparq inspect FILE [--json [FILE]]`: what a model file holds. For every tensor: shape, dtype,
+// stored format, density, the finest pattern it satisfies (FinestPattern on its dense f32 form; 1-D
 // tensors get their density only, tensors of rank > 2 are viewed as [prod(leading dims), last]),
 // bytes as stored and as dense f32. Every tensor is dequantized / densified on the way, so a
 // successful inspect also proves the file reads end to end.
@@ -10,6 +10,7 @@
 #include "sparq/pattern.h"
 #include "sparq/thread_pool.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 #include "tools/model_source.h"
 
 namespace sparq::cli {
@@ -65,12 +66,16 @@ Row Analyze(const ModelSource& src, const SourceTensor& t) {
   return r;
 }
 
+// `v` cut to at most `max_len` bytes, on a UTF-8 character boundary (a cut inside a multi-byte
+// character made invalid UTF-8, which the JSON writer refuses), with the full size appended.
 std::string MetaValue(const std::string& v, size_t max_len) {
   if (v.size() <= max_len) return v;
-  return v.substr(0, max_len) + "... (" + std::to_string(v.size()) + " bytes)";
+  size_t cut = max_len;
+  while (cut > 0 && (static_cast<unsigned char>(v[cut]) & 0xC0) == 0x80) --cut;
+  return v.substr(0, cut) + "... (" + std::to_string(v.size()) + " bytes)";
 }
 
-Status Run(const std::string& path, bool as_json, int threads) {
+Status Run(const std::string& path, const JsonOutput& json, int threads) {
   SPARQ_ASSIGN_OR_RETURN(ModelSource src, ModelSource::Open(path));
   std::vector<Row> rows(src.tensors.size());
   ThreadPool pool(threads > 0 ? threads : ThreadPool::DefaultThreads());
@@ -99,7 +104,7 @@ Status Run(const std::string& path, bool as_json, int threads) {
     unsupported += !rows[i].status.ok();
   }
 
-  if (as_json) {
+  if (json.requested()) {
     nlohmann::ordered_json j;
     j["file"] = path;
     j["kind"] = SourceKindName(src.kind);
@@ -138,8 +143,9 @@ Status Run(const std::string& path, bool as_json, int threads) {
     j["totals"] = {{"tensors", rows.size()},    {"params", total_params},
                    {"stored_bytes", total_stored}, {"dense_f32_bytes", total_f32},
                    {"unsupported", unsupported}};
-    std::printf("%s\n", j.dump(1).c_str());
-    return Status::Ok();
+    // Names and values from the file need not be UTF-8: invalid bytes become U+FFFD.
+    SPARQ_RETURN_IF_ERROR(json.Write(j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)));
+    if (json.to_stdout()) return Status::Ok();
   }
 
   std::printf("%s: %s", path.c_str(), SourceKindName(src.kind));
@@ -182,12 +188,12 @@ Status Run(const std::string& path, bool as_json, int threads) {
 Registrar reg("inspect", "List the tensors of a GGUF, safetensors or sparq file with their sparsity",
               [](CLI::App& sub) -> RunFn {
                 auto path = std::make_shared<std::string>();
-                auto as_json = std::make_shared<bool>(false);
+                auto json = std::make_shared<JsonOutput>();
                 auto threads = std::make_shared<int>(0);
                 sub.add_option("file", *path, "model file (.gguf, .safetensors, .sparq)")->required();
-                sub.add_flag("--json", *as_json, "print a JSON document instead of a table");
+                json->Register(sub, "the file's metadata and tensors");
                 sub.add_option("--threads", *threads, "worker threads (default: SPARQ_NUM_THREADS or all cores)");
-                return [=]() { return Run(*path, *as_json, *threads); };
+                return [=]() { return Run(*path, *json, *threads); };
               });
 
 }  // namespace

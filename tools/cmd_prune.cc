@@ -7,6 +7,7 @@
 #include "sparq/model.h"
 #include "src/io/atomic_write.h"
 #include "tools/command.h"
+#include "tools/json_output.h"
 
 namespace sparq::cli {
 namespace {
@@ -18,7 +19,8 @@ struct PruneCliOptions {
   double damp = 0.01;
   uint64_t seed = 0;
   int threads = 0;
-  bool permute = false, json = false;
+  bool permute = false;
+  JsonOutput json;
 };
 
 Status RunPrune(const PruneCliOptions& o) {
@@ -52,10 +54,8 @@ Status RunPrune(const PruneCliOptions& o) {
     SPARQ_RETURN_IF_ERROR(wr.Write(text.data(), text.size()));
     SPARQ_RETURN_IF_ERROR(wr.Commit());
   }
-  if (o.json) {
-    std::printf("%s\n", r.ToJson(true).c_str());
-    return Status::Ok();
-  }
+  SPARQ_RETURN_IF_ERROR(o.json.Write(r.ToJson(true)));
+  if (o.json.to_stdout()) return Status::Ok();
   double err_sum = 0.0;
   for (const LayerPruneResult& l : r.layers) err_sum += l.report.rel_error;
   std::printf("pruned %zu layers (%s, %s, %s values%s) with %lld calibration tokens\n",
@@ -103,8 +103,9 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option("--seed", o->seed, "Calibration sampling seed")
                     ->capture_default_str();
                 sub.add_option("--threads", o->threads, "Threads");
-                sub.add_option("--report", o->report, "Write a JSON report (with timings)");
-                sub.add_flag("--json", o->json, "Print the JSON report");
+                sub.add_option("--report", o->report,
+                               "Write the JSON report (with timings) to FILE (as --json FILE)");
+                o->json.Register(sub, "the report (with timings)");
                 sub.add_option("-o,--output", o->out, "Output .sparq")->required();
                 return [o]() { return RunPrune(*o); };
               });

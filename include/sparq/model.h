@@ -212,6 +212,15 @@ struct ModelSpeed {
 Result<ModelSpeed> MeasureSpeed(const LlamaModel& model, std::span<const int32_t> prompt,
                                 int64_t decode_tokens, ThreadPool* pool);
 
+// ---- dense bf16 ----------------------------------------------------------------------------------
+
+// Re-stores every linear layer of `model` (the seven of each block and the output head) as dense
+// bf16 (round to nearest even), so they run through sparq's dense bf16 kernel: the dense model at
+// bf16's bytes, the baseline that separates what bf16 storage buys from what sparsity buys. The
+// token embedding and norms stay f32. Errors, naming the layer, if one is not stored dense f32
+// (a pruned or already converted model); the model is then unchanged.
+Status StoreLinearsAsBf16(LlamaModel* model);
+
 // ---- calibration, pruning, checkpoints ----------------------------------------------------------
 
 // Default work bound of the channel-permutation search per layer (PermuteOptions::max_work): about

@@ -37,6 +37,9 @@ struct TokenizerData {
   std::vector<std::string> merges;   // "left right", in rank order
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false;
+  // The model's Jinja chat template (GGUF `tokenizer.chat_template`, tokenizer_config.json's
+  // `chat_template`); "" when it has none. See sparq/chat.h.
+  std::string chat_template;
 
   // JSON round trip (used for checkpoint metadata).
   std::string ToJson() const;
@@ -54,8 +57,10 @@ class Tokenizer {
   // duplicate tokens) with errors prefixed by `what` (a file name).
   static Result<Tokenizer> FromData(TokenizerData data, const std::string& what);
   static Result<Tokenizer> FromGguf(const GgufFile& file);
-  // A Hugging Face tokenizer.json (BPE model with byte-level pre-tokenizer).
-  static Result<Tokenizer> FromHfJson(const std::string& path);
+  // A Hugging Face tokenizer.json (BPE model with byte-level pre-tokenizer). `config_path`, when
+  // not empty and the file exists, is the folder's tokenizer_config.json: its `chat_template` (a
+  // string, or a list of {name, template} of which "default" is taken) becomes chat_template.
+  static Result<Tokenizer> FromHfJson(const std::string& path, const std::string& config_path = "");
 
   // Token ids of UTF-8 `text` (invalid UTF-8 is an error naming the byte offset). BOS is
   // prepended when `add_bos` (and the vocabulary has one). With `parse_special`, occurrences of

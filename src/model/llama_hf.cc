@@ -1,7 +1,7 @@
 // LlamaModel::FromHfFolder: a Hugging Face Llama folder as transformers saves it.
 //
 //   config.json                      LlamaConfig::FromHfConfig
-//   tokenizer.json                   Tokenizer::FromHfJson
+//   tokenizer.json                   Tokenizer::FromHfJson (tokenizer_config.json: its chat_template)
 //   model.safetensors.index.json     {"weight_map": {tensor: shard file}}, if sharded; else
 //   model.safetensors                one file; else every *.safetensors in the folder
 //
@@ -241,7 +241,8 @@ Result<LlamaModel> LlamaModel::FromHfFolder(const std::string& path) {
     }
   }
   SPARQ_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfig::FromHfConfig(config_path));
-  SPARQ_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromHfJson(tok_path));
+  SPARQ_ASSIGN_OR_RETURN(Tokenizer tok,
+                         Tokenizer::FromHfJson(tok_path, dir + "/tokenizer_config.json"));
   SPARQ_ASSIGN_OR_RETURN(HfShards shards, HfShards::Open(dir));
 
   LlamaWeights w;

@@ -87,6 +87,12 @@ Result<Tokenizer> Tokenizer::FromGguf(const GgufFile& f) {
   if (const GgufValue* ab = f.Find("tokenizer.ggml.add_bos_token"); ab != nullptr) {
     if (const bool* b = std::get_if<bool>(&ab->v)) d.add_bos = *b;
   }
+  if (const GgufValue* ct = f.Find("tokenizer.chat_template"); ct != nullptr) {
+    if (ct->AsString() == nullptr) {
+      return InvalidInput(f.path() + ": metadata 'tokenizer.chat_template' is not a string");
+    }
+    d.chat_template = *ct->AsString();
+  }
   return FromData(std::move(d), f.path());
 }
 
@@ -102,6 +108,7 @@ std::string TokenizerData::ToJson() const {
   j["unk_id"] = unk_id;
   j["pad_id"] = pad_id;
   j["add_bos"] = add_bos;
+  if (!chat_template.empty()) j["chat_template"] = chat_template;  // older files have none
   return j.dump();
 }
 
@@ -120,13 +127,41 @@ Result<TokenizerData> TokenizerData::FromJson(std::string_view json, const std::
     d.unk_id = j.at("unk_id").get<int32_t>();
     d.pad_id = j.at("pad_id").get<int32_t>();
     d.add_bos = j.at("add_bos").get<bool>();
+    d.chat_template = j.value("chat_template", "");
   } catch (const nlohmann::json::exception& e) {
     return InvalidInput(what + ": bad tokenizer JSON: " + e.what());
   }
   return d;
 }
 
-Result<Tokenizer> Tokenizer::FromHfJson(const std::string& path) {
+namespace {
+
+// tokenizer_config.json's chat_template: a string, or [{"name": ..., "template": ...}, ...].
+Result<std::string> HfChatTemplate(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::string();
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidInput(path + ": not a JSON object");
+  const auto it = j.find("chat_template");
+  if (it == j.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    for (const auto& e : *it) {
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+          e["template"].is_string()) {
+        return e["template"].get<std::string>();
+      }
+    }
+    return std::string();  // only named templates (tool use, ...): none for plain chat
+  }
+  return InvalidInput(path + ": 'chat_template' is neither a string nor a list of templates");
+}
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::FromHfJson(const std::string& path, const std::string& config_path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return IoError(path + ": cannot open");
   std::stringstream ss;
@@ -187,13 +222,16 @@ Result<Tokenizer> Tokenizer::FromHfJson(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     return InvalidInput(path + ": bad tokenizer.json: " + e.what());
   }
-  // Special ids by their usual names (tokenizer_config.json is not read).
+  // Special ids by their usual names (tokenizer_config.json is read for the chat template only).
   for (size_t i = 0; i < d.tokens.size(); ++i) {
     const std::string& s = d.tokens[i];
     if (s == "<|endoftext|>" && d.bos_id < 0) d.bos_id = static_cast<int32_t>(i);
     if (s == "<|endoftext|>" && d.unk_id < 0) d.unk_id = static_cast<int32_t>(i);
     if (s == "<|im_start|>" || s == "<s>") d.bos_id = static_cast<int32_t>(i);
     if (s == "<|im_end|>" || s == "</s>") d.eos_id = static_cast<int32_t>(i);
+  }
+  if (!config_path.empty()) {
+    SPARQ_ASSIGN_OR_RETURN(d.chat_template, HfChatTemplate(config_path));
   }
   return FromData(std::move(d), path);
 }

@@ -169,7 +169,8 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
     std::string out;
     ASSERT_EQ(testing::RunCommand(Cli() + " " + sub + path_ + "'" + flags, &out), 0) << sub << out;
     const json rows = json::parse(out);
-    ASSERT_EQ(rows.size(), 1u) << out;
+    ASSERT_EQ(rows.size(), 2u) << out;  // the model, then its dense bf16 row
+    EXPECT_EQ(rows[1]["variant"], "dense_bf16");
     const json& r = rows[0];
     EXPECT_EQ(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
     EXPECT_EQ(r["threads"], 1);
@@ -186,22 +187,24 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
   EXPECT_THAT(out, ::testing::HasSubstr("bench: 'kernls' is neither a subcommand")) << out;
 }
 
-// `sparq generate` with its output piped (stdout and stderr into one pipe): the prompt and the
-// new text first, then the timing line from stderr on a line of its own (stdout is flushed
-// before it; piped stdout is block-buffered, and the final newline used to come after it).
+// `sparq generate` with its output piped (stdout and stderr into one pipe): the new text first,
+// then the template line and the timing line from stderr, each on a line of its own (stdout is
+// flushed before them; piped stdout is block-buffered, and the final newline used to come after
+// them).
 TEST_F(SmolLm2Test, GenerateThroughAPipeEndsTheTextBeforeTheTimingLine) {
   std::string out;
   ASSERT_EQ(testing::RunCommand(Cli() + " generate '" + path_ +
                                     "' --prompt 'The capital of France is' --max-new 4 "
-                                    "--threads 1 2>&1",
+                                    "--threads 1 --raw 2>&1",
                                 &out),
             0)
       << out;
+  const size_t tmpl = out.find("template: none (--raw)\n");
   const size_t timing = out.find("prefill: ");
-  ASSERT_NE(timing, std::string::npos) << out;
-  EXPECT_EQ(out.rfind("The capital of France is", timing), 0u) << out;
-  ASSERT_GT(timing, 0u);
-  EXPECT_EQ(out[timing - 1], '\n') << out;
+  ASSERT_NE(tmpl, std::string::npos) << out;
+  ASSERT_EQ(timing, tmpl + std::string("template: none (--raw)\n").size()) << out;
+  ASSERT_GT(tmpl, 0u);
+  EXPECT_EQ(out[tmpl - 1], '\n') << out;
   // The timing line is the last one: nothing of stdout (its final newline) comes after it.
   const std::string tail = "tok/s); 1 threads\n";
   ASSERT_GE(out.size(), tail.size());

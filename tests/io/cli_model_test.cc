@@ -1,0 +1,269 @@
+// The command line on SmolLM2-135M-Instruct and on a checkpoint pruned from it by the CLI
+// (magnitude, unstructured 50%, block 0 only, a short calibration: fast): `generate` with the
+// model's chat template (default), `--chat`, `--raw`, and an unrecognised template; every output
+// mode of `inspect`, `eval` and `prune` (table, --json on stdout, --json FILE); `bench model` with
+// its dense bf16 row and the machine's keys, at a tiny size (rows and keys, not timings).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "io/io_testutil.h"
+#include "sparq/checkpoint.h"
+#include "src/cpu/spmm.h"
+
+namespace sparq {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using json = nlohmann::json;
+
+std::string Cli() { return SPARQ_CLI_PATH; }
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The CLI with stdout and stderr captured apart; returns the exit code.
+int RunSplit(const std::string& args, std::string* out, std::string* err) {
+  const std::string o = testing::TempDir() + "/stdout.txt", e = testing::TempDir() + "/stderr.txt";
+  std::string ignored;
+  const int rc = testing::RunCommand(Cli() + " " + args + " >" + o + " 2>" + e, &ignored);
+  *out = Slurp(o);
+  *err = Slurp(e);
+  return rc;
+}
+
+// Decode tokens from generate's speed line on stderr.
+int DecodeTokens(const std::string& err) {
+  std::smatch m;
+  if (!std::regex_search(err, m, std::regex("decode: ([0-9]+) tokens"))) return -1;
+  return std::stoi(m[1]);
+}
+
+constexpr const char* kSmolLmSystem =
+    "template: chatml, default system message \"You are a helpful AI assistant named SmolLM, "
+    "trained by Hugging Face\" (the model's chat template)\n";
+
+class CliModelTest : public ::testing::Test {
+ protected:
+  // Prunes once for the suite (bare --json: the report alone on stdout).
+  static void SetUpTestSuite() {
+    model_ = new std::string(testing::SmolLm2Path());
+    if (model_->empty()) return;
+    const std::string dir = testing::TempDir();
+    const std::string calib = dir + "/calib.txt";
+    std::string text;
+    for (int i = 0; i < 40; ++i) {
+      text += "Sherlock Holmes took his bottle from the corner of the mantelpiece, and his "
+              "hypodermic syringe from its neat morocco case. ";
+    }
+    std::ofstream(calib) << text;
+    pruned_ = new std::string(dir + "/pruned.sparq");
+    report_ = new std::string();
+    std::string err;
+    prune_rc_ = RunSplit("prune '" + *model_ + "' --method magnitude --pattern unstructured:0.5 --blocks 1 "
+                    "--calib " + calib + " --calib-samples 2 --calib-len 32 --threads 1 -o " +
+                        *pruned_ + " --json",
+                    report_, &err);
+    if (prune_rc_ != 0) *report_ += err;
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete pruned_;
+    delete report_;
+  }
+  void SetUp() override {
+    if (model_->empty()) {
+      GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf is not in the cache; run scripts/fetch_model.sh";
+    }
+    ASSERT_EQ(prune_rc_, 0) << *report_;
+  }
+  static std::string* model_;
+  static std::string* pruned_;
+  static std::string* report_;  // prune's stdout
+  static int prune_rc_;
+};
+std::string* CliModelTest::model_ = nullptr;
+std::string* CliModelTest::pruned_ = nullptr;
+std::string* CliModelTest::report_ = nullptr;
+int CliModelTest::prune_rc_ = -1;
+
+// The issue's command: before, the raw prompt ended after one token. With the template applied by
+// default the model answers (greedy: the answer names Paris), stdout holds the answer only, and
+// stderr says which template was applied, then the speed.
+TEST_F(CliModelTest, GenerateAppliesTheModelsChatTemplateByDefault) {
+  const std::string cmd = "generate '" + *model_ +
+                          "' --prompt 'What is the capital of France?' --max-new 24 --threads 1";
+  std::string out, err;
+  ASSERT_EQ(RunSplit(cmd, &out, &err), 0) << err;
+  EXPECT_GT(DecodeTokens(err), 1) << err;
+  EXPECT_THAT(out, HasSubstr("Paris")) << out;
+  for (const char* s : {"prefill:", "template:", "sparq:", "<|im_start|>", "What is the capital"}) {
+    EXPECT_THAT(out, Not(HasSubstr(s))) << out;
+  }
+  EXPECT_THAT(err, HasSubstr(kSmolLmSystem)) << err;
+  EXPECT_THAT(err, Not(HasSubstr("warning"))) << err;
+  // The speed line is the last line.
+  const size_t speed = err.find("prefill: ");
+  ASSERT_NE(speed, std::string::npos);
+  EXPECT_EQ(err.find('\n', speed), err.size() - 1) << err;
+
+  std::string chat_out;
+  ASSERT_EQ(RunSplit(cmd + " --chat", &chat_out, &err), 0) << err;
+  EXPECT_EQ(chat_out, out);  // --chat is the default spelled out
+  EXPECT_THAT(err, HasSubstr(kSmolLmSystem));
+}
+
+TEST_F(CliModelTest, GenerateRawUsesThePromptAsItIs) {
+  std::string out, err;
+  ASSERT_EQ(RunSplit("generate '" + *model_ + "' --prompt 'The capital of France is' --max-new 4 "
+                "--threads 1 --raw", &out, &err), 0) << err;
+  EXPECT_THAT(err, HasSubstr("template: none (--raw)\n"));
+  EXPECT_EQ(DecodeTokens(err), 4) << err;
+  EXPECT_THAT(out, Not(HasSubstr("The capital of France is"))) << out;  // the text only
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(RunSplit("generate '" + *model_ + "' --prompt x --raw --chat", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("--chat"));
+}
+
+// The pruned checkpoint carries the template (in its tokenizer); one with a template of another
+// layout gets the raw prompt and a warning, and still runs.
+TEST_F(CliModelTest, CheckpointTemplateAndAnUnrecognisedOne) {
+  std::string out, err;
+  ASSERT_EQ(RunSplit("generate " + *pruned_ + " --prompt 'Hi' --max-new 2 --threads 1", &out, &err), 0) << err;
+  EXPECT_THAT(err, HasSubstr(kSmolLmSystem));
+
+  const std::string other = testing::TempDir() + "/other_template.sparq";
+  {
+    auto ck = ReadCheckpoint(*pruned_);
+    ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+    json tok = json::parse(ck->metadata.at("sparq.tokenizer"));
+    ASSERT_EQ(tok["chat_template"].get<std::string>().substr(0, 24), "{% for message in messag");
+    tok["chat_template"] =
+        "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+        "'<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}{% endfor %}";
+    ck->metadata["sparq.tokenizer"] = tok.dump();
+    ASSERT_TRUE(WriteCheckpoint(other, *ck).ok());
+  }
+  ASSERT_EQ(RunSplit("generate " + other + " --prompt 'Hi' --max-new 2 --threads 1", &out, &err), 0) << err;
+  EXPECT_THAT(err, HasSubstr("sparq: warning: chat template not recognised: no family's markers"));
+  EXPECT_THAT(err, HasSubstr("template: none (the model's chat template is not recognised; raw prompt)"));
+  EXPECT_THAT(out, Not(HasSubstr("warning")));
+  std::remove(other.c_str());
+}
+
+// prune's bare --json (the fixture): the report alone on stdout.
+TEST_F(CliModelTest, PruneJsonReport) {
+  const json r = json::parse(*report_);
+  ASSERT_EQ(r["layers"].size(), 7u) << *report_;  // block 0's seven linear layers
+  for (const auto& l : r["layers"]) {
+    EXPECT_THAT(l["name"].get<std::string>(), ::testing::StartsWith("blk.0."));
+    EXPECT_DOUBLE_EQ(l["sparsity"].get<double>(), 0.5) << l;
+  }
+  EXPECT_EQ(r["calib_tokens"], 64);
+}
+
+// inspect on the CLI's own pruned checkpoint in its three modes (the issue's crash: exit 2 on
+// --json, a metadata preview cut inside a character).
+TEST_F(CliModelTest, InspectPrunedCheckpointEveryMode) {
+  std::string table, out, err;
+  ASSERT_EQ(RunSplit("inspect " + *pruned_, &table, &err), 0) << err;
+  EXPECT_THAT(table, HasSubstr("blk.0.attn_q.weight"));
+  EXPECT_THAT(table, HasSubstr("unstructured:0.5000"));
+  EXPECT_THAT(table, HasSubstr("sparq.tokenizer = {"));
+  ASSERT_EQ(RunSplit("inspect " + *pruned_ + " --json", &out, &err), 0) << err;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["kind"], "sparq");
+  EXPECT_THAT(j["metadata"]["sparq.tokenizer"].get<std::string>(), HasSubstr("bytes)"));
+  EXPECT_EQ(j["totals"]["params"], 134515008u);  // every parameter of the GGUF
+  int pruned = 0;
+  for (const auto& t : j["tensors"]) {
+    if (t["name"].get<std::string>().rfind("blk.0.", 0) == 0 && t["shape"].size() == 2) {
+      EXPECT_EQ(t["recorded_pattern"], "unstructured:0.5") << t["name"];
+      EXPECT_DOUBLE_EQ(t["density"].get<double>(), 0.5) << t["name"];
+      ++pruned;
+    }
+  }
+  EXPECT_EQ(pruned, 7);
+  const std::string file = testing::TempDir() + "/pruned_inspect.json";
+  ASSERT_EQ(RunSplit("inspect " + *pruned_ + " --json " + file, &out, &err), 0) << err;
+  EXPECT_EQ(out, table);
+  EXPECT_EQ(json::parse(Slurp(file)), j);
+}
+
+TEST_F(CliModelTest, EvalEveryOutputMode) {
+  const std::string text = testing::TempDir() + "/eval.txt";
+  std::ofstream(text) << "The quick brown fox jumps over the lazy dog. It was the best of times, it "
+                         "was the worst of times, it was the age of wisdom.\n";
+  const std::string cmd = "eval " + *pruned_ + " --text " + text + " --ctx 16 --threads 1";
+  std::string line, out, err;
+  ASSERT_EQ(RunSplit(cmd, &line, &err), 0) << err;
+  EXPECT_THAT(line, ::testing::StartsWith("perplexity "));
+  ASSERT_EQ(RunSplit(cmd + " --json", &out, &err), 0) << err;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["ctx"], 16);
+  EXPECT_GT(j["perplexity"].get<double>(), 1.0);
+  const std::string file = testing::TempDir() + "/eval.json";
+  ASSERT_EQ(RunSplit(cmd + " --json " + file, &out, &err), 0) << err;
+  EXPECT_THAT(out, ::testing::StartsWith("perplexity "));
+  EXPECT_EQ(json::parse(Slurp(file))["perplexity"], j["perplexity"]);  // same run, same bits
+}
+
+// bench model at a tiny size: the dense model, its dense bf16 row right after it, the pruned
+// checkpoint; every row names the CPU and the running ISA.
+TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {
+  const std::string flags = " --threads 1 --prompt 8 --decode 2 --repeats 1";
+  std::string out, err;
+  ASSERT_EQ(RunSplit("bench model '" + *model_ + "' " + *pruned_ + flags + " --json", &out, &err), 0) << err;
+  const json rows = json::parse(out);
+  ASSERT_EQ(rows.size(), 3u) << out;
+  EXPECT_EQ(rows[0]["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
+  EXPECT_EQ(rows[0]["variant"], "as_stored");
+  EXPECT_EQ(rows[1]["model"], "SmolLM2-135M-Instruct.Q4_1.gguf [dense bf16]");
+  EXPECT_EQ(rows[1]["variant"], "dense_bf16");
+  EXPECT_EQ(rows[2]["model"], "pruned.sparq");
+  EXPECT_EQ(rows[2]["variant"], "as_stored");
+  // Bytes, exactly: block linears 106,168,320 parameters (all 134,515,008 less the embedding
+  // 49152 x 576 and the 61 norms of 576), the tied head 49152 x 576; bf16 row: 2 bytes for those,
+  // the embedding and norms stay f32.
+  const int64_t linears = 106168320, embd = int64_t{49152} * 576, norms = 61 * 576;
+  EXPECT_EQ(rows[0]["block_linear_bytes"].get<int64_t>(), 4 * linears);
+  EXPECT_EQ(rows[1]["block_linear_bytes"].get<int64_t>(), 2 * linears);
+  EXPECT_EQ(rows[1]["weight_bytes"].get<int64_t>(), 2 * (linears + embd) + 4 * (embd + norms));
+  const std::string running = cpu::ApplyMaxIsaFromEnv();
+  for (const auto& r : rows) {
+    for (const char* k : {"model", "variant", "runtime", "decode_tok_s", "prefill_tok_s", "weight_bytes",
+                          "block_linear_bytes", "threads", "prompt_tokens", "decode_tokens", "cpu_model",
+                          "isa"}) {
+      EXPECT_TRUE(r.contains(k)) << k << " missing in " << r;
+    }
+    EXPECT_EQ(r["decode_tokens"], 2);
+    EXPECT_GT(r["decode_tok_s"].get<double>(), 0.0);
+    EXPECT_NE(r["cpu_model"].get<std::string>(), "");
+    EXPECT_NE(r["cpu_model"].get<std::string>(), "unknown");
+    EXPECT_THAT(running, HasSubstr("(running " + r["isa"].get<std::string>() + ")"));
+  }
+  // The table names the machine and shows the bf16 row; --no-dense-bf16 leaves it out.
+  ASSERT_EQ(RunSplit("bench model '" + *model_ + "'" + flags, &out, &err), 0) << err;
+  EXPECT_THAT(out, ::testing::StartsWith("cpu: " + rows[0]["cpu_model"].get<std::string>() +
+                                         "; isa: " + rows[0]["isa"].get<std::string>() + "; 1 threads\n"));
+  EXPECT_THAT(out, HasSubstr("[dense bf16]"));
+  ASSERT_EQ(RunSplit("bench model '" + *model_ + "'" + flags + " --no-dense-bf16 --json", &out, &err), 0) << err;
+  EXPECT_EQ(json::parse(out).size(), 1u);
+  // A pruned first model has no dense bf16 form: no such row, a note naming the layer.
+  ASSERT_EQ(RunSplit("bench model " + *pruned_ + flags + " --json", &out, &err), 0) << err;
+  EXPECT_EQ(json::parse(out).size(), 1u);
+  EXPECT_THAT(err, HasSubstr("no dense bf16 row: blk.0.attn_q.weight is stored as"));
+}
+
+}  // namespace
+}  // namespace sparq
