@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 
+#include "data_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
 #include "src/cpu/spmm.h"
@@ -82,9 +83,7 @@ class CliModelTest : public ::testing::Test {
     delete report_;
   }
   void SetUp() override {
-    if (model_->empty()) {
-      GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf is not in the cache; run scripts/fetch_model.sh";
-    }
+    SPARQ_REQUIRE_MODEL();
     ASSERT_EQ(prune_rc_, 0) << *report_;
   }
   static std::string* model_;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <vector>
 
+#include "data_testutil.h"
 #include "model/model_testutil.h"
 #include "sparq/chat.h"
 #include "sparq/gguf.h"
@@ -81,8 +82,8 @@ TEST(ChatTemplateTest, MalformedTemplatesAreRefusedNotCrashed) {
 // The GGUF's tokenizer.chat_template reaches TokenizerData and is the string the reference was
 // rendered from.
 TEST(ChatTemplateTest, SmolLm2GgufCarriesTheReferencedTemplate) {
+  SPARQ_REQUIRE_MODEL();
   const std::string path = testing::SmolLmPath();
-  if (path.empty()) GTEST_SKIP() << testing::kModelMissing;
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   auto tok = Tokenizer::FromGguf(*f);
