@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <regex>
 #include "model/model_testutil.h"
 #include "sparq/checkpoint.h"
@@ -56,7 +57,10 @@ class PruneModelTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? r->perplexity : 0.0;
   }
-  static std::string Out(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+  // Unique per process: ctest runs tests (and other checkouts their tests) side by side.
+  static std::string Out(const std::string& name) {
+    return ::testing::TempDir() + "/sparq_" + std::to_string(::getpid()) + "_" + name;
+  }
 
   static constexpr size_t kEvalTokens = 1024;
   static inline std::string path_, calib_;
