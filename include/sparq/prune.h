@@ -168,18 +168,10 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
 Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, const HessianAccumulator& acc,
                           const Pattern& pattern, const PruneOptions& opt = {});
 
-// Checks that a pattern can be applied to an m x k weight (Validate() plus: V:N:M needs k >= 1;
-// blocks larger than the matrix are allowed as partial blocks). Names `what`.
+// Checks that a pattern can be applied to an m x k weight: Validate(), N:M and V:N:M need k >= M,
+// V:N:M needs m >= V, a block may not be larger than the weight. Names `what`. The masks
+// themselves come from ComputeMask (pattern.h).
 Status CheckPatternFits(const Pattern& p, int64_t m, int64_t k, const std::string& what);
-
-// Keep-mask selection from scores (1 = keep), as every method here uses it. Counts: a fraction f of
-// c candidates prunes llround(f * c); per-layer unstructured selection by Wanda (row_wise) spreads
-// the per-layer count over rows by cumulative rounding, so row i prunes
-// llround(f*k*(i+1)) - llround(f*k*i) and the total is exact. Ties: the lower flat index is kept.
-// row_wise: for kUnstructured per layer, compare within rows (Wanda's choice) instead of globally.
-Result<std::vector<uint8_t>> SelectMask(const Pattern& p, std::span<const float> scores, int64_t m,
-                                        int64_t k, bool row_wise, ThreadPool* pool = nullptr,
-                                        const std::string& what = "weight");
 
 // Global magnitude pruning across several layers: one threshold over all of them, pruning
 // llround(fraction * total) weights (ties: earlier layer, then lower index, kept).

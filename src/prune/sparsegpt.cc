@@ -15,7 +15,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "src/prune/select.h"
+#include "src/prune/prune_internal.h"
 
 namespace sparq::prune_internal {
 namespace {
@@ -189,8 +189,8 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
   if (p.kind == PatternKind::kRows) {
     std::vector<double> q = RowQuadForms(w, m, k, h);
     std::vector<float> qf(q.begin(), q.end()), scratch;
-    PruneLowest(qf.data(), m, std::llround(p.fraction * static_cast<double>(m)), row_keep.data(), 1,
-                &scratch);
+    KeepTop(qf.data(), m, m - std::llround(p.fraction * static_cast<double>(m)), row_keep.data(),
+            &scratch);
   }
 
   Quantizer* quant = opt.quantizer;
@@ -224,11 +224,11 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
           for (int64_t r = 0; r < m; ++r) {
             const int64_t n = p.per_row ? CumulativeCount(p.fraction, i1, i2)
                                         : CumulativeCount(p.fraction, r * k + i1, r * k + i2);
-            PruneLowest(tmp.data() + r * nb, nb, n, keep1.data() + r * nb, 1, &scratch);
+            KeepTop(tmp.data() + r * nb, nb, nb - n, keep1.data() + r * nb, &scratch);
           }
         } else {
-          PruneLowest(tmp.data(), m * nb, CumulativeCount(p.fraction, m * i1, m * i2), keep1.data(),
-                      1, &scratch);
+          KeepTop(tmp.data(), m * nb, m * nb - CumulativeCount(p.fraction, m * i1, m * i2),
+                  keep1.data(), &scratch);
         }
         break;
       case PatternKind::kCols: {
@@ -239,7 +239,7 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
           for (int64_t r = 0; r < m; ++r) acc += score(r, j);
           cs[j] = static_cast<float>(acc);
         }
-        PruneLowest(cs.data(), nb, CumulativeCount(p.fraction, i1, i2), ck.data(), 1, &scratch);
+        KeepTop(cs.data(), nb, nb - CumulativeCount(p.fraction, i1, i2), ck.data(), &scratch);
         for (int64_t r = 0; r < m; ++r) {
           for (int64_t j = 0; j < nb; ++j) keep1[r * nb + j] = ck[j];
         }
@@ -259,8 +259,8 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
             bsc[bi * nbc + bj] = static_cast<float>(acc);
           }
         }
-        PruneLowest(bsc.data(), nbr * nbc, CumulativeCount(p.fraction, nbr * bc0, nbr * bc1),
-                    bk.data(), 1, &scratch);
+        KeepTop(bsc.data(), nbr * nbc,
+                nbr * nbc - CumulativeCount(p.fraction, nbr * bc0, nbr * bc1), bk.data(), &scratch);
         for (int64_t r = 0; r < m; ++r) {
           for (int64_t j = 0; j < nb; ++j) keep1[r * nb + j] = bk[(r / p.bh) * nbc + j / p.bw];
         }
@@ -280,7 +280,6 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
       const int64_t r0 = t * tile, r1 = std::min(m, r0 + tile);
       int64_t pruned = 0;
       float gs[16];
-      uint8_t gk[16];
       for (int64_t i = 0; i < nb; ++i) {
         const int64_t col = i1 + i;
         if (qgroup > 0 && col % qgroup == 0) {
@@ -298,9 +297,10 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
               for (int64_t r = b0; r < b1; ++r) acc += score(r, i + j);
               gs[j] = static_cast<float>(acc);
             }
-            KeepTopInGroup(gs, len, p.n, gk);
+            const uint32_t bits = KeepTopInGroup(gs, static_cast<int>(len),
+                                                 std::min<int>(p.n, static_cast<int>(len)));
             for (int64_t r = b0; r < b1; ++r) {
-              for (int64_t j = 0; j < len; ++j) keep1[r * nb + i + j] = gk[j];
+              for (int64_t j = 0; j < len; ++j) keep1[r * nb + i + j] = (bits >> j) & 1u;
             }
           }
         }

@@ -11,7 +11,7 @@
 
 #include "prune/prune_testutil.h"
 #include "sparq/prune.h"
-#include "src/prune/select.h"
+#include "src/prune/prune_internal.h"
 #include "src/prune/synthetic.h"
 
 namespace sparq {
