@@ -225,7 +225,7 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
   rep.cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   if (!orig.empty()) {
     const auto t1 = Clock::now();
-    rep.rel_error = ReconstructionError(orig, w, m, k, h);
+    rep.rel_error = ReconstructionError(orig, w, m, k, h, opt.pool);
     rep.error_seconds = Seconds(t1);
   }
   return rep;

@@ -46,6 +46,35 @@ TEST(Hessian, StreamedChunksMatchDirectSum) {
   }
 }
 
+// H is accumulated with the same bits for any pool size and OpenBLAS thread count: OpenBLAS's
+// threaded dsyrk gives other bits than its serial one on its SkylakeX kernels at k = 100 and 257
+// (k not a multiple of its tile). Also across the k values where our tile grid has a partial
+// tile (257, 520 = 2 x 256 + 8) and one tile (100). The error report likewise (dgemm with H).
+TEST(Hessian, SameBitsForAnyPoolAndOpenBlasThreads) {
+  ThreadPool pool(2);
+  for (int64_t k : {100, 257, 520}) {
+    testing::Problem pr = testing::MakeProblem(8, k, 300, 31);  // 300 rows: panels of 256 + 44
+    std::vector<std::vector<double>> hs;
+    std::vector<double> errs;
+    std::vector<float> wp = pr.w;
+    for (size_t i = 0; i < wp.size(); i += 3) wp[i] = 0.0f;
+    for (int blas : {1, 2}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        openblas_set_num_threads(blas);
+        HessianAccumulator acc(k);
+        ASSERT_TRUE(acc.Add(pr.x.data(), pr.n, k, p).ok());
+        hs.push_back(acc.Hessian());
+        errs.push_back(ReconstructionError(pr.w, wp, pr.m, k, hs.back(), p));
+      }
+    }
+    openblas_set_num_threads(2);
+    for (size_t i = 1; i < hs.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(hs[0].data(), hs[i].data(), hs[0].size() * 8)) << k << " run " << i;
+      EXPECT_EQ(0, std::memcmp(&errs[0], &errs[i], 8)) << k << " run " << i;
+    }
+  }
+}
+
 TEST(Hessian, RejectsBadInputs) {
   HessianAccumulator acc(3);
   std::vector<float> x = {1, 2, 3, 4, NAN, 6};
