@@ -215,7 +215,7 @@ double Median(std::vector<double> v) {
 
 Status RunModelDemo(const DemoOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   std::string model = o.model;
@@ -323,7 +323,7 @@ Status RunFormatsDemo(const DemoOptions& o) {
   if (o.rows < 1 || o.cols < 1 || o.rows > (int64_t{1} << 20) || o.cols > (int64_t{1} << 20)) {
     return InvalidInput("demo: --rows and --cols must be in 1..1048576");
   }
-  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::DefaultThreads());
+  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreads());
   const auto t0 = std::chrono::steady_clock::now();
   std::printf("sparq demo: a %lld x %lld layer (the shape of a Llama-7B MLP weight), Gaussian "
               "values with std %.2f, seed %llu, %d threads\n\n",
