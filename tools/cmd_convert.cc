@@ -81,7 +81,7 @@ Status Run(const Options& o) {
 
   SPARQ_ASSIGN_OR_RETURN(ModelSource src, ModelSource::Open(o.in));
   std::vector<Slot> slots(src.tensors.size());
-  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::DefaultThreads());
+  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreads());
   pool.ParallelFor(static_cast<int64_t>(src.tensors.size()), [&](int64_t i, int) {
     const SourceTensor& t = src.tensors[i];
     Slot& s = slots[i];

@@ -279,7 +279,7 @@ Status RunModelDemo(DemoOptions o) {
     return InvalidInput("demo: --calib-samples must be >= 1, --calib-len, --eval-tokens and --ctx "
                         ">= 2");
   }
-  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   std::string model = o.model;
@@ -407,7 +407,7 @@ Status RunFormatsDemo(const DemoOptions& o) {
   if (o.rows < 1 || o.cols < 1 || o.rows > (int64_t{1} << 20) || o.cols > (int64_t{1} << 20)) {
     return InvalidInput("demo: --rows and --cols must be in 1..1048576");
   }
-  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::DefaultThreads());
+  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreads());
   const auto t0 = std::chrono::steady_clock::now();
   std::printf("sparq demo: a %lld x %lld layer (the shape of a Llama-7B MLP weight), Gaussian "
               "values with std %.2f, seed %llu, %d threads\n\n",

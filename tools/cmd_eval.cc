@@ -32,7 +32,7 @@ Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
 }
 
 Status RunEval(const EvalOptions& o) {
-  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.text));

@@ -57,7 +57,7 @@ Result<PromptIds> PromptTokens(const GenOptions& o, const Tokenizer& tok) {
 }
 
 Status RunGenerate(const GenOptions& o) {
-  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));

@@ -78,7 +78,7 @@ std::string MetaValue(const std::string& v, size_t max_len) {
 Status Run(const std::string& path, const JsonOutput& json, int threads) {
   SPARQ_ASSIGN_OR_RETURN(ModelSource src, ModelSource::Open(path));
   std::vector<Row> rows(src.tensors.size());
-  ThreadPool pool(threads > 0 ? threads : ThreadPool::DefaultThreads());
+  ThreadPool pool(threads > 0 ? threads : DefaultThreads());
   pool.ParallelFor(static_cast<int64_t>(src.tensors.size()), [&](int64_t i, int) {
     rows[i] = Analyze(src, src.tensors[i]);
   });

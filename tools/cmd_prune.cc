@@ -24,7 +24,7 @@ struct PruneCliOptions {
 };
 
 Status RunPrune(const PruneCliOptions& o) {
-  const int threads = o.threads > 0 ? o.threads : ThreadPool::DefaultThreads();
+  const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   ModelPruneOptions opt;

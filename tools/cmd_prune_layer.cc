@@ -44,7 +44,7 @@ Status Run(const Flags& f) {
   }
   SPARQ_ASSIGN_OR_RETURN(PruneMethod method, ParsePruneMethod(f.method));
   SPARQ_ASSIGN_OR_RETURN(Pattern pattern, Pattern::Parse(f.pattern));
-  const int threads = f.threads > 0 ? f.threads : ThreadPool::DefaultThreads();
+  const int threads = f.threads > 0 ? f.threads : DefaultThreads();
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
 

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "sparq/status.h"
+#include "sparq/thread_pool.h"
 
 namespace sparq::cli {
 
@@ -30,6 +32,16 @@ struct Registrar {
     Registry().push_back({std::move(name), std::move(help), std::move(setup)});
   }
 };
+
+// Thread count of a command run without --threads: SPARQ_NUM_THREADS when it holds a count >= 1,
+// else every hardware thread. The library reads no environment; this is where the knob lives.
+inline int DefaultThreads() {
+  if (const char* env = std::getenv("SPARQ_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  return ThreadPool::HardwareThreads();
+}
 
 // Map a Status to an exit code and print it (stderr) as one line.
 int ExitCodeFor(const Status& st);

@@ -149,6 +149,10 @@ class LlamaModel {
   // Errors: token id out of range, cache too small.
   Status Forward(std::span<const int32_t> tokens, KvCache* cache, float* logits, bool all_logits,
                  ThreadPool* pool) const;
+  // Forward runs each block's MLP as one fused SwiGLU kernel call where its weights allow (on by
+  // default). The bits are the same either way; off only serves to time the difference.
+  void set_fuse_mlp(bool on);
+  bool fuse_mlp() const;
 
  private:
   struct Impl;

@@ -15,6 +15,8 @@
 
 namespace sparq {
 
+class ThreadPool;
+
 enum class PatternKind : uint8_t {
   kDense,         // no constraint
   kUnstructured,  // `fraction` of the elements are zero: per tensor, or per row if per_row
@@ -61,17 +63,42 @@ struct Pattern {
 // holds at most min(n, r) nonzeros; it is stored padded to m with zeros (never-selected pads).
 // Block / V:N:M edges likewise: edge blocks are partial and padded with zeros when stored.
 
+// How ComputeMask chooses, beyond the pattern.
+struct MaskOptions {
+  // kUnstructured per tensor: compare within each row (Wanda's choice) instead of over the whole
+  // tensor, spreading the tensor's count over the rows by cumulative rounding: row i prunes
+  // llround(f*k*(i+1)) - llround(f*k*i), so the total is exactly llround(f*m*k).
+  bool row_wise = false;
+  // Optional: rows (N:M), row slabs (V:N:M) and per-row selections run on it; the mask does not
+  // depend on it.
+  ThreadPool* pool = nullptr;
+};
+
 // Chooses which elements to keep: mask[i*k + j] = 1 to keep. Keeps the highest `scores` per group,
-// block, row or tensor; ties are broken deterministically (the lower flat index wins). Scores must
-// be finite (error naming `what` otherwise). The number pruned for a fraction f of c candidates is
-// llround(f * c).
+// block, row or tensor; ties are broken deterministically (the lower flat index wins). Scores of a
+// row, column, block or V:N:M column slab are summed and compared in double. Scores must be finite
+// (error naming `what` otherwise). The number pruned for a fraction f of c candidates is
+// llround(f * c). This is sparq's one mask selection: magnitude and Wanda pruning call it, and
+// SparseGPT's per-block masks use the primitives below.
 Result<std::vector<uint8_t>> ComputeMask(const Pattern& p, std::span<const float> scores,
-                                         int64_t m, int64_t k, const std::string& what = "tensor");
+                                         int64_t m, int64_t k, const std::string& what = "tensor",
+                                         const MaskOptions& opt = {});
 // w[i] = 0 where mask[i] == 0 (in place).
 void ApplyMask(std::span<float> w, std::span<const uint8_t> mask);
 // Magnitude pruning: ComputeMask(p, |w|) then ApplyMask.
 Status MagnitudePrune(const Pattern& p, std::span<float> w, int64_t m, int64_t k,
                       const std::string& what = "tensor");
+
+// Selection primitives of ComputeMask, with its tie rule (for callers that score their own units,
+// as SparseGPT does per column block).
+// out[i] = 1 for the `keep` highest of s[0..n) (ties: the lower index), 0 for the others; keep is
+// clamped to [0, n]. scratch is a reusable buffer.
+void KeepTop(const float* s, int64_t n, int64_t keep, uint8_t* out, std::vector<float>* scratch);
+// The same for a group of len <= 16 scores, as bits (bit i set: s[i] kept).
+uint32_t KeepTopInGroup(const float* s, int len, int keep);
+// llround(f * after) - llround(f * before): how many of the candidates (before, after] to prune so
+// that every prefix, and the whole, prunes exactly llround(f * count).
+int64_t CumulativeCount(double fraction, int64_t before, int64_t after);
 
 // Does W (f32 [m, k], row-major) satisfy the pattern's structure? For fraction patterns the
 // achieved sparsity must be >= fraction (within one element of rounding) and, for kRows / kCols /

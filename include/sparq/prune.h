@@ -14,13 +14,13 @@
 //   PruneOptions opt; opt.method = PruneMethod::kSparseGpt; opt.pool = &pool;
 //   for (W of q, k, v) SPARQ_ASSIGN_OR_RETURN(PruneReport r, Prune(W, m, k, acc, pattern, opt));
 //
-// Threads: `pool` parallelizes row-independent loops (each row's output is written by one task), and
-// the dense products go through OpenBLAS with whatever thread count the process set (the CLI sets it
-// to --threads). Results are bitwise identical for any pool size; OpenBLAS 0.3.21 (pthreads) splits
-// its gemm/syrk work over output tiles, never along the reduction, so its thread count does not
-// change those bits; its dpotrf/dtrtri do change with the thread count, so SparseGPT runs its
-// factorization with OpenBLAS pinned to one thread (restoring the count after). Checked by tests
-// that flip openblas_set_num_threads between 1 and 2.
+// Threads: `pool` parallelizes row-independent loops (each row's output is written by one task) and
+// the dense products, which run as a fixed grid of output tiles, each one single-threaded OpenBLAS
+// call (OpenBLAS is pinned to one thread meanwhile and its count restored after; SparseGPT's
+// factorization likewise runs on one OpenBLAS thread). OpenBLAS's own threading changes the bits of
+// its sgemm (Haswell, Zen kernels), dgemm and dsyrk (SkylakeX kernels), dpotrf and dtrtri, so
+// nothing here relies on it: results are bitwise identical for any pool size and any OpenBLAS
+// thread count, on every CPU. Checked by tests that flip openblas_set_num_threads between 1 and 2.
 // Same inputs, same call: bitwise identical output.
 #pragma once
 
@@ -80,9 +80,9 @@ Status ValidateHessian(std::span<const double> h, int64_t k, const std::string& 
 // Relative reconstruction error tr(dW H dW^T) / tr(W H W^T), dW = W - W', computed with dgemm
 // over row panels and summed in double: equals ||X W^T - X W'^T||_F^2 / ||X W^T||_F^2 when
 // H = X^T X / N. Returns 0 when tr(W H W^T) == 0 and dW H dW^T == 0, +Inf if only the latter
-// is nonzero.
+// is nonzero. pool (optional) runs the dgemm tiles; the result does not depend on it.
 double ReconstructionError(std::span<const float> w, std::span<const float> w_pruned, int64_t m,
-                           int64_t k, std::span<const double> h);
+                           int64_t k, std::span<const double> h, ThreadPool* pool = nullptr);
 
 // ---- quantize-while-pruning hook ---------------------------------------------------------------
 
@@ -168,18 +168,10 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
 Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, const HessianAccumulator& acc,
                           const Pattern& pattern, const PruneOptions& opt = {});
 
-// Checks that a pattern can be applied to an m x k weight (Validate() plus: V:N:M needs k >= 1;
-// blocks larger than the matrix are allowed as partial blocks). Names `what`.
+// Checks that a pattern can be applied to an m x k weight: Validate(), N:M and V:N:M need k >= M,
+// V:N:M needs m >= V, a block may not be larger than the weight. Names `what`. The masks
+// themselves come from ComputeMask (pattern.h).
 Status CheckPatternFits(const Pattern& p, int64_t m, int64_t k, const std::string& what);
-
-// Keep-mask selection from scores (1 = keep), as every method here uses it. Counts: a fraction f of
-// c candidates prunes llround(f * c); per-layer unstructured selection by Wanda (row_wise) spreads
-// the per-layer count over rows by cumulative rounding, so row i prunes
-// llround(f*k*(i+1)) - llround(f*k*i) and the total is exact. Ties: the lower flat index is kept.
-// row_wise: for kUnstructured per layer, compare within rows (Wanda's choice) instead of globally.
-Result<std::vector<uint8_t>> SelectMask(const Pattern& p, std::span<const float> scores, int64_t m,
-                                        int64_t k, bool row_wise, ThreadPool* pool = nullptr,
-                                        const std::string& what = "weight");
 
 // Global magnitude pruning across several layers: one threshold over all of them, pruning
 // llround(fraction * total) weights (ties: earlier layer, then lower index, kept).

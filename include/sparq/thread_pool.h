@@ -28,8 +28,9 @@ class ThreadPool {
   // Not re-entrant: fn must not call ParallelFor on the same pool.
   void ParallelFor(int64_t num_tasks, const std::function<void(int64_t task, int thread)>& fn);
 
-  // Default thread count: SPARQ_NUM_THREADS if set, else hardware_concurrency().
-  static int DefaultThreads();
+  // The machine's hardware threads (hardware_concurrency(), at least 1). The library never picks
+  // a thread count itself: callers pass one (the CLI honours --threads and SPARQ_NUM_THREADS).
+  static int HardwareThreads();
 
  private:
   void WorkerLoop(int thread);

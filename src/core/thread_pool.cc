@@ -3,8 +3,6 @@
 #include <sched.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <string>
 
 namespace sparq {
 namespace {
@@ -43,12 +41,8 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
-int ThreadPool::DefaultThreads() {
-  if (const char* env = std::getenv("SPARQ_NUM_THREADS")) {
-    int n = std::atoi(env);
-    if (n >= 1) return n;
-  }
-  unsigned hc = std::thread::hardware_concurrency();
+int ThreadPool::HardwareThreads() {
+  const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
 

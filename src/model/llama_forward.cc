@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -263,13 +262,9 @@ void LinearShared(const LlamaBlock& b, std::initializer_list<SlotOut> outs, cons
 // weights allow; false (nothing written) otherwise. gate and up read their input through their
 // own column permutations (each gathered once; up gets its own X^T when they differ); down's is
 // applied by writing each intermediate column where down's gather would have read it from.
-// SPARQ_FUSE_MLP=0 turns the fusion off (A/B timing; the bits are the same either way).
+// BlockScratch::fuse_mlp = false turns the fusion off (A/B timing; the bits are the same).
 bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadPool* pool) {
-  static const bool allowed = [] {
-    const char* e = std::getenv("SPARQ_FUSE_MLP");
-    return e == nullptr || std::atoi(e) != 0;
-  }();
-  if (!allowed) return false;
+  if (!s->fuse_mlp) return false;
   const LinearWeight& gate = b.linear[static_cast<int>(LinearSlot::kGate)];
   const LinearWeight& up = b.linear[static_cast<int>(LinearSlot::kUp)];
   const LinearWeight& down = b.linear[static_cast<int>(LinearSlot::kDown)];
@@ -333,6 +328,9 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   Linear(b, LinearSlot::kDown, s->act.data(), n, x, res2, s, pool);
 }
 
+void LlamaModel::set_fuse_mlp(bool on) { impl_->fuse_mlp = on; }
+bool LlamaModel::fuse_mlp() const { return impl_->fuse_mlp; }
+
 Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, float* logits,
                            bool all_logits, ThreadPool* pool) const {
   const LlamaConfig& c = impl_->config;
@@ -356,6 +354,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, floa
   std::vector<float> x(static_cast<size_t>(n * d));
   Embed(w, d, tokens, x.data());
   BlockScratch s;
+  s.fuse_mlp = impl_->fuse_mlp;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     RunBlock(c, w.blocks[l], x.data(), n, pos0, cache->k(l), cache->v(l), &s, pool);
   }

@@ -13,6 +13,7 @@ struct LlamaModel::Impl {
   LlamaWeights weights;
   Tokenizer tokenizer;
   std::string source;
+  bool fuse_mlp = true;  // see LlamaModel::set_fuse_mlp
 };
 
 // Per-call buffers of one block over n tokens. After RunBlock they hold that block's linear-layer
@@ -30,6 +31,8 @@ struct BlockScratch {
   double rope_theta = 0.0;
   // Keep every linear-layer input (calibration reads act): the fused SwiGLU MLP never writes act.
   bool keep_inputs = false;
+  // Run the MLP as one fused SwiGLU call where the weights allow (same bits either way).
+  bool fuse_mlp = true;
   void Reserve(const LlamaConfig& c, int64_t n, int64_t total_len);
 };
 

@@ -1,12 +1,11 @@
 // Calibration statistics: H = X^T X / N accumulated in double, Wanda's column norms, the
 // Hessian's validation and the reconstruction error computed from H alone.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "sparq/prune.h"
+#include "src/prune/blas_tiles.h"
 
 namespace sparq {
 namespace {
@@ -56,8 +55,7 @@ Status HessianAccumulator::Add(const float* x, int64_t rows, int64_t k, ThreadPo
                             ", column " + std::to_string(bad[r]));
       }
     }
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(k_), static_cast<int>(nr),
-                1.0, scratch_.data(), static_cast<int>(k_), 1.0, sum_.data(), static_cast<int>(k_));
+    prune_internal::SyrkUpperTransTiled(k_, nr, scratch_.data(), k_, sum_.data(), k_, pool);
   }
   n_ += rows;
   return Status::Ok();
@@ -130,10 +128,10 @@ Status ValidateHessian(std::span<const double> h, int64_t k, const std::string& 
 }
 
 double ReconstructionError(std::span<const float> w, std::span<const float> w_pruned, int64_t m,
-                           int64_t k, std::span<const double> h) {
+                           int64_t k, std::span<const double> h, ThreadPool* pool) {
   if (m == 0 || k == 0) return 0.0;
-  // Panel rows 0..p-1 hold dW, rows p..2p-1 hold W; T = panel * H; sum row-wise dots in double
-  // in a fixed order (independent of threads).
+  // Panel rows 0..p-1 hold dW, rows p..2p-1 hold W; T = panel * H (a fixed tile grid, see
+  // blas_tiles.h); row-wise dots summed in double in a fixed order: independent of threads.
   const int64_t p = std::min(m, kErrorPanelRows);
   std::vector<double> a(static_cast<size_t>(2 * p * k)), t(static_cast<size_t>(2 * p * k));
   double num = 0.0, den = 0.0;
@@ -149,9 +147,7 @@ double ReconstructionError(std::span<const float> w, std::span<const float> w_pr
         o[j] = wr[j];
       }
     }
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(2 * nr),
-                static_cast<int>(k), static_cast<int>(k), 1.0, a.data(), static_cast<int>(k),
-                h.data(), static_cast<int>(k), 0.0, t.data(), static_cast<int>(k));
+    prune_internal::DgemmTiled(2 * nr, k, k, 1.0, a.data(), k, h.data(), k, 0.0, t.data(), k, pool);
     for (int64_t r = 0; r < nr; ++r) {
       double sn = 0.0, sd = 0.0;
       const double* d = a.data() + r * k;

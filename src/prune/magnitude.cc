@@ -1,9 +1,9 @@
-// Magnitude pruning: scores |W|, per layer / per row through SelectMask, and global across layers
+// Magnitude pruning: scores |W|, per layer / per row through ComputeMask, and global across layers
 // (one threshold over all of them).
 #include <algorithm>
 #include <cmath>
 
-#include "src/prune/select.h"
+#include "src/prune/prune_internal.h"
 
 namespace sparq {
 namespace prune_internal {

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <random>
 
-#include "src/prune/select.h"
+#include "sparq/prune.h"
 
 namespace sparq {
 namespace {

@@ -5,7 +5,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
-#include "src/prune/select.h"
+#include "src/prune/prune_internal.h"
 
 namespace sparq {
 namespace {
@@ -46,6 +46,27 @@ void QuantizeKept(std::span<float> w, std::span<const uint8_t> keep, int64_t m, 
 }
 
 }  // namespace prune_internal
+
+Status CheckPatternFits(const Pattern& p, int64_t m, int64_t k, const std::string& what) {
+  SPARQ_RETURN_IF_ERROR(p.Validate().WithContext(what));
+  if (m < 0 || k < 0) return InvalidInput(what + ": negative shape");
+  if (p.kind == PatternKind::kNM || p.kind == PatternKind::kVNM) {
+    if (k < p.m) {
+      return InvalidInput(what + ": pattern " + p.ToString() + " needs at least " +
+                          std::to_string(p.m) + " columns, the weight has " + std::to_string(k));
+    }
+  }
+  if (p.kind == PatternKind::kVNM && m < p.v) {
+    return InvalidInput(what + ": pattern " + p.ToString() + " needs at least " +
+                        std::to_string(p.v) + " rows, the weight has " + std::to_string(m));
+  }
+  if (p.kind == PatternKind::kBlock && (p.bh > m || p.bw > k)) {
+    return InvalidInput(what + ": block " + std::to_string(p.bh) + "x" + std::to_string(p.bw) +
+                        " is larger than the weight (" + std::to_string(m) + " x " +
+                        std::to_string(k) + ")");
+  }
+  return Status::Ok();
+}
 
 Result<PruneMethod> ParsePruneMethod(std::string_view name) {
   if (name == "magnitude") return PruneMethod::kMagnitude;
@@ -178,9 +199,12 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
     std::vector<float> scores = opt.method == PruneMethod::kMagnitude
                                     ? prune_internal::MagnitudeScores(cur)
                                     : prune_internal::WandaScores(cur, m, k, hw);
-    SPARQ_ASSIGN_OR_RETURN(std::vector<uint8_t> keep,
-                           SelectMask(pattern, scores, m, k, opt.method == PruneMethod::kWanda,
-                                      opt.pool, what));
+    // Wanda compares within rows (its paper's choice for per-layer targets); magnitude over the
+    // whole tensor.
+    MaskOptions mo;
+    mo.row_wise = opt.method == PruneMethod::kWanda;
+    mo.pool = opt.pool;
+    SPARQ_ASSIGN_OR_RETURN(std::vector<uint8_t> keep, ComputeMask(pattern, scores, m, k, what, mo));
     for (size_t i = 0; i < cur.size(); ++i) {
       if (!keep[i]) {
         cur[i] = 0.0f;
@@ -201,7 +225,7 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
   rep.cpu_seconds = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   if (!orig.empty()) {
     const auto t1 = Clock::now();
-    rep.rel_error = ReconstructionError(orig, w, m, k, h);
+    rep.rel_error = ReconstructionError(orig, w, m, k, h, opt.pool);
     rep.error_seconds = Seconds(t1);
   }
   return rep;

@@ -6,8 +6,9 @@
 //
 // Within a block the rows never interact (the mask of a block is chosen at its start from all
 // rows, then each row only reads U), so rows run in parallel with bit-identical results for any
-// thread count.
-#include <cblas.h>
+// thread count; the batched update and the row quadratic forms run as fixed tile grids
+// (blas_tiles.h), and the factorization on one OpenBLAS thread, so those do not depend on
+// threads either.
 #include <lapacke.h>
 
 #include <algorithm>
@@ -15,7 +16,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "src/prune/select.h"
+#include "src/prune/blas_tiles.h"
+#include "src/prune/prune_internal.h"
 
 namespace sparq::prune_internal {
 namespace {
@@ -28,16 +30,14 @@ int64_t Lcm(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
 
 // Row quadratic forms w_i H w_i^T (the error of zeroing row i entirely), via dgemm on panels.
 std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
-                                 std::span<const double> h) {
+                                 std::span<const double> h, ThreadPool* pool) {
   constexpr int64_t kPanel = 64;
   std::vector<double> out(static_cast<size_t>(m)), a(static_cast<size_t>(kPanel * k)),
       t(static_cast<size_t>(kPanel * k));
   for (int64_t r0 = 0; r0 < m; r0 += kPanel) {
     const int64_t nr = std::min(kPanel, m - r0);
     for (int64_t i = 0; i < nr * k; ++i) a[i] = w[r0 * k + i];
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nr),
-                static_cast<int>(k), static_cast<int>(k), 1.0, a.data(), static_cast<int>(k),
-                h.data(), static_cast<int>(k), 0.0, t.data(), static_cast<int>(k));
+    DgemmTiled(nr, k, k, 1.0, a.data(), k, h.data(), k, 0.0, t.data(), k, pool);
     for (int64_t r = 0; r < nr; ++r) {
       double s = 0;
       for (int64_t j = 0; j < k; ++j) s += a[r * k + j] * t[r * k + j];
@@ -51,21 +51,10 @@ std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
 // -k * eps * max(diag) from rounding; anything below -1e-9 * k * max(diag) is a real violation.
 constexpr double kIndefiniteTolerance = 1e-9;
 
-// OpenBLAS 0.3.21 switches dpotrf and dtrtri to differently blocked parallel code paths when it
-// runs with more than one thread, which changes the bits of the factor (measured: k = 2048, 1 vs
-// 2 threads). Its sgemm, dgemm and dsyrk split only the output and give the same bits for any
-// thread count. So the factorization runs with OpenBLAS pinned to one thread (it is about a tenth
-// of the SparseGPT work on a square layer), and the previous count is restored afterwards. The
-// setting is process-wide: a BLAS call made concurrently by another thread also runs on one
-// thread meanwhile (slower, never wrong).
-class OpenBlasSingleThread {
- public:
-  OpenBlasSingleThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~OpenBlasSingleThread() { openblas_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
+// OpenBLAS 0.3.21 switches dpotrf and dtrtri (and dsyevr) to differently blocked parallel code
+// paths when it runs with more than one thread, which changes the bits of the factor (measured:
+// k = 2048, 1 vs 2 threads). So they run with OpenBLAS pinned to one thread; the factorization is
+// about a tenth of the SparseGPT work on a square layer.
 
 double SmallestEigenvalue(std::span<const double> h, int64_t k) {
   OpenBlasSingleThread pin;  // dsyevr is threaded too; keep the decision independent of threads
@@ -187,10 +176,10 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
   // row survives to compensate, and rows do not interact), so prune the rows where it is smallest.
   std::vector<uint8_t> row_keep(static_cast<size_t>(m), 1);
   if (p.kind == PatternKind::kRows) {
-    std::vector<double> q = RowQuadForms(w, m, k, h);
+    std::vector<double> q = RowQuadForms(w, m, k, h, opt.pool);
     std::vector<float> qf(q.begin(), q.end()), scratch;
-    PruneLowest(qf.data(), m, std::llround(p.fraction * static_cast<double>(m)), row_keep.data(), 1,
-                &scratch);
+    KeepTop(qf.data(), m, m - std::llround(p.fraction * static_cast<double>(m)), row_keep.data(),
+            &scratch);
   }
 
   Quantizer* quant = opt.quantizer;
@@ -224,11 +213,11 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
           for (int64_t r = 0; r < m; ++r) {
             const int64_t n = p.per_row ? CumulativeCount(p.fraction, i1, i2)
                                         : CumulativeCount(p.fraction, r * k + i1, r * k + i2);
-            PruneLowest(tmp.data() + r * nb, nb, n, keep1.data() + r * nb, 1, &scratch);
+            KeepTop(tmp.data() + r * nb, nb, nb - n, keep1.data() + r * nb, &scratch);
           }
         } else {
-          PruneLowest(tmp.data(), m * nb, CumulativeCount(p.fraction, m * i1, m * i2), keep1.data(),
-                      1, &scratch);
+          KeepTop(tmp.data(), m * nb, m * nb - CumulativeCount(p.fraction, m * i1, m * i2),
+                  keep1.data(), &scratch);
         }
         break;
       case PatternKind::kCols: {
@@ -239,7 +228,7 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
           for (int64_t r = 0; r < m; ++r) acc += score(r, j);
           cs[j] = static_cast<float>(acc);
         }
-        PruneLowest(cs.data(), nb, CumulativeCount(p.fraction, i1, i2), ck.data(), 1, &scratch);
+        KeepTop(cs.data(), nb, nb - CumulativeCount(p.fraction, i1, i2), ck.data(), &scratch);
         for (int64_t r = 0; r < m; ++r) {
           for (int64_t j = 0; j < nb; ++j) keep1[r * nb + j] = ck[j];
         }
@@ -259,8 +248,8 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
             bsc[bi * nbc + bj] = static_cast<float>(acc);
           }
         }
-        PruneLowest(bsc.data(), nbr * nbc, CumulativeCount(p.fraction, nbr * bc0, nbr * bc1),
-                    bk.data(), 1, &scratch);
+        KeepTop(bsc.data(), nbr * nbc,
+                nbr * nbc - CumulativeCount(p.fraction, nbr * bc0, nbr * bc1), bk.data(), &scratch);
         for (int64_t r = 0; r < m; ++r) {
           for (int64_t j = 0; j < nb; ++j) keep1[r * nb + j] = bk[(r / p.bh) * nbc + j / p.bw];
         }
@@ -280,7 +269,6 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
       const int64_t r0 = t * tile, r1 = std::min(m, r0 + tile);
       int64_t pruned = 0;
       float gs[16];
-      uint8_t gk[16];
       for (int64_t i = 0; i < nb; ++i) {
         const int64_t col = i1 + i;
         if (qgroup > 0 && col % qgroup == 0) {
@@ -298,9 +286,10 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
               for (int64_t r = b0; r < b1; ++r) acc += score(r, i + j);
               gs[j] = static_cast<float>(acc);
             }
-            KeepTopInGroup(gs, len, p.n, gk);
+            const uint32_t bits = KeepTopInGroup(gs, static_cast<int>(len),
+                                                 std::min<int>(p.n, static_cast<int>(len)));
             for (int64_t r = b0; r < b1; ++r) {
-              for (int64_t j = 0; j < len; ++j) keep1[r * nb + i + j] = gk[j];
+              for (int64_t j = 0; j < len; ++j) keep1[r * nb + i + j] = (bits >> j) & 1u;
             }
           }
         }
@@ -335,10 +324,8 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
     }
     if (i2 < k) {
       const auto t_update = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                  static_cast<int>(k - i2), static_cast<int>(nb), -1.0f, e1.data(),
-                  static_cast<int>(nb), u.data() + i1 * k + i2, static_cast<int>(k), 1.0f,
-                  w.data() + i2, static_cast<int>(k));
+      SgemmTiled(m, k - i2, nb, -1.0f, e1.data(), nb, u.data() + i1 * k + i2, k, 1.0f,
+                 w.data() + i2, k, opt.pool);
       report->update_seconds += since(t_update);
     }
   }

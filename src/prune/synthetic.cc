@@ -1,9 +1,9 @@
 #include "src/prune/synthetic.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
+
+#include "src/prune/blas_tiles.h"
 
 namespace sparq::prune_internal {
 
@@ -37,11 +37,8 @@ std::vector<float> SyntheticInputs(int64_t n, int64_t k, uint64_t seed, double o
   for (auto& v : zr) v = static_cast<float>(g.Next());
   const double qs = 1.0 / std::sqrt(static_cast<double>(r));
   for (auto& v : q) v = static_cast<float>(qs * g.Next());
-  if (n > 0 && k > 0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(k),
-                static_cast<int>(r), 1.0f, zr.data(), static_cast<int>(r), q.data(),
-                static_cast<int>(k), 1.0f, x.data(), static_cast<int>(k));
-  }
+  // The tile grid keeps X the same for any OpenBLAS thread count (see blas_tiles.h).
+  SgemmTiled(n, k, r, 1.0f, zr.data(), r, q.data(), k, 1.0f, x.data(), k, nullptr);
   std::vector<float> s(static_cast<size_t>(k));
   for (auto& v : s) v = static_cast<float>(std::exp(0.5 * g.Next()));
   const int64_t outliers = std::min<int64_t>(k, std::max<int64_t>(1, k / 100));

@@ -3,7 +3,7 @@
 // blocks. ||X_j||_2 comes from diag(H) (any positive scale gives the same masks).
 #include <cmath>
 
-#include "src/prune/select.h"
+#include "src/prune/prune_internal.h"
 
 namespace sparq::prune_internal {
 

@@ -595,11 +595,13 @@ TEST_F(SmolLmHfFolderTest, PruningTheFolderGivesTheGgufsPrunedMatrices) {
 // bf16 keeps 8 significant bits: each weight moves by a relative error of at most 2^-9 (0.2%),
 // with a sign that varies from weight to weight, so a dot product moves by about
 // 2^-9 / sqrt(3) * sqrt(sum_i (w_i x_i)^2) (random-walk sum), and 30 blocks compound that; this
-// is an estimate, not a bound, so the limits come from measurement. Logits are O(10-30). Measured
-// (256 WikiText tokens x 49152 logits): max |d logit| 0.33, mean 0.022, mean next-token NLL 3.4793
-// vs 3.4784 nats, greedy choice 256/256. Bounds at about 3x those (1.0, 0.05, 0.01 nats, 95%)
-// absorb other machines' rounding; a wrong q/k row order or a mis-mapped tensor moves logits by
-// whole units and the greedy agreement to near 0.
+// is an estimate, not a bound, so the limits are docs/model.md's measured claim. Logits are
+// O(10-30). Measured (256 WikiText tokens x 49152 logits): max |d logit| 0.3258, mean 0.02168,
+// mean next-token NLL 3.47930 vs 3.47835 nats, greedy choice 256/256, the same to 1e-4 with the
+// OpenBLAS Haswell and SkylakeX kernels: the bf16 rounding is the same on every machine and f32
+// summation order adds ~1e-4. So the bounds are the claim (0.33, 0.022, 0.001 nats), and one
+// greedy flip is allowed for a top-2 gap inside that order noise. A wrong q/k row order or a
+// mis-mapped tensor moves logits by whole units and the greedy agreement to near 0.
 TEST_F(SmolLmHfFolderTest, Bf16ShardsAreClose) {
   auto m = LlamaModel::Load(bf16_->path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -640,10 +642,10 @@ TEST_F(SmolLmHfFolderTest, Bf16ShardsAreClose) {
       "greedy agreement %d/%lld\n",
       max_err, mean_err, nll_b / (kTokens - 1), nll_a / (kTokens - 1), agree,
       static_cast<long long>(kTokens));
-  EXPECT_LT(max_err, 1.0);
-  EXPECT_LT(mean_err, 0.05);
-  EXPECT_LT(dnll, 0.01);
-  EXPECT_GE(agree, kTokens * 95 / 100);
+  EXPECT_LE(max_err, 0.33);
+  EXPECT_LE(mean_err, 0.022);
+  EXPECT_LE(dnll, 0.001);
+  EXPECT_GE(agree, kTokens - 1);
 }
 
 }  // namespace

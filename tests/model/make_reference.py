@@ -2,7 +2,8 @@
 """Reference data for tests/model: an independent NumPy Llama forward pass over the SmolLM2 GGUF.
 
     pip install gguf numpy tokenizers
-    python3 tests/model/make_reference.py [MODEL.gguf] > tests/model/data/smollm2_reference.json
+    python3 tests/model/make_reference.py [MODEL.gguf] [--wikitext wikitext-2-raw-test.txt] \
+        > tests/model/data/smollm2_reference.json
 
 Independent of sparq: weights are read and dequantized by the `gguf` package (the reader
 llama.cpp publishes), token ids come from Hugging Face `tokenizers` built from the GGUF vocabulary
@@ -26,6 +27,9 @@ PROMPTS = [
     "戦場のヴァルキュリア3 , lit . Valkyria of the Battlefield 3 ) , commonly referred to as 1,234.5",
 ]
 TOP = 16
+# The perplexity case (--wikitext): the first PPL_TOKENS tokens of the first PPL_BYTES bytes of the
+# text, in non-overlapping windows of PPL_CTX, as tests/model/llama_test.cc evaluates them.
+PPL_BYTES, PPL_TOKENS, PPL_CTX = 40000, 2048, 512
 
 
 def field(r, key):
@@ -110,8 +114,35 @@ def forward(g, weights, ids):
     return rms(x, out_norm) @ emb.T
 
 
+def perplexity_case(g, weights, text_path):
+    """Mean next-token NLL over non-overlapping windows (each window of c tokens predicts c - 1)."""
+    with open(text_path, "rb") as f:
+        text = f.read()[:PPL_BYTES].decode("utf-8", errors="ignore")
+    ids = g.tk.encode(text, add_special_tokens=False).ids[:PPL_TOKENS]
+    nll, count = 0.0, 0
+    for w0 in range(0, len(ids), PPL_CTX):
+        win = ids[w0:w0 + PPL_CTX]
+        if len(win) < 2:
+            break
+        logits = forward(g, weights, win)
+        for i in range(len(win) - 1):
+            row = logits[i]
+            mx = row.max()
+            nll += float(np.log(np.sum(np.exp(row - mx))) + mx - row[win[i + 1]])
+            count += 1
+    return {"text": os.path.basename(text_path), "text_bytes": PPL_BYTES, "ctx": PPL_CTX,
+            "ids": [int(t) for t in ids], "tokens": count, "mean_nll": nll / count,
+            "perplexity": float(np.exp(nll / count))}
+
+
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+    args = sys.argv[1:]
+    wikitext = None
+    if "--wikitext" in args:
+        i = args.index("--wikitext")
+        wikitext = args[i + 1]
+        del args[i:i + 2]
+    path = args[0] if args else os.path.join(
         os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
         "SmolLM2-135M-Instruct.Q4_1.gguf")
     g = load_gguf(path)
@@ -127,7 +158,10 @@ def main():
             rows.append({"top_ids": [int(t) for t in top],
                          "top_logits": [float(logits[i][t]) for t in top], "logsumexp": lse})
         cases.append({"text": text, "ids": [int(t) for t in ids], "positions": rows})
-    json.dump({"model": os.path.basename(path), "cases": cases}, sys.stdout, indent=1)
+    out = {"model": os.path.basename(path), "cases": cases}
+    if wikitext:
+        out["perplexity"] = perplexity_case(g, weights, wikitext)
+    json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
 

@@ -74,11 +74,14 @@ TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
   // The pruned model runs and stays close to the dense one (2 of 30 blocks pruned).
   auto m = LlamaModel::Load(out1);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
+  // docs/model.md: SparseGPT 2:4 on blocks 0-1 (8 x 256 calibration tokens) gives 38.67 against
+  // dense 26.99 on these 1,024 tokens. SparseGPT's choices at near-ties follow the calibration
+  // activations' last bits, which change with the CPU's kernels: README.md puts the noise floor of
+  // pruned perplexities under a change of float order at 1-3%, hence 3% on the ratio.
   const double dense = Ppl(*dense_), sgpt = Ppl(*m);
   std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 (2 blocks) %.3f\n",
               dense, sgpt);
-  EXPECT_GT(sgpt, dense);
-  EXPECT_LT(sgpt, 2.0 * dense);
+  EXPECT_NEAR(sgpt / dense, 38.67 / 26.99, 0.03 * 38.67 / 26.99);
   for (const auto& p : {out1, out2}) std::remove(p.c_str());
 }
 
@@ -94,9 +97,12 @@ TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
   ASSERT_EQ(r->layers.size(), 1u);
   EXPECT_EQ(r->layers[0].name, "output.weight");
   EXPECT_NEAR(r->layers[0].report.sparsity, 0.5, 0.01);
-  // Measured: 0.0019 (magnitude on the same activations: 0.0148).
-  EXPECT_GT(r->layers[0].report.rel_error, 0.0);
-  EXPECT_LT(r->layers[0].report.rel_error, 0.01);
+  // docs/model.md: reconstruction error 0.0019 (magnitude on the same activations: 0.0148), and
+  // perplexity 26.99 -> 35.70. The error is a smooth function of the mask, which moves only at
+  // near-ties with the activations' last bits: 5% on it, 3% on the perplexity ratio (the
+  // README's noise floor of pruned perplexities under a change of float order).
+  std::printf("head rel_error %.5f\n", r->layers[0].report.rel_error);
+  EXPECT_NEAR(r->layers[0].report.rel_error, 0.0019, 0.05 * 0.0019);
   auto m = LlamaModel::Load(out);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->config().tied_output);
@@ -108,8 +114,7 @@ TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
             0);
   const double dense = Ppl(*dense_), pruned = Ppl(*m);
   std::printf("perplexity (1024 tokens): dense %.3f, head sparsegpt 50%% %.3f\n", dense, pruned);
-  EXPECT_GT(pruned, dense);
-  EXPECT_LT(pruned, 1.5 * dense);
+  EXPECT_NEAR(pruned / dense, 35.70 / 26.99, 0.03 * 35.70 / 26.99);
   std::remove(out.c_str());
 }
 
@@ -133,11 +138,13 @@ TEST_F(PruneModelTest, Bf16CheckpointHasABf16HeadAndCanBePruned) {
   for (int64_t i = 0; i < c.n_vocab * c.n_embd; i += 997) {
     ASSERT_EQ(e16[i], BF16ToF32(F32ToBF16(e32[i]))) << i;
   }
-  // bf16 costs little: perplexity within 1% of the f32 model's (measured with magnitude 2:4 in
-  // block 0: 38.6029 f32 vs 38.6138 bf16).
+  // bf16 costs little: the embedding and head rounded to bf16 (relative 2^-9 per weight) move the
+  // perplexity by 9e-5 relative (measured: 26.9873 f32 vs 26.9897). The rounding is the same on
+  // every machine and f32 summation order moves a perplexity by ~1e-7 relative (llama_test's
+  // float64 reference), so 5e-4 (5x the measured effect) fails only if bf16 costs more.
   const double p32 = Ppl(*dense_), p16 = Ppl(*m16);
   std::printf("perplexity (1024 tokens): f32 %.4f, bf16 embedding and head %.4f\n", p32, p16);
-  EXPECT_NEAR(p16, p32, 0.01 * p32);
+  EXPECT_NEAR(p16, p32, 5e-4 * p32);
   // An unpruned .sparq is a valid starting point for pruning.
   o.max_blocks = 1;
   auto r = PruneLlama(out16, calib_, o, again, &pool);

@@ -1,4 +1,6 @@
-// HessianAccumulator, ReconstructionError, ValidateHessian and SelectMask against plain references.
+// HessianAccumulator, ReconstructionError, ValidateHessian and the masks the pruning methods use
+// (ComputeMask, with Wanda's row-wise option) against plain references.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,9 @@
 
 namespace sparq {
 namespace {
+
+// Wanda's selection: per-layer unstructured counts compared within rows.
+const MaskOptions kRowWise{.row_wise = true};
 
 TEST(Hessian, StreamedChunksMatchDirectSum) {
   testing::Problem pr = testing::MakeProblem(4, 70, 333, 21);
@@ -38,6 +43,35 @@ TEST(Hessian, StreamedChunksMatchDirectSum) {
     for (int64_t t = 0; t < pr.n; ++t) s += static_cast<double>(pr.x[t * pr.k + j]) * pr.x[t * pr.k + j];
     EXPECT_NEAR(norms[j], std::sqrt(s), 1e-12 * std::sqrt(s));
     EXPECT_NEAR(norms_h[j], std::sqrt(s), 1e-9 * std::sqrt(s));
+  }
+}
+
+// H is accumulated with the same bits for any pool size and OpenBLAS thread count: OpenBLAS's
+// threaded dsyrk gives other bits than its serial one on its SkylakeX kernels at k = 100 and 257
+// (k not a multiple of its tile). Also across the k values where our tile grid has a partial
+// tile (257, 520 = 2 x 256 + 8) and one tile (100). The error report likewise (dgemm with H).
+TEST(Hessian, SameBitsForAnyPoolAndOpenBlasThreads) {
+  ThreadPool pool(2);
+  for (int64_t k : {100, 257, 520}) {
+    testing::Problem pr = testing::MakeProblem(8, k, 300, 31);  // 300 rows: panels of 256 + 44
+    std::vector<std::vector<double>> hs;
+    std::vector<double> errs;
+    std::vector<float> wp = pr.w;
+    for (size_t i = 0; i < wp.size(); i += 3) wp[i] = 0.0f;
+    for (int blas : {1, 2}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        openblas_set_num_threads(blas);
+        HessianAccumulator acc(k);
+        ASSERT_TRUE(acc.Add(pr.x.data(), pr.n, k, p).ok());
+        hs.push_back(acc.Hessian());
+        errs.push_back(ReconstructionError(pr.w, wp, pr.m, k, hs.back(), p));
+      }
+    }
+    openblas_set_num_threads(2);
+    for (size_t i = 1; i < hs.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(hs[0].data(), hs[i].data(), hs[0].size() * 8)) << k << " run " << i;
+      EXPECT_EQ(0, std::memcmp(&errs[0], &errs[i], 8)) << k << " run " << i;
+    }
   }
 }
 
@@ -75,13 +109,13 @@ TEST(Hessian, ReconstructionErrorMatchesOutputsFromX) {
   EXPECT_EQ(ReconstructionError(pr.w, pr.w, pr.m, pr.k, pr.h), 0.0);
 }
 
-// SelectMask keeps exactly the top scores (compared with a full sort) and breaks ties toward the
+// ComputeMask keeps exactly the top scores (compared with a full sort) and breaks ties toward the
 // lower index.
-TEST(SelectMask, KeepsTopScoresAndBreaksTiesByIndex) {
+TEST(PruneMask, KeepsTopScoresAndBreaksTiesByIndex) {
   const int64_t m = 7, k = 13;
   std::vector<float> s(m * k);
   for (int64_t i = 0; i < m * k; ++i) s[i] = static_cast<float>((i * 37) % 11);  // many ties
-  auto mask = SelectMask(Pattern::Unstructured(0.4), s, m, k, false);
+  auto mask = ComputeMask(Pattern::Unstructured(0.4), s, m, k, "w");
   ASSERT_TRUE(mask.ok());
   std::vector<int64_t> order(m * k);
   std::iota(order.begin(), order.end(), 0);
@@ -89,7 +123,7 @@ TEST(SelectMask, KeepsTopScoresAndBreaksTiesByIndex) {
   const int64_t keep = m * k - std::llround(0.4 * m * k);
   for (int64_t r = 0; r < m * k; ++r) EXPECT_EQ((*mask)[order[r]], r < keep ? 1 : 0) << r;
   // Row-wise (Wanda): total exact, each row within one of f * k.
-  auto rw = SelectMask(Pattern::Unstructured(0.4), s, m, k, true);
+  auto rw = ComputeMask(Pattern::Unstructured(0.4), s, m, k, "w", kRowWise);
   ASSERT_TRUE(rw.ok());
   EXPECT_EQ(std::count(rw->begin(), rw->end(), 0), std::llround(0.4 * m * k));
   for (int64_t i = 0; i < m; ++i) {
@@ -98,19 +132,19 @@ TEST(SelectMask, KeepsTopScoresAndBreaksTiesByIndex) {
   }
   // All-equal scores in a 2:4 group: the first two are kept.
   std::vector<float> eq(8, 1.0f);
-  auto nm = SelectMask(Pattern::NM(2, 4), eq, 1, 8, false);
+  auto nm = ComputeMask(Pattern::NM(2, 4), eq, 1, 8, "w");
   ASSERT_TRUE(nm.ok());
   EXPECT_EQ(*nm, (std::vector<uint8_t>{1, 1, 0, 0, 1, 1, 0, 0}));
 }
 
-TEST(SelectMask, EveryPatternOnOddShapes) {
+TEST(PruneMask, EveryPatternOnOddShapes) {
   for (auto [m, k] : {std::pair<int64_t, int64_t>{17, 23}, {16, 8}, {33, 130}}) {
     testing::Problem pr = testing::MakeProblem(m, k, 4, 1);
     std::vector<float> s(pr.w.size());
     for (size_t i = 0; i < s.size(); ++i) s[i] = std::abs(pr.w[i]);
     for (const Pattern& p : testing::AllPatterns()) {
       if (!CheckPatternFits(p, m, k, "w").ok()) continue;
-      auto mask = SelectMask(p, s, m, k, false);
+      auto mask = ComputeMask(p, s, m, k, "w");
       ASSERT_TRUE(mask.ok()) << p.ToString();
       std::vector<float> w = pr.w;
       for (size_t i = 0; i < w.size(); ++i) w[i] *= (*mask)[i];
@@ -120,11 +154,11 @@ TEST(SelectMask, EveryPatternOnOddShapes) {
   }
   // Dense keeps everything; fraction 0 and 1.
   std::vector<float> s(12, 1.0f);
-  auto dense = SelectMask(Pattern::Dense(), s, 3, 4, false);
+  auto dense = ComputeMask(Pattern::Dense(), s, 3, 4, "w");
   EXPECT_EQ(std::count(dense->begin(), dense->end(), 1), 12);
-  auto all = SelectMask(Pattern::Unstructured(1.0), s, 3, 4, false);
+  auto all = ComputeMask(Pattern::Unstructured(1.0), s, 3, 4, "w");
   EXPECT_EQ(std::count(all->begin(), all->end(), 0), 12);
-  auto none = SelectMask(Pattern::Unstructured(0.0), s, 3, 4, true);
+  auto none = ComputeMask(Pattern::Unstructured(0.0), s, 3, 4, "w", kRowWise);
   EXPECT_EQ(std::count(none->begin(), none->end(), 0), 0);
 }
 

@@ -1,0 +1,48 @@
+// The dense products of src/prune (the Hessian's X^T X, SparseGPT's lazy updates, the quadratic
+// forms of the error report) as a fixed grid of output tiles, each one single-threaded OpenBLAS
+// call, the tiles spread over sparq's ThreadPool.
+//
+// Why: OpenBLAS splits a call's output between its own threads, and on several kernel families
+// the split changes the bits (Debian's 0.3.21: sgemm with the Haswell and Zen kernels, dgemm and
+// dsyrk with the SkylakeX kernels at k not a multiple of their tile), so a result computed with 2
+// OpenBLAS threads differs from the one computed with 1. Here the grid depends on the shape only
+// and every tile runs on one thread, so the bits are the same for any pool size and any OpenBLAS
+// thread count, on every CPU.
+//
+// Threads: the calls pin OpenBLAS to one thread for their duration (process-wide; restored after),
+// so a BLAS call made concurrently elsewhere also runs on one thread meanwhile: slower, never
+// wrong.
+#pragma once
+
+#include <cstdint>
+
+#include "sparq/thread_pool.h"
+
+namespace sparq::prune_internal {
+
+// Pins OpenBLAS to one thread for its lifetime and restores the previous count after.
+class OpenBlasSingleThread {
+ public:
+  OpenBlasSingleThread();
+  ~OpenBlasSingleThread();
+  OpenBlasSingleThread(const OpenBlasSingleThread&) = delete;
+  OpenBlasSingleThread& operator=(const OpenBlasSingleThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Row-major C[m, n] = alpha * A[m, kk] * B[kk, n] + beta * C (leading dimensions lda, ldb, ldc).
+// pool may be null (tiles run in order on the calling thread).
+void SgemmTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool* pool);
+void DgemmTiled(int64_t m, int64_t n, int64_t kk, double alpha, const double* a, int64_t lda,
+                const double* b, int64_t ldb, double beta, double* c, int64_t ldc,
+                ThreadPool* pool);
+
+// The upper triangle (diagonal included) of row-major C[k, k] += X^T X for X[rows, k] (leading
+// dimension ldx); the strict lower triangle is not touched.
+void SyrkUpperTransTiled(int64_t k, int64_t rows, const double* x, int64_t ldx, double* c,
+                         int64_t ldc, ThreadPool* pool);
+
+}  // namespace sparq::prune_internal
