@@ -13,6 +13,8 @@
 namespace sparq::cpu {
 
 // Every variant: ROW(name, layout, dtype, mode, tile, best target, worst target, min n, max n, run).
+// A row for one target sits above the generic row it replaces there (the __avx2 rows: RowTileWidth
+// gives the row kernels 64-token tiles of one row x 8 vectors on AVX2 from 64 tokens).
 // Decode rows come before the tiled rows of their layout: a weight runs decode up to its
 // DecodeMaxN (which differs by target), tiled above. min_n / max_n span every target's limits.
 #define SPARQ_KERNEL_ROWS(ROW)                                                                      \
@@ -26,6 +28,14 @@ namespace sparq::cpu {
       RunDecode)                                                                                    \
   ROW(bf16_nm_gather_decode_4xT, kNmGather, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
       RunDecode)                                                                                    \
+  ROW(f32_nm_window_tiled_1x8__avx2, kNmWindow, kF32, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,     \
+      INT64_MAX, RunRowTiled)                                                                       \
+  ROW(bf16_nm_window_tiled_1x8__avx2, kNmWindow, kBF16, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,   \
+      INT64_MAX, RunRowTiled)                                                                       \
+  ROW(f32_nm_gather_tiled_1x8__avx2, kNmGather, kF32, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,     \
+      INT64_MAX, RunRowTiled)                                                                       \
+  ROW(bf16_nm_gather_tiled_1x8__avx2, kNmGather, kBF16, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,   \
+      INT64_MAX, RunRowTiled)                                                                       \
   ROW(f32_nm_window_tiled_4xNV, kNmWindow, kF32, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,  \
       RunRowTiled)                                                                                  \
   ROW(bf16_nm_window_tiled_4xNV, kNmWindow, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,           \
@@ -53,6 +63,10 @@ namespace sparq::cpu {
       RunScgTiled)                                                                                  \
   ROW(f32_mask_decode_4xT, kMask, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)       \
   ROW(bf16_mask_decode_4xT, kMask, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)     \
+  ROW(f32_mask_tiled_1x8__avx2, kMask, kF32, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64, INT64_MAX,   \
+      RunRowTiled)                                                                                  \
+  ROW(bf16_mask_tiled_1x8__avx2, kMask, kBF16, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64, INT64_MAX, \
+      RunRowTiled)                                                                                  \
   ROW(f32_mask_tiled_2xNV, kMask, kF32, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,           \
       RunRowTiled)                                                                                  \
   ROW(bf16_mask_tiled_2xNV, kMask, kBF16, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,         \

@@ -326,6 +326,25 @@ HWY_INLINE int64_t MaskOffsets(const uint16_t* bits, int64_t c0, int64_t c1, int
     _mm512_storeu_si512(off + cnt, _mm512_maskz_compress_epi32(static_cast<__mmask16>(b), o));
     cnt += static_cast<int64_t>(hwy::PopCount(b));
   }
+#elif HWY_TARGET == HWY_AVX2
+  // 8 columns at a time through a 256-entry compress table (no vpcompressd on AVX2): a table
+  // load, an add and a multiply per 8 columns instead of a scalar step per kept weight.
+  const int32_t* lut = CompressTable8();
+  const __m256i vnt = _mm256_set1_epi32(nt);
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint32_t b = bits[c];
+    const __m256i base = _mm256_set1_epi32(static_cast<int32_t>(c * kMaskChunk));
+    const uint32_t lo = b & 0xffu, hi = b >> 8;
+    const __m256i i0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lut + lo * 8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(off + cnt),
+                        _mm256_mullo_epi32(_mm256_add_epi32(i0, base), vnt));
+    cnt += static_cast<int64_t>(hwy::PopCount(lo));
+    const __m256i i1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lut + hi * 8));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(off + cnt),
+        _mm256_mullo_epi32(_mm256_add_epi32(i1, _mm256_add_epi32(base, _mm256_set1_epi32(8))), vnt));
+    cnt += static_cast<int64_t>(hwy::PopCount(hi));
+  }
 #else
   for (int64_t c = c0; c < c1; ++c) {
     uint32_t b = bits[c];
@@ -378,6 +397,34 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
                                   n1, xt, scratch + (r - r0) * NT, first);
       cursor[r - r0] += n0;
       cursor[r + 1 - r0] += n1;
+      cur ^= 1;
+    }
+  }
+  if constexpr (2 * NV > kMaxAcc) {
+    // One row at a time (AVX2's 8-vector tiles), pipelined the same way: the next row's offsets
+    // are decoded before this row's FMAs.
+    int32_t* offs[2] = {off, off + per_row};
+    int64_t cnt[2] = {0, 0};
+    int cur = 0;
+    if (r < r1) cnt[0] = MaskOffsets(bits + r * w.chunks, c0, c1, NT, offs[0]);
+    // This k block's values and bits of the row kRowAhead rows on: rows lie in other pages, out
+    // of the hardware prefetchers' reach (as in NmTiledImpl).
+    constexpr int64_t kRowAhead = 4;
+    const int64_t vlen = (c1 - c0) * kMaskChunk * static_cast<int64_t>(vb);
+    for (; r < r1; ++r) {
+      pf.Step();
+      if (r + kRowAhead < r1) {
+        const int64_t p0 = first ? w.row_ptr[r + kRowAhead] : cursor[r + kRowAhead - r0];
+        const uint8_t* v = vals + p0 * static_cast<int64_t>(vb);
+        for (int64_t b = 0; b < vlen / 2 + 64; b += 64) hwy::Prefetch(v + b);
+        hwy::Prefetch(bits + (r + kRowAhead) * w.chunks + c0);
+      }
+      if (r + 1 < r1) cnt[cur ^ 1] = MaskOffsets(bits + (r + 1) * w.chunks, c0, c1, NT, offs[cur ^ 1]);
+      const int32_t* o0 = offs[cur];
+      auto at = [o0](int64_t i) { return o0[i]; };
+      PairTiledRows<1, NV, kBf16>(at, vals + cursor[r - r0] * vb, cnt[cur], at, nullptr, 0, xt,
+                                  scratch + (r - r0) * NT, first);
+      cursor[r - r0] += cnt[cur];
       cur ^= 1;
     }
   }

@@ -299,7 +299,8 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const NmLaneTables tab(w.n, w.m, w.bits);
   int64_t r = r0;
-  constexpr int kRows = 4 * NV <= kMaxAcc ? 4 : 2;  // 8..16 chains
+  // 8..16 chains: 4 or 2 rows, one row of 8 vectors on AVX2 (kWideRowTiles).
+  constexpr int kRows = 4 * NV <= kMaxAcc ? 4 : 2 * NV <= kMaxAcc ? 2 : 1;
   XtSlicePrefetcher pf(next, (r1 - r0 + kRows - 1) / kRows);
   constexpr int kPipeChunks = 2;
   if constexpr (kRows * NV <= kMaxAcc) {
@@ -310,11 +311,27 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
       NmDecoded<kRows, kPipeChunks> buf[2];
       int cur = 0;
       const int32_t nt = static_cast<int32_t>(NT);
+      // AVX2's one-row tiles: this k block's weights of the row kRowAhead rows on. Rows lie a
+      // whole row of values apart (8 KiB at 4096 2:4 f32), so each step is in another 4 KiB page
+      // and the hardware prefetchers, which stay within a page, fetch none of it; where a task's
+      // weights do not stay in L2 (512 KiB on Zen 3) every row waited for its lines.
+      constexpr int64_t kRowAhead = 4;
+      const uint8_t* vbase = static_cast<const uint8_t*>(w.values.data());
+      const uint8_t* mbase = static_cast<const uint8_t*>(w.meta.data());
+      const int64_t vb = kBf16 ? 2 : 4, wpc = w.words_per_chunk();
+      const int64_t vrow = w.chunks * kNmChunk * vb, vlen = (c1 - c0) * kNmChunk * vb;
+      auto fetch_row = [&](int64_t rr) {
+        if (!kWideRowTiles || rr >= r1) return;
+        const uint8_t* v = vbase + rr * vrow + c0 * kNmChunk * vb;
+        for (int64_t b = 0; b < vlen; b += 64) hwy::Prefetch(v + b);
+        hwy::Prefetch(mbase + (rr * w.chunks + c0) * wpc * 4);
+      };
       if (r + kRows <= r1) {
         NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
       }
       for (; r + kRows <= r1; r += kRows) {
         pf.Step();
+        fetch_row(r + kRowAhead);
         if (r + 2 * kRows <= r1) {
           NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r + kRows, c0, c1, nt,
                                                          buf[cur ^ 1]);

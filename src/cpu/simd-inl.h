@@ -33,6 +33,10 @@ inline constexpr int kMaxAcc = 16;
 #else
 inline constexpr int kMaxAcc = 8;
 #endif
+// AVX2's row-tiled kernels (N:M, bit mask) run one row against 8 vectors (64 tokens) from 64
+// tokens on: 8 FMAs per kept weight's offset load and broadcast instead of 4 in the two-row x
+// 4-vector tile, which on 16 registers is what lifts them off the load ports.
+inline constexpr bool kWideRowTiles = HWY_TARGET == HWY_AVX2;
 
 // Loads L values (f32, or bf16 widened by a 16-bit shift) as f32.
 template <bool kBf16, class D>

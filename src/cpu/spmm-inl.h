@@ -31,8 +31,7 @@ HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Per-target entry points (dispatched from spmm.cc).
-
+// Tile widths and the per-target wrappers the entry points of kernels.cc call.
 
 // Vectors per token tile for a group of g rows and n tokens: as few as cover n (1, 2 or 4), at
 // most what the registers hold (g * NV accumulators).
@@ -59,6 +58,7 @@ inline int64_t TileWidth(int g, int64_t n) {
 // 64 tokens, n = 96 computed 128): docs/kernels.md. Other targets: 1, 2 or 4 vectors.
 inline int64_t RowTileWidth(int64_t n) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  if (kWideRowTiles && n >= 8 * L) return 8 * L;
   if (!(kMaxAcc >= 16 && L == 16)) return TileWidth(1, n);
   if (n <= 8 * L) return std::max<int64_t>(1, (n + L - 1) / L) * L;
   int64_t best_nv = 8, best_cost = INT64_MAX;
@@ -76,7 +76,9 @@ inline int64_t RowTileWidth(int64_t n) {
 // rows of them (AVX-512; elsewhere RowTileWidth never asks for them and they map to 4, so that
 // they are not compiled). Calls fn(std::integral_constant<int, NV>()).
 template <int NV>
-using RowNv = std::integral_constant<int, kMaxAcc >= 16 || NV <= 2 ? NV : std::min(4, kMaxAcc)>;
+using RowNv = std::integral_constant<int, kMaxAcc >= 16 || NV <= 2 || (kWideRowTiles && NV == 8)
+                                              ? NV
+                                              : std::min(4, kMaxAcc)>;
 template <class Fn>
 HWY_INLINE void WithRowNv(int64_t nv, Fn&& fn) {
   switch (nv) {

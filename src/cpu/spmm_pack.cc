@@ -552,6 +552,20 @@ const int32_t* ExpandTable8() {
   return table.data();
 }
 
+const int32_t* CompressTable8() {
+  static const std::vector<int32_t> table = [] {
+    std::vector<int32_t> t(256 * 8, 0);
+    for (int mask = 0; mask < 256; ++mask) {
+      int rank = 0;
+      for (int j = 0; j < 8; ++j) {
+        if ((mask >> j) & 1) t[mask * 8 + rank++] = j;
+      }
+    }
+    return t;
+  }();
+  return table.data();
+}
+
 Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
                           const PackOptions& options) {
   PackedWeight pw;

@@ -140,6 +140,9 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
 // targets without an expand instruction): entry [mask][j] is the rank of lane j among the set
 // bits, with the sign bit set where bit j is clear (the lane becomes zero).
 const int32_t* ExpandTable8();
+// The inverse for targets without a compress instruction: entry [mask][j] is the lane of the
+// j-th set bit of an 8-bit mask (0 past the popcount).
+const int32_t* CompressTable8();
 
 // Value of weight p of an f32/bf16 value array, widened to f32.
 inline float ValueAt(const Tensor& values, int64_t p) {
