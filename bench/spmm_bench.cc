@@ -32,7 +32,7 @@ std::vector<float> Random(size_t n, uint64_t seed) {
   return v;
 }
 
-void BM_Kernel(benchmark::State& state, const cpu::SpmmKernel* kern, Shape s, std::string pattern,
+void BM_Kernel(benchmark::State& state, const cpu::KernelRow* kern, Shape s, std::string pattern,
                DType dt, int64_t n) {
   const Pattern p = *Pattern::Parse(pattern);
   std::vector<float> w = Random(s.m * s.k, 1);
@@ -41,7 +41,8 @@ void BM_Kernel(benchmark::State& state, const cpu::SpmmKernel* kern, Shape s, st
   for (float v : w) nnz += v != 0;
   auto enc = Encode(w, s.m, s.k, PickFormat(p), p, dt);
   auto packed = cpu::Pack(*enc, "w");
-  if (!packed.ok() || packed->kind != kern->kind) {
+  const KernelConfig& cfg = KernelConfig::Default();
+  if (!packed.ok() || !cpu::Declines(*kern, *packed, n, cfg, true).empty()) {
     state.SkipWithError("kernel does not take this format");
     return;
   }
@@ -55,6 +56,7 @@ void BM_Kernel(benchmark::State& state, const cpu::SpmmKernel* kern, Shape s, st
   a.ldx = s.k;
   a.y = y.data();
   a.ldy = s.m;
+  a.cfg = &cfg;
   for (auto _ : state) {
     kern->run(*packed, a, &pool);
     benchmark::DoNotOptimize(y.data());
@@ -85,19 +87,13 @@ int Register() {
     for (int64_t n : kNs) {
       const std::string shape = std::to_string(s.m) + "x" + std::to_string(s.k) + "/n" + std::to_string(n);
       benchmark::RegisterBenchmark(("OpenBlas/" + shape).c_str(), BM_OpenBlas, s, n)->Arg(1)->Arg(2)->UseRealTime();
-      for (const auto& kern : cpu::SpmmRegistry()) {
+      for (const auto& kern : cpu::KernelTable()) {
         if (n < kern.min_n || n > kern.max_n) continue;
         for (const char* pat : kPatterns) {
           for (DType dt : {DType::kF32, DType::kBF16}) {
             const Pattern p = *Pattern::Parse(pat);
-            const bool dense = p.kind == PatternKind::kDense;
-            // Unstructured rows are a bit mask from kMaskMinDensity kept up, else column lists.
-            const bool mask = p.kind == PatternKind::kUnstructured && 1.0 - p.fraction >= cpu::kMaskMinDensity;
-            const cpu::PackedKind want = dense && dt == DType::kF32 ? cpu::PackedKind::kDenseF32
-                                         : p.kind == PatternKind::kNM ? cpu::PackedKind::kNm
-                                         : mask                       ? cpu::PackedKind::kMask
-                                                                      : cpu::PackedKind::kScg;
-            if (want != kern.kind) continue;
+            // Rows that decline this pattern's packed layout report it as a skipped run.
+            if (kern.dtype != dt && kern.layout != cpu::KernelLayout::kDenseF32) continue;
             const std::string name = std::string(kern.name) + "/" + pat + "/" + std::string(DTypeName(dt)) + "/" + shape;
             benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, &kern, s, std::string(pat), dt, n)
                 ->Arg(1)->Arg(2)->UseRealTime();

@@ -22,6 +22,7 @@
 #include "tools/bench_hooks.h"
 #include "tools/bench_peers.h"
 #include "tools/json_output.h"
+#include "tools/machine_info.h"
 #include "tools/python_path.h"
 
 namespace sparq::cli {
@@ -79,6 +80,7 @@ struct Options {
   JsonOutput json;
   std::string plot_path, shapes, ns, patterns, threads, values, py_peers;
   int repeats = 5;
+  bool explain = false;  // print the kernel each row would run and why the others declined
   // Bytes each side of a few-token row rotates through (RotationCopies); < 0: twice the LLC.
   int64_t rotate_bytes = -1;
 };
@@ -226,12 +228,42 @@ Status RunKernels(const Options& o) {
     else return InvalidInput("--values: '" + v + "' (want f32 or bf16)");
   }
   const int64_t nmax = *std::max_element(ns.begin(), ns.end());
+  const MachineInfo machine = DescribeMachine();
+  std::printf("%s\n", MachineLine(machine).c_str());
+  if (o.explain) {
+    std::mt19937_64 erng(42);
+    std::uniform_real_distribution<float> eu(-1.0f, 1.0f);
+    for (const auto& [m, k] : shapes) {
+      std::vector<float> w0(size_t(m * k));
+      for (auto& v : w0) v = eu(erng);
+      for (size_t pi = 0; pi < patterns.size(); ++pi) {
+        const Pattern& p = patterns[pi];
+        std::vector<float> w = w0;
+        if (p.kind != PatternKind::kDense) {
+          SPARQ_RETURN_IF_ERROR(MagnitudePrune(p, w, m, k, "bench weights"));
+        }
+        for (DType dt : dtypes) {
+          auto s = Encode(w, m, k, PickFormat(p), p, dt);
+          if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
+          SPARQ_ASSIGN_OR_RETURN(LinearWeight lw, LinearWeight::FromMatrix(std::move(s).value(), "bench"));
+          for (int64_t n : ns) {
+            std::printf("%lldx%lld %s %s n=%lld (stored as %s)\n%s", static_cast<long long>(m),
+                        static_cast<long long>(k), pattern_list[pi].c_str(),
+                        std::string(DTypeName(dt)).c_str(), static_cast<long long>(n),
+                        lw.format().c_str(), lw.explain(n).c_str());
+          }
+        }
+      }
+    }
+    return Status::Ok();
+  }
 
   std::map<int, double> peak, load_fma, bw;
   for (int t : threads_list) {
     peak[t] = cpu::MeasurePeakFmaGflops(t);
     load_fma[t] = cpu::MeasureLoadFmaGflops(t);
-    bw[t] = cpu::MeasureReadGbps(t, int64_t{64} << 20);
+    // Twice the last-level cache at least: a smaller buffer measures the cache, not memory.
+    bw[t] = cpu::MeasureReadGbps(t, std::max<int64_t>(int64_t{64} << 20, 2 * LastLevelCacheBytes()));
     std::printf(
         "machine, %d thread(s): peak FMA %.1f GFLOP/s (%.1f with one L1 load per FMA), read "
         "bandwidth %.1f GB/s\n",
@@ -388,6 +420,8 @@ Status RunKernels(const Options& o) {
             r["m"] = m; r["k"] = k; r["n"] = n; r["threads"] = t;
             r["pattern"] = pattern_list[pi]; r["values"] = std::string(DTypeName(dt));
             r["kernel"] = lw->kernel_name(n);
+            r["cpu_model"] = machine.cpu_model;
+            r["isa"] = machine.isa;
             r["median_s"] = med;
             r["nnz"] = nnz;
             r["gflops"] = 2.0 * n * nnz / med * 1e-9;
@@ -483,6 +517,9 @@ BenchRegistrar kernels(
       sub.add_option("--values", o->values, "Comma-separated value types (f32, bf16)")->capture_default_str();
       sub.add_option("--repeats", o->repeats, "Timing samples per row (median)")->capture_default_str();
       sub.add_option("--py-peers", o->py_peers, "scipy/torch peer script ('' to skip)")->capture_default_str();
+      sub.add_flag("--explain", o->explain,
+                   "Print the kernel each shape / pattern / values / n would run and why the other "
+                   "kernels of its layout declined (no timing)");
       sub.add_option("--rotate-bytes", o->rotate_bytes,
                      "Bytes of weight copies each side of a row with n <= 16 cycles through, so "
                      "that weights come from memory as in a model (default: twice the last-level "

@@ -45,6 +45,20 @@ class DnnlPeer : public DensePeer {
 #endif
 
 // BLIS exports cblas_* symbols that clash with OpenBLAS: load it privately and call bli_sgemm.
+// The sanitizers' runtimes refuse RTLD_DEEPBIND; bli_sgemm calls only bli_* symbols, which no
+// other library exports, so RTLD_LOCAL alone binds them to BLIS there too.
+#if defined(__SANITIZE_ADDRESS__)
+#define SPARQ_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPARQ_ASAN 1
+#endif
+#endif
+#if defined(SPARQ_ASAN)
+constexpr int kDeepBind = 0;
+#else
+constexpr int kDeepBind = RTLD_DEEPBIND;
+#endif
 class BlisPeer : public DensePeer {
  public:
   using Gemm = void (*)(int, int, int64_t, int64_t, int64_t, const float*, const float*, int64_t,
@@ -52,7 +66,7 @@ class BlisPeer : public DensePeer {
                         int64_t);
   using SetThreadsFn = void (*)(int64_t);
   static std::unique_ptr<BlisPeer> Load() {
-    void* h = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* h = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL | kDeepBind);
     if (!h) return nullptr;
     auto gemm = reinterpret_cast<Gemm>(dlsym(h, "bli_sgemm"));
     auto st = reinterpret_cast<SetThreadsFn>(dlsym(h, "bli_thread_set_num_threads"));

@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "src/cpu/spmm.h"
+#include "sparq/kernel_config.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -41,17 +41,8 @@ std::string CpuModel() {
   return "unknown";
 }
 
-// The running target out of the ISA report ("AVX3 AVX2 SSE4 ... (running AVX3)"). The one call
-// into the kernel room's ISA setting lives here.
-std::string RunningIsa() {
-  const std::string report = cpu::ApplyMaxIsaFromEnv();
-  const std::string key = "(running ";
-  const size_t at = report.find(key);
-  if (at == std::string::npos) return "unknown";
-  const size_t end = report.find(')', at);
-  return report.substr(at + key.size(), end == std::string::npos ? std::string::npos
-                                                                   : end - at - key.size());
-}
+// The target the kernels run: the process's KernelConfig (the CLI applies --max-isa to it first).
+std::string RunningIsa() { return KernelConfig::Default().target_name(); }
 
 }  // namespace
 

@@ -11,7 +11,7 @@ struct MachineInfo {
   std::string isa;        // the running Highway target: "AVX3", "AVX2", "SSE4", "EMU128", ...
 };
 
-// Applies the user's ISA cap (SPARQ_MAX_ISA) first, so `isa` is what the kernels will run.
+// `isa` is the target of KernelConfig::Default(), which main() caps by --max-isa first.
 MachineInfo DescribeMachine();
 
 // "cpu: MODEL; isa: TARGET" (one line, no newline).

@@ -10,6 +10,9 @@
 
 #include <vector>
 
+#include <dlfcn.h>
+
+#include "sparq/kernel_config.h"
 #include "src/cpu/machine.h"
 
 #include "tools/bench_hooks.h"
@@ -31,16 +34,71 @@ int ExitCodeFor(const Status& st) {
              : 2;
 }
 
+namespace {
+
+// The --max-isa value from argv (either spelling), else the old SPARQ_MAX_ISA variable, else "".
+std::string MaxIsaArg(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max-isa" && i + 1 < argc) return argv[i + 1];
+    if (a.rfind("--max-isa=", 0) == 0) return a.substr(10);
+  }
+  const char* env = std::getenv("SPARQ_MAX_ISA");
+  return env != nullptr ? env : "";
+}
+
+// BLIS_ARCH_TYPE is read as a number by Debian's BLIS 0.9 (its arch_t id; a name such as
+// "haswell" parses as 0, which is Skylake-X there, AVX-512): find haswell's id in BLIS's own
+// table of names. -1 when BLIS is absent or has no such entry.
+int BlisArchId(const char* name) {
+  void* h = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return -1;
+  using Fn = const char* (*)(int);
+  auto fn = reinterpret_cast<Fn>(dlsym(h, "bli_arch_string"));
+  int id = -1;
+  for (int i = 0; fn != nullptr && i < 64 && id < 0; ++i) {
+    const char* s = fn(i);
+    if (s == nullptr) break;
+    if (std::string(s) == name) id = i;
+  }
+  dlclose(h);
+  return id;
+}
+
+// Caps the dense peers of `bench kernels` (read by each library when it loads) to the same
+// instruction set as sparq's kernels, so that a capped run compares AVX2 code with AVX2 code.
+// Returns whether it set anything (the process must then start again).
+bool CapPeers(const std::string& max_isa) {
+  std::string s = max_isa;
+  for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (s != "AVX2" || std::getenv("SPARQ_PEER_CAPS_SET") != nullptr) return false;
+  setenv("SPARQ_PEER_CAPS_SET", "1", 1);
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  if (const int id = BlisArchId("haswell"); id >= 0) {
+    setenv("BLIS_ARCH_TYPE", std::to_string(id).c_str(), 1);
+  } else {
+    unsetenv("BLIS_ARCH_TYPE");
+  }
+  return true;
+}
+
+}  // namespace
+
 }  // namespace sparq::cli
 
 int main(int argc, char** argv) {
   using namespace sparq::cli;
+  using sparq::KernelConfig;
   // OpenBLAS mis-detects CPUs newer than itself as Prescott (SSE3) and runs dense products ~5x
   // slower (src/cpu/blas_core.cc). It reads OPENBLAS_CORETYPE only at load time, so set it and
   // start again; SPARQ_KEEP_BLAS_CORE=1 keeps whatever OpenBLAS chose.
   bool restart = false;
+  const std::string max_isa = MaxIsaArg(argc, argv);
+  if (!max_isa.empty()) restart = CapPeers(max_isa) || restart;
   if (const char* core = sparq::cpu::SuggestedOpenBlasCore();
-      core != nullptr && std::getenv("SPARQ_KEEP_BLAS_CORE") == nullptr) {
+      core != nullptr && std::getenv("SPARQ_KEEP_BLAS_CORE") == nullptr &&
+      std::getenv("SPARQ_PEER_CAPS_SET") == nullptr) {
     setenv("OPENBLAS_CORETYPE", core, 1);
     restart = true;
   }
@@ -87,6 +145,14 @@ int main(int argc, char** argv) {
   CLI::App app{"sparq: prune, pack and run sparse neural networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sparq 0.1.0");
+  app.fallthrough();
+  std::string max_isa_flag;
+  app.add_option("--max-isa", max_isa_flag,
+                 "Run sparq's kernels on at most this instruction set (AVX3_DL, AVX3, AVX2, SSE4, "
+                 "SSSE3, SCALAR; default: the best this CPU has); AVX2 also caps the dense peers of "
+                 "`bench kernels` (OpenBLAS, oneDNN, BLIS) to their AVX2 code. SPARQ_MAX_ISA is the "
+                 "old spelling.")
+      ->configurable(false);
   auto& reg = Registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
   std::map<CLI::App*, RunFn> runs;
@@ -99,6 +165,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 1;
+  }
+  if (!max_isa.empty()) {
+    auto cfg = KernelConfig::FromMachine(max_isa);
+    if (!cfg.ok()) return ExitCodeFor(cfg.status());
+    KernelConfig::SetDefault(*cfg);
   }
   try {
     for (auto& [sub, run] : runs) {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "sparq/format.h"
+#include "sparq/kernel_config.h"
 #include "sparq/status.h"
 #include "sparq/thread_pool.h"
 
@@ -40,8 +41,10 @@ class LinearWeight {
   LinearWeight(LinearWeight&&) noexcept;
   LinearWeight& operator=(LinearWeight&&) noexcept;
 
-  // Validates the matrix (Validate(matrix, name)) and packs it. The matrix is moved in.
-  static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name = "weight");
+  // Validates the matrix (Validate(matrix, name)) and packs it for cfg's machine and target (every
+  // product of this weight runs with cfg). The matrix is moved in.
+  static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name = "weight",
+                                         const KernelConfig& cfg = KernelConfig::Default());
 
   int64_t rows() const;  // m (outputs)
   int64_t cols() const;  // k (inputs)
@@ -49,10 +52,15 @@ class LinearWeight {
   uint64_t weight_bytes() const;
   // Name of the kernel Forward runs for `n` tokens, e.g. "SpmmNm24F32_decode".
   std::string kernel_name(int64_t n) const;
+  // Which kernel runs `n` tokens and why every other kernel of the weight's layout declined, one
+  // "  name: reason" line each after a "chosen: name (tile, targets)" line.
+  std::string explain(int64_t n) const;
   // How the weight is stored for compute, e.g. "dense f32", "nm 2:4 bf16", "csr f32 u16".
   const std::string& format() const;
   // The weights [rows, cols] row-major when stored dense f32 (what pruning starts from), else null.
   const float* dense_f32() const;
+  // The configuration the weight was packed for and runs with.
+  const KernelConfig& config() const;
 
   // ldx >= k, ldy >= m (0 means k resp. m). pool may be null (single thread).
   void Forward(const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy, const Epilogue& ep,

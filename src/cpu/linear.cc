@@ -10,6 +10,7 @@ namespace sparq {
 struct LinearWeight::Impl {
   cpu::PackedWeight packed;
   std::string name;
+  KernelConfig cfg;  // the machine and knobs every product of this weight runs with
 };
 
 LinearWeight::LinearWeight() = default;
@@ -17,15 +18,17 @@ LinearWeight::~LinearWeight() = default;
 LinearWeight::LinearWeight(LinearWeight&&) noexcept = default;
 LinearWeight& LinearWeight::operator=(LinearWeight&&) noexcept = default;
 
-Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const std::string& name) {
+Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const std::string& name,
+                                              const KernelConfig& cfg) {
   // The format's own Validate() is the single source of truth for a well-formed matrix (kernels
   // assume valid input); Pack additionally checks what its layouts rely on.
   SPARQ_RETURN_IF_ERROR(Validate(matrix, name));
-  SPARQ_ASSIGN_OR_RETURN(cpu::PackedWeight packed, cpu::Pack(matrix, name));
+  SPARQ_ASSIGN_OR_RETURN(cpu::PackedWeight packed, cpu::Pack(matrix, name, cpu::PackOptionsFor(cfg)));
   LinearWeight lw;
   lw.impl_ = std::make_unique<Impl>();
   lw.impl_->packed = std::move(packed);
   lw.impl_->name = name;
+  lw.impl_->cfg = cfg;
   return lw;
 }
 
@@ -40,10 +43,28 @@ const float* LinearWeight::dense_f32() const {
   if (!impl_ || impl_->packed.kind != cpu::PackedKind::kDenseF32) return nullptr;
   return impl_->packed.dense.data_as<float>();
 }
+const KernelConfig& LinearWeight::config() const {
+  return impl_ ? impl_->cfg : KernelConfig::Default();
+}
 
 std::string LinearWeight::kernel_name(int64_t n) const {
   if (!impl_) return "none";
-  return std::string(cpu::ChooseKernel(impl_->packed, n).name) + "(" + impl_->packed.source + ")";
+  return std::string(cpu::ChooseKernel(impl_->packed, n, impl_->cfg).name) + "(" +
+         impl_->packed.source + ")";
+}
+
+std::string LinearWeight::explain(int64_t n) const {
+  if (!impl_) return "none\n";
+  const cpu::KernelChoice c = cpu::ExplainKernel(impl_->packed, n, impl_->cfg);
+  std::string out = "chosen: ";
+  out += c.chosen ? c.chosen->name : "none";
+  if (c.chosen) {
+    out += " (" + std::string(cpu::LayoutName(c.chosen->layout)) + ", tile " + c.chosen->tile +
+           ", on " + impl_->cfg.target_name() + ")";
+  }
+  out += "\n";
+  for (const auto& [row, why] : c.declined) out += "  declined " + std::string(row->name) + ": " + why + "\n";
+  return out;
 }
 
 void LinearWeight::Forward(const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
@@ -57,8 +78,9 @@ void LinearWeight::Forward(const float* x, int64_t n, int64_t ldx, float* y, int
   a.y = y;
   a.ldy = ldy > 0 ? ldy : w.rows;
   a.ep = ep;
+  a.cfg = &impl_->cfg;
   SPARQ_DCHECK(a.ldx >= w.cols && a.ldy >= w.rows);
-  cpu::ChooseKernel(w, n).run(w, a, pool);
+  cpu::ChooseKernel(w, n, impl_->cfg).run(w, a, pool);
 }
 
 void LinearWeight::ForwardShared(const float* x, int64_t n, std::span<const Output> outputs,
@@ -67,20 +89,24 @@ void LinearWeight::ForwardShared(const float* x, int64_t n, std::span<const Outp
   std::vector<cpu::SharedInputJob> jobs;
   jobs.reserve(outputs.size());
   [[maybe_unused]] int64_t cols = -1;  // read by SPARQ_DCHECK only
+  const KernelConfig* cfg = nullptr;   // the first weight's: the products run on one target
   for (const Output& o : outputs) {
     if (o.weight == nullptr || !o.weight->impl_) continue;
     const cpu::PackedWeight& w = o.weight->impl_->packed;
     SPARQ_DCHECK(cols < 0 || cols == w.cols);
     cols = w.cols;
     jobs.push_back({&w, o.y, 0, o.ep});
+    if (cfg == nullptr) cfg = &o.weight->impl_->cfg;
   }
-  cpu::RunSharedInput(x, n, 0, jobs.data(), jobs.size(), pool);
+  if (cfg == nullptr) return;
+  cpu::RunSharedInput(x, n, 0, jobs.data(), jobs.size(), *cfg, pool);
 }
 
 bool LinearWeight::SwiGluFuses(const LinearWeight& gate, const LinearWeight& up,
                                const LinearWeight& down, int64_t n) {
   if (!gate.impl_ || !up.impl_ || !down.impl_) return false;
-  return cpu::SwiGluFuses(gate.impl_->packed, up.impl_->packed, down.impl_->packed, n);
+  return cpu::SwiGluFuses(gate.impl_->packed, up.impl_->packed, down.impl_->packed, n,
+                          gate.impl_->cfg);
 }
 
 bool LinearWeight::ForwardSwiGlu(const LinearWeight& gate, const LinearWeight& up,
@@ -89,7 +115,7 @@ bool LinearWeight::ForwardSwiGlu(const LinearWeight& gate, const LinearWeight& u
                                  float* y, ThreadPool* pool) {
   if (!gate.impl_ || !up.impl_ || !down.impl_) return false;
   return cpu::RunSwiGlu(gate.impl_->packed, up.impl_->packed, down.impl_->packed, x, x_up, n,
-                        down_row, residual, y, pool);
+                        down_row, residual, y, gate.impl_->cfg, pool);
 }
 
 }  // namespace sparq

@@ -192,15 +192,6 @@ Result<PackedWeight> PackDense(const DenseMatrix& d, const std::string& name, Pa
 // CSR-like input (CSR directly, COO converted): row_start[r]..row_start[r+1] into col/value
 // arrays given by accessors.
 bool UseMask(CsrLayout layout, double density) {
-  if (layout == CsrLayout::kAuto) {
-    static const CsrLayout env = [] {
-      const char* e = std::getenv("SPARQ_CSR_LAYOUT");  // experiments: compare the two layouts
-      if (e && std::string(e) == "columns") return CsrLayout::kColumns;
-      if (e && std::string(e) == "bitmask") return CsrLayout::kBitmask;
-      return CsrLayout::kAuto;
-    }();
-    layout = env;
-  }
   if (layout == CsrLayout::kAuto) return density >= kMaskMinDensity;
   return layout == CsrLayout::kBitmask;
 }

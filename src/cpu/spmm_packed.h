@@ -26,6 +26,7 @@
 
 #include "sparq/dtype.h"
 #include "sparq/format.h"
+#include "sparq/kernel_config.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 
@@ -122,13 +123,13 @@ struct PackedWeight {
   int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
 };
 
-// How CSR / COO rows are laid out: by density (kAuto: kMask from kMaskMinDensity up, unless the
-// environment variable SPARQ_CSR_LAYOUT=columns|bitmask says otherwise, for experiments), or
-// forced (tests run both layouts on the same matrices).
-enum class CsrLayout : uint8_t { kAuto, kColumns, kBitmask };
+// How CSR / COO rows are laid out (KernelConfig::csr_layout): by density (kAuto: kMask from
+// kMaskMinDensity up), or forced (tests run both layouts on the same matrices).
 struct PackOptions {
   CsrLayout csr_layout = CsrLayout::kAuto;
 };
+// The packing a configuration asks for.
+inline PackOptions PackOptionsFor(const KernelConfig& cfg) { return PackOptions{cfg.csr_layout}; }
 
 // Validates `matrix` (shapes, dtypes, index ranges, N:M metadata) and packs it. Errors name
 // `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").

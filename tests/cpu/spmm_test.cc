@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "src/cpu/kernel_entry.h"
 #include "src/cpu/spmm.h"
 #include "tests/cpu/spmm_testutil.h"
 
@@ -15,6 +16,7 @@ namespace {
 
 using cpu::PackedWeight;
 using cpu::SpmmArgs;
+using testing_cpu::Cfg;
 using testing_cpu::ForEachTarget;
 using testing_cpu::RandomVector;
 
@@ -22,7 +24,7 @@ struct Case {
   FormatKind format;
   std::string pattern;
   DType dtype;
-  cpu::CsrLayout layout = cpu::CsrLayout::kAuto;  // CSR / COO: column indices or bit mask
+  CsrLayout layout = CsrLayout::kAuto;  // CSR / COO: column indices or bit mask
 };
 
 std::string Name(const Case& c) {
@@ -57,10 +59,10 @@ std::vector<Case> AllCases() {
     cases.push_back({FormatKind::kVNM, "vnm:6:1:4", dt});
     // Both CSR layouts at densities on either side of kMaskMinDensity, and the extremes.
     for (const char* pat : {"unstructured:0.0", "unstructured:0.5", "unstructured:0.95", "unstructured:1.0"}) {
-      cases.push_back({FormatKind::kCsr, pat, dt, cpu::CsrLayout::kColumns});
-      cases.push_back({FormatKind::kCsr, pat, dt, cpu::CsrLayout::kBitmask});
+      cases.push_back({FormatKind::kCsr, pat, dt, CsrLayout::kColumns});
+      cases.push_back({FormatKind::kCsr, pat, dt, CsrLayout::kBitmask});
     }
-    cases.push_back({FormatKind::kCoo, "unstructured:0.6", dt, cpu::CsrLayout::kBitmask});
+    cases.push_back({FormatKind::kCoo, "unstructured:0.6", dt, CsrLayout::kBitmask});
   }
   return cases;
 }
@@ -80,8 +82,8 @@ Built Build(const Case& c, int64_t m, int64_t k, uint64_t seed) {
   b.dense = testing_cpu::Densify(*s);
   auto pw = cpu::Pack(*s, "w", cpu::PackOptions{c.layout});
   EXPECT_TRUE(pw.ok()) << Name(c) << ": " << pw.status().ToString();
-  if (pw.ok() && c.layout != cpu::CsrLayout::kAuto) {
-    EXPECT_EQ(pw->kind, c.layout == cpu::CsrLayout::kBitmask ? cpu::PackedKind::kMask
+  if (pw.ok() && c.layout != CsrLayout::kAuto) {
+    EXPECT_EQ(pw->kind, c.layout == CsrLayout::kBitmask ? cpu::PackedKind::kMask
                                                             : cpu::PackedKind::kScg) << Name(c);
   }
   b.packed = std::move(pw).value();
@@ -113,7 +115,7 @@ void ExpectClose(const std::vector<double>& want, const std::vector<double>& abs
 constexpr float kGuard = -12345.0f;
 
 // Runs kernel `kern` with X misaligned by one float and Y inside a guarded buffer.
-void RunAndCheck(const cpu::SpmmKernel& kern, const Built& b, int64_t m, int64_t k, int64_t n,
+void RunAndCheck(const cpu::KernelRow& kern, const Built& b, int64_t m, int64_t k, int64_t n,
                  const Epilogue& ep, ThreadPool* pool, const std::string& what) {
   const int64_t ldx = k + 3, ldy = m + 2;
   std::vector<float> xbuf = RandomVector(size_t(n * ldx + 1), 7 + n);
@@ -121,6 +123,7 @@ void RunAndCheck(const cpu::SpmmKernel& kern, const Built& b, int64_t m, int64_t
   std::vector<float> ybuf(size_t(n * ldy + 2 * 16 + 1), kGuard);
   float* y = ybuf.data() + 17;
   SpmmArgs a;
+  a.cfg = &Cfg();
   a.x = x;
   a.n = n;
   a.ldx = ldx;
@@ -148,8 +151,8 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
     for (int64_t m : ms) {
       for (int64_t k : ks) {
         const Built b = Build(c, m, k, seed++);
-        for (const auto& kern : cpu::SpmmRegistry()) {
-          if (kern.kind != b.packed.kind) continue;
+        for (const auto& kern : cpu::KernelTable()) {
+          if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
           for (int64_t n : ns) {
             const std::string what = Name(c) + " " + kern.name + " m=" + std::to_string(m) +
                                      " k=" + std::to_string(k) + " n=" + std::to_string(n);
@@ -157,8 +160,10 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
           }
         }
         // The reference walks the packed layout: checks packing independently of the kernels.
-        RunAndCheck({"reference", b.packed.kind, 0, 0, false, cpu::SpmmReference}, b, m, k, 3,
-                    Epilogue{}, nullptr, Name(c) + " reference");
+        const cpu::KernelRow reference{"reference", cpu::LayoutOf(b.packed), DType::kF32,
+                                       cpu::KernelMode::kBlas, "", 0, 0, 0, 0,
+                                       cpu::SpmmReference};
+        RunAndCheck(reference, b, m, k, 3, Epilogue{}, nullptr, Name(c) + " reference");
       }
     }
   }
@@ -176,24 +181,24 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
                         {FormatKind::kNM, "4:8", DType::kF32},
                         {FormatKind::kCsr, "unstructured:0.9", DType::kBF16},
                         {FormatKind::kCsr, "unstructured:0.5", DType::kF32},
-                        {FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask},
-                        {FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kBitmask},
-                        {FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kColumns},
+                        {FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask},
+                        {FormatKind::kCsr, "unstructured:0.9", DType::kF32, CsrLayout::kBitmask},
+                        {FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kColumns},
                         {FormatKind::kBsr, "block:4x4:0.5", DType::kF32},
                         {FormatKind::kVNM, "vnm:4:2:4", DType::kBF16},
                         {FormatKind::kDense, "dense", DType::kBF16}};
   int targets_run = 0;
   ForEachTarget([&](const std::string& target) {
     // The dispatcher really runs the mocked target (not the best one).
-    EXPECT_NE(cpu::ApplyMaxIsaFromEnv().find("(running " + target + ")"), std::string::npos);
+    EXPECT_EQ(cpu::TargetNameAt(Cfg()), target);
     ++targets_run;
     uint64_t seed = 100;
     for (const Case& c : cases) {
       for (int64_t m : ms) {
         for (int64_t k : ks) {
           const Built b = Build(c, m, k, seed++);
-          for (const auto& kern : cpu::SpmmRegistry()) {
-            if (kern.kind != b.packed.kind || !kern.simd) continue;
+          for (const auto& kern : cpu::KernelTable()) {
+            if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty() || kern.mode == cpu::KernelMode::kBlas) continue;
             for (int64_t n : ns) {
               RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
                           target + " " + Name(c) + " " + kern.name + " m=" + std::to_string(m) +
@@ -214,12 +219,12 @@ TEST(SpmmTest, MaskDecodeLongRowsMatchReference) {
   ForEachTarget([&](const std::string& target) {
     uint64_t seed = 300;
     for (const Case& c :
-         {Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},
-          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask}}) {
+         {Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask}}) {
       for (int64_t k : {2100, 4200}) {
         const Built b = Build(c, 9, k, seed++);
-        for (const auto& kern : cpu::SpmmRegistry()) {
-          if (kern.kind != b.packed.kind) continue;
+        for (const auto& kern : cpu::KernelTable()) {
+          if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
           for (int64_t n : {1, 2, 3, 5, 12}) {
             RunAndCheck(kern, b, 9, k, n, Epilogue{}, nullptr,
                         target + " " + Name(c) + " " + kern.name + " k=" + std::to_string(k) +
@@ -244,28 +249,29 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
   const int64_t m = 300, k = 200;
   ThreadPool pool(2), pool3(3);
   struct ResetOrder {
-    ~ResetOrder() { cpu::SetScgTiledOrderForTest(cpu::ScgTiledOrder::kAuto); }
+    ~ResetOrder() { testing_cpu::MutableCfg().tiled_order = TiledOrder::kAuto; }
   } reset;
   for (const Case& c : {Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
                         Case{FormatKind::kVNM, "vnm:8:2:4", DType::kBF16},
                         Case{FormatKind::kBsr, "block:16x16:0.5", DType::kF32},
                         Case{FormatKind::kBsr, "block:8x1:0.7", DType::kBF16},
                         Case{FormatKind::kDense, "dense", DType::kBF16},
-                        Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kColumns},
-                        Case{FormatKind::kCsr, "unstructured:0.99", DType::kBF16, cpu::CsrLayout::kColumns}}) {
+                        Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, CsrLayout::kColumns},
+                        Case{FormatKind::kCsr, "unstructured:0.99", DType::kBF16, CsrLayout::kColumns}}) {
     const Built b = Build(c, m, k, 21);
-    for (const auto& kern : cpu::SpmmRegistry()) {
-      if (kern.kind != b.packed.kind) continue;
+    for (const auto& kern : cpu::KernelTable()) {
+      if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
       for (int64_t n : {70, 130}) {
         const std::vector<float> x = RandomVector(size_t(n * k), 5 + n);
         std::vector<std::vector<float>> ys;
-        for (auto order : {cpu::ScgTiledOrder::kAuto, cpu::ScgTiledOrder::kTaskOuter,
-                           cpu::ScgTiledOrder::kTileOuter}) {
-          cpu::SetScgTiledOrderForTest(order);
+        for (auto order : {TiledOrder::kAuto, TiledOrder::kTaskOuter,
+                           TiledOrder::kTileOuter}) {
+          testing_cpu::MutableCfg().tiled_order = order;
           const std::string what = Name(c) + " " + kern.name + " n=" + std::to_string(n) +
                                    " order=" + std::to_string(int(order));
           RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool, what);
           SpmmArgs a;
+          a.cfg = &Cfg();
           a.x = x.data();
           a.n = n;
           a.ldx = k;
@@ -297,23 +303,23 @@ TEST(SpmmTest, TiledStreamedYKeepsBitsAndGuards) {
   // Y in a line (m = 300 and 320 rows, ldy = 320, tasks of ~32 rows), and leave the columns
   // between m and ldy untouched. Every target (only AVX-512 streams; the rest ignore the request).
   struct ResetStream {
-    ~ResetStream() { cpu::SetStreamYForTest(cpu::StreamYMode::kAuto); }
+    ~ResetStream() { testing_cpu::MutableCfg().stream_y = StreamYMode::kAuto; }
   } reset;
   const int64_t k = 200, ldy = 320;
   ThreadPool pool(2);
   ForEachTarget([&](const std::string& target) {
     for (const Case& c :
          {Case{FormatKind::kNM, "2:4", DType::kF32},
-          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask},
-          Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kColumns},
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask},
+          Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, CsrLayout::kColumns},
           Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
           Case{FormatKind::kBsr, "block:8x1:0.7", DType::kBF16},
           Case{FormatKind::kBsr, "block:32x32:0.5", DType::kF32},
           Case{FormatKind::kDense, "dense", DType::kBF16}}) {
       for (int64_t m : {300, 320}) {
         const Built b = Build(c, m, k, 31 + m);
-        for (const auto& kern : cpu::SpmmRegistry()) {
-          if (kern.kind != b.packed.kind || kern.min_n > 130) continue;
+        for (const auto& kern : cpu::KernelTable()) {
+          if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty() || kern.min_n > 130) continue;
           for (int64_t n : {70, 130}) {
             if (n < kern.min_n || n > kern.max_n) continue;
             const std::vector<float> x = RandomVector(size_t(n * k), 7 + n);
@@ -324,13 +330,14 @@ TEST(SpmmTest, TiledStreamedYKeepsBitsAndGuards) {
                                          " offset=" + std::to_string(off) + (p ? " 2 threads" : "");
                 std::vector<float> ys[2];
                 int i = 0;
-                for (auto mode : {cpu::StreamYMode::kNever, cpu::StreamYMode::kAlways}) {
-                  cpu::SetStreamYForTest(mode);
+                for (auto mode : {StreamYMode::kNever, StreamYMode::kAlways}) {
+                  testing_cpu::MutableCfg().stream_y = mode;
                   std::vector<float> buf(size_t(n * ldy + 32), kGuard);
                   float* y = buf.data();
                   while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
                   y += off;
                   SpmmArgs a;
+                  a.cfg = &Cfg();
                   a.x = x.data();
                   a.n = n;
                   a.ldx = k;
@@ -364,7 +371,7 @@ TEST(SpmmTest, EpilogueBiasActivationResidual) {
                         Case{FormatKind::kDense, "dense", DType::kF32},
                         Case{FormatKind::kDense, "dense", DType::kBF16},
                         Case{FormatKind::kCsr, "unstructured:0.8", DType::kBF16},
-                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},
                         Case{FormatKind::kBsr, "block:2x2:0.5", DType::kF32}}) {
     const Built b = Build(c, m, k, 9);
     for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu, Activation::kSilu}) {
@@ -375,8 +382,8 @@ TEST(SpmmTest, EpilogueBiasActivationResidual) {
           ep.bias = with_bias ? bias.data() : nullptr;
           ep.residual = with_res ? residual.data() : nullptr;
           ep.ld_residual = with_res ? m + 5 : 0;
-          for (const auto& kern : cpu::SpmmRegistry()) {
-            if (kern.kind != b.packed.kind) continue;
+          for (const auto& kern : cpu::KernelTable()) {
+            if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
             for (int64_t n : {1, 5, 70}) {
               RunAndCheck(kern, b, m, k, n, ep, nullptr,
                           Name(c) + " " + kern.name + " act=" + std::to_string(int(act)) +
@@ -407,7 +414,7 @@ TEST(SpmmTest, VectorEpilogueMatchesDoubleOnEveryTarget) {
     Epilogue silu;
     silu.act = Activation::kSilu;
     std::vector<float> y = v;
-    cpu::ApplyEpilogueRow(y.data(), 0, 0, m, m, silu);
+    cpu::ApplyEpilogueRow(Cfg(), y.data(), 0, 0, m, m, silu);
     for (int64_t i = 0; i < m; ++i) {
       const double x = v[i];
       const double want = x / (1.0 + std::exp(-x));
@@ -419,7 +426,7 @@ TEST(SpmmTest, VectorEpilogueMatchesDoubleOnEveryTarget) {
     }
     // Specials: NaN stays NaN, silu(+inf) = +inf, silu(-inf) = -inf / inf = NaN (as the reference).
     std::vector<float> sp = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY};
-    cpu::ApplyEpilogueRow(sp.data(), 0, 0, 3, 3, silu);
+    cpu::ApplyEpilogueRow(Cfg(), sp.data(), 0, 0, 3, 3, silu);
     EXPECT_TRUE(std::isnan(sp[0])) << target;
     EXPECT_EQ(sp[1], INFINITY) << target;
     EXPECT_TRUE(std::isnan(sp[2])) << target;
@@ -430,8 +437,8 @@ TEST(SpmmTest, VectorEpilogueMatchesDoubleOnEveryTarget) {
       ep.bias = bias.data();
       ep.residual = residual.data();
       std::vector<float> whole = v, single = v;
-      cpu::ApplyEpilogueRow(whole.data(), 0, 0, m, m, ep);
-      for (int64_t r = 0; r < m; ++r) cpu::ApplyEpilogueRow(single.data(), 0, r, r + 1, m, ep);
+      cpu::ApplyEpilogueRow(Cfg(), whole.data(), 0, 0, m, m, ep);
+      for (int64_t r = 0; r < m; ++r) cpu::ApplyEpilogueRow(Cfg(), single.data(), 0, r, r + 1, m, ep);
       EXPECT_EQ(std::memcmp(whole.data(), single.data(), sizeof(float) * m), 0)
           << target << " act " << static_cast<int>(act);
       if (act == Activation::kSilu) continue;
@@ -451,14 +458,14 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
   ThreadPool p1(1), p2(2), p3(3);
   for (const Case& c : {Case{FormatKind::kNM, "2:4", DType::kF32},
                         Case{FormatKind::kCsr, "unstructured:0.9", DType::kBF16},
-                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask},
-                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kColumns},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kColumns},
                         Case{FormatKind::kBsr, "block:16x16:0.5", DType::kF32},
                         Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
                         Case{FormatKind::kDense, "dense", DType::kBF16}}) {
     const Built b = Build(c, m, k, 11);
-    for (const auto& kern : cpu::SpmmRegistry()) {
-      if (kern.kind != b.packed.kind) continue;
+    for (const auto& kern : cpu::KernelTable()) {
+      if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
       for (int64_t n : {1, 8, 100}) {
         const std::vector<float> x = RandomVector(n * k, 12);
         std::vector<float> ys[4];
@@ -466,6 +473,7 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
         for (int i = 0; i < 4; ++i) {
           ys[i].assign(n * m, 0.0f);
           SpmmArgs a;
+          a.cfg = &Cfg();
           a.x = x.data();
           a.n = n;
           a.ldx = k;
@@ -494,11 +502,11 @@ TEST(SpmmTest, RowTiledOutputsKeepTheirBitsAcrossTileWidthsAndKBlocks) {
     for (const Case& c :
          {Case{FormatKind::kNM, "2:4", DType::kF32}, Case{FormatKind::kNM, "2:4", DType::kBF16},
           Case{FormatKind::kNM, "4:8", DType::kF32},
-          Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},
-          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, cpu::CsrLayout::kBitmask}}) {
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},
+          Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask}}) {
       const Built b = Build(c, m, k, 31);
-      for (const auto& kern : cpu::SpmmRegistry()) {
-        if (kern.kind != b.packed.kind ||
+      for (const auto& kern : cpu::KernelTable()) {
+        if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty() ||
             std::string(kern.name).find("tiled") == std::string::npos) {
           continue;
         }
@@ -508,6 +516,7 @@ TEST(SpmmTest, RowTiledOutputsKeepTheirBitsAcrossTileWidthsAndKBlocks) {
           auto run = [&](int64_t t0, int64_t t1) {
             std::vector<float> y((t1 - t0) * m);
             SpmmArgs a;
+            a.cfg = &Cfg();
             a.x = x.data() + t0 * k;
             a.n = t1 - t0;
             a.ldx = k;
@@ -538,8 +547,8 @@ TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
   EXPECT_EQ(lw->rows(), m);
   EXPECT_EQ(lw->cols(), k);
   EXPECT_EQ(lw->weight_bytes(), uint64_t(m) * 32 * 4 + uint64_t(m) * 2 * 4);  // values + meta
-  EXPECT_EQ(lw->kernel_name(1), "SpmmNm_decode(nm 2:4 f32)");
-  EXPECT_EQ(lw->kernel_name(512), "SpmmNm_tiled(nm 2:4 f32)");
+  EXPECT_EQ(lw->kernel_name(1), "f32_nm_window_decode_4xT(nm 2:4 f32)");
+  EXPECT_EQ(lw->kernel_name(512), "f32_nm_window_tiled_4xNV(nm 2:4 f32)");
   for (int64_t n : {1, 7}) {
     const std::vector<float> x = RandomVector(n * k, 6);
     std::vector<float> y(n * m);
@@ -563,12 +572,12 @@ TEST(LinearWeightTest, CsrLayoutFollowsDensity) {
     auto lw = LinearWeight::FromMatrix(std::move(s).value(), "w");
     ASSERT_TRUE(lw.ok()) << lw.status().ToString();
     if (sparsity == 0.5) {
-      EXPECT_EQ(lw->kernel_name(1), "SpmmMask_decode(csr f32 as bitmask)");
-      EXPECT_EQ(lw->kernel_name(12), "SpmmMask_decode(csr f32 as bitmask)");
-      EXPECT_EQ(lw->kernel_name(13), "SpmmMask_tiled(csr f32 as bitmask)");
+      EXPECT_EQ(lw->kernel_name(1), "f32_mask_decode_4xT(csr f32 as bitmask)");
+      EXPECT_EQ(lw->kernel_name(12), "f32_mask_decode_4xT(csr f32 as bitmask)");
+      EXPECT_EQ(lw->kernel_name(13), "f32_mask_tiled_2xNV(csr f32 as bitmask)");
       EXPECT_EQ(lw->weight_bytes(), nnz * 4 + uint64_t(m) * 7 * 2 + 8 * uint64_t(m + 1));
     } else {
-      EXPECT_EQ(lw->kernel_name(1), "SpmmScg_decode(csr f32 u16)");
+      EXPECT_EQ(lw->kernel_name(1), "f32_csr_decode_1x1(csr f32 u16)");
       EXPECT_EQ(lw->weight_bytes(), nnz * 4 + nnz * 2 + 8 * uint64_t(m + 1));
     }
     for (int64_t n : {1, 5, 40}) {
@@ -594,12 +603,12 @@ TEST(SpmmTest, DispatchSwitchesFromDecodeToTiledByLayout) {
       {FormatKind::kNM, "2:4", DType::kF32},                                           // 0
       {FormatKind::kNM, "4:8", DType::kBF16},                                          // 1
       {FormatKind::kNM, "1:4", DType::kF32},                                           // 2
-      {FormatKind::kCsr, "unstructured:0.9", DType::kF32, cpu::CsrLayout::kColumns},   // 3
+      {FormatKind::kCsr, "unstructured:0.9", DType::kF32, CsrLayout::kColumns},   // 3
       {FormatKind::kVNM, "vnm:16:2:4", DType::kF32},                                   // 4
       {FormatKind::kBsr, "block:16x16:0.7", DType::kBF16},                             // 5
       {FormatKind::kDense, "dense", DType::kBF16},                                     // 6
-      {FormatKind::kCsr, "unstructured:0.5", DType::kF32, cpu::CsrLayout::kBitmask},   // 7
-      {FormatKind::kCsr, "unstructured:0.75", DType::kF32, cpu::CsrLayout::kBitmask},  // 8
+      {FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},   // 7
+      {FormatKind::kCsr, "unstructured:0.75", DType::kF32, CsrLayout::kBitmask},  // 8
   };
   std::vector<Built> built;
   for (const Case& c : cases) built.push_back(Build(c, 64, 128, 77));
@@ -609,15 +618,15 @@ TEST(SpmmTest, DispatchSwitchesFromDecodeToTiledByLayout) {
     int64_t max_n[std::size(cases)];
     for (size_t i = 0; i < std::size(cases); ++i) {
       const PackedWeight& w = built[i].packed;
-      max_n[i] = cpu::DecodeMaxN(w);
+      max_n[i] = cpu::DecodeMaxN(w, Cfg());
       EXPECT_GE(max_n[i], 1) << target << " " << Name(cases[i]);
       for (int64_t n = 1; n <= 40; ++n) {
         const std::string what = target + " " + Name(cases[i]) + " n=" + std::to_string(n);
-        const cpu::SpmmKernel& k = cpu::ChooseKernel(w, n);
-        EXPECT_EQ(k.kind, w.kind) << what;
+        const cpu::KernelRow& k = cpu::ChooseKernel(w, n, Cfg());
+        EXPECT_TRUE(cpu::Declines(k, w, n, Cfg()).empty()) << what;
         const std::string name = k.name;
-        const std::string suffix = n <= max_n[i] ? "_decode" : "_tiled";
-        EXPECT_EQ(name.substr(name.size() - suffix.size()), suffix) << what;
+        EXPECT_EQ(k.mode, n <= max_n[i] ? cpu::KernelMode::kDecode : cpu::KernelMode::kTiled)
+            << what << " " << name;
         EXPECT_TRUE(n >= k.min_n && n <= k.max_n) << what << " " << name;
       }
     }
@@ -628,7 +637,7 @@ TEST(SpmmTest, DispatchSwitchesFromDecodeToTiledByLayout) {
     EXPECT_GE(max_n[7], max_n[8]) << target;
     if (target == "AVX3" || target == "AVX3_DL") {
       EXPECT_EQ(max_n[0], 16) << target;
-      if (cpu::AmdFamily19h()) {  // Zen 4: the groups go tiled with CSR rows, from 3 tokens
+      if (Cfg().cpu.amd_family_19h()) {  // Zen 4: the groups go tiled with CSR rows, from 3 tokens
         EXPECT_EQ(max_n[4], cpu::kZen4GroupsDecodeMaxN) << target;
         EXPECT_EQ(max_n[3], max_n[4]) << target;
       } else {
@@ -651,7 +660,7 @@ void BuildLinears(const Case (&c)[3], const int64_t* rows, const int64_t* cols, 
     auto sm = Encode(w, rows[i], cols[i], c[i].format, *p, c[i].dtype);
     ASSERT_TRUE(sm.ok()) << what << ": " << sm.status().ToString();
     dense->push_back(testing_cpu::Densify(*sm));
-    auto l = LinearWeight::FromMatrix(std::move(sm).value(), "w");
+    auto l = LinearWeight::FromMatrix(std::move(sm).value(), "w", Cfg());
     ASSERT_TRUE(l.ok()) << what << ": " << l.status().ToString();
     lw->push_back(std::move(l).value());
   }
@@ -938,8 +947,8 @@ TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
   ASSERT_EQ(b.packed.kind, cpu::PackedKind::kScg);
   ASSERT_FALSE(b.packed.scg.idx16);
   ForEachTarget([&](const std::string& target) {
-    for (const auto& kern : cpu::SpmmRegistry()) {
-      if (kern.kind != b.packed.kind) continue;
+    for (const auto& kern : cpu::KernelTable()) {
+      if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
       for (int64_t n : {1, 3, 5, 12, 17}) {
         RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
                     target + " " + kern.name + " csr u32 n=" + std::to_string(n));
@@ -967,8 +976,8 @@ TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
     ASSERT_FALSE(b.packed.scg.idx16) << pat;
     ASSERT_GE(b.packed.scg.g, 2) << pat;
     ForEachTarget([&](const std::string& target) {
-      for (const auto& kern : cpu::SpmmRegistry()) {
-        if (kern.kind != b.packed.kind) continue;
+      for (const auto& kern : cpu::KernelTable()) {
+        if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
         for (int64_t n : {1, 2, 5}) {
           RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
                       target + " " + pat + " " + kern.name + " n=" + std::to_string(n));

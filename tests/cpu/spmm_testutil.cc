@@ -62,13 +62,26 @@ void ReferenceForward(const std::vector<float>& w, int64_t m, int64_t k, const f
   }
 }
 
+namespace {
+KernelConfig& CfgSlot() {
+  static KernelConfig cfg = KernelConfig::Default();
+  return cfg;
+}
+}  // namespace
+
+const KernelConfig& Cfg() { return CfgSlot(); }
+KernelConfig& MutableCfg() { return CfgSlot(); }
+
 void ForEachTarget(const std::function<void(const std::string&)>& fn) {
-  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  for (int64_t t : targets) {
+  const KernelConfig saved = CfgSlot();
+  for (int64_t t : KernelConfig::SupportedTargets()) {
+    CfgSlot() = saved.WithTarget(t);
+    // Code that still dispatches through Highway's own table (attention's helpers) follows too.
     hwy::SetSupportedTargetsForTest(t);
     fn(hwy::TargetName(t));
   }
   hwy::SetSupportedTargetsForTest(0);
+  CfgSlot() = saved;
 }
 
 }  // namespace sparq::testing_cpu

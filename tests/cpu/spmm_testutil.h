@@ -2,6 +2,8 @@
 // and the all-targets loop.
 #pragma once
 
+#include "sparq/kernel_config.h"
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,6 +27,11 @@ void ReferenceForward(const std::vector<float>& w, int64_t m, int64_t k, const f
                       std::vector<double>& abs_sum);
 // Runs fn once per compiled and supported Highway target (mocking the supported set), then
 // restores the real set. fn receives the target's name.
+// Runs fn once per compiled target this CPU supports (Cfg() is then that target's KernelConfig).
 void ForEachTarget(const std::function<void(const std::string&)>& fn);
+// The configuration the tests run kernels with: the target ForEachTarget is on, else the
+// machine's default. MutableCfg: for a test that forces a knob (reset it after).
+const KernelConfig& Cfg();
+KernelConfig& MutableCfg();
 
 }  // namespace sparq::testing_cpu

@@ -1,0 +1,67 @@
+// KernelConfig: what the kernels know about the machine and every knob they have, built once (from
+// the measured machine, optionally capped to an instruction set) and passed down to each weight.
+// The library reads no environment variable: the CLI turns a user's flag (--max-isa) into this,
+// and tests build their own (a target, a forced loop order) instead of setting process state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparq/status.h"
+
+namespace sparq {
+
+// The CPU the kernels run on, as cpuid and the OS report it.
+struct CpuInfo {
+  std::string vendor;    // "GenuineIntel", "AuthenticAMD", ...
+  std::string model;     // brand string, e.g. "AMD EPYC 7B13"
+  int family = 0;        // display family (base + extended), e.g. 0x19 for AMD Zen 3 / Zen 4
+  int model_id = 0;      // display model
+  int64_t l1d_bytes = 0; // per core; 0 where the OS does not say
+  int64_t l2_bytes = 0;  // per core
+  int64_t llc_bytes = 0; // last-level cache, whole
+  bool amd_family_19h() const { return vendor == "AuthenticAMD" && family == 0x19; }
+};
+
+// How CSR / COO rows are packed: by density (kAuto: bit mask from kMaskMinDensity up), or forced.
+enum class CsrLayout : uint8_t { kAuto, kColumns, kBitmask };
+// Loop order of the row-group tiled kernel: by bytes moved (kAuto) or forced (the order changes
+// no sum, so tests run both and compare bits).
+enum class TiledOrder : uint8_t { kAuto, kTaskOuter, kTileOuter };
+// Non-temporal stores of Y in the tiled kernels: by size (kAuto), always or never.
+enum class StreamYMode : uint8_t { kAuto, kAlways, kNever };
+
+struct KernelConfig {
+  // The Highway target every kernel runs (one bit of HWY_TARGETS, e.g. HWY_AVX2), and its index in
+  // the dispatch tables. Set through FromMachine / WithTarget, never by hand.
+  int64_t target = 0;
+  int dispatch_index = 0;
+  CpuInfo cpu;
+  // X^T tile budget of the tile-outer order: three quarters of L2 (1 MiB where L2 is unknown).
+  int64_t xt_tile_bytes = int64_t{1} << 20;
+  // X^T slice of one k block of the tiled kernels: stays in L1 beside the weights.
+  int64_t xt_block_bytes = 16 * 1024;
+  // Prefetch of the next k block's X^T slice where it pays (prefetch.h); false: never.
+  bool xt_prefetch = true;
+  CsrLayout csr_layout = CsrLayout::kAuto;
+  TiledOrder tiled_order = TiledOrder::kAuto;
+  StreamYMode stream_y = StreamYMode::kAuto;
+
+  // This machine with the best target it supports, capped at max_isa when given ("AVX3_DL",
+  // "AVX3" (or "AVX512"), "AVX2", "SSE4", "SSSE3", "SCALAR"); an unknown name is an error.
+  static Result<KernelConfig> FromMachine(const std::string& max_isa = "");
+  // The configuration a caller that passes none gets: FromMachine() of this machine, built on
+  // first use, unless the application replaced it (SetDefault) before its first product.
+  static const KernelConfig& Default();
+  // For applications (the CLI's --max-isa), once at startup, before any weight is packed: not
+  // thread-safe against concurrent Default() calls. Library code and tests pass configs instead.
+  static void SetDefault(const KernelConfig& cfg);
+  // The same machine on another compiled target (tests: every target the CPU supports).
+  KernelConfig WithTarget(int64_t target) const;
+  // Compiled targets this CPU can run, best first.
+  static std::vector<int64_t> SupportedTargets();
+  std::string target_name() const;  // "AVX2", "AVX3", ...
+};
+
+}  // namespace sparq

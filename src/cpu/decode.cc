@@ -1,0 +1,120 @@
+// The decode path (few tokens): X staged once (padded, or repeated for dense bf16), rows split into
+// fixed tasks, each task's raw sums written to Y with the epilogue.
+#include <cstring>
+
+#include "src/cpu/kernel_entry.h"
+#include "src/cpu/runners.h"
+#include "src/cpu/staging.h"
+#include "src/cpu/tasks.h"
+
+namespace sparq::cpu {
+// The decode kernels (gathers and expansions, n <= their max_n) of several weights that read the
+// same X, in one parallel call: q/k/v of an attention block, gate/up of an MLP. A model's decode
+// step is ~200 calls of 20-100 us each, and each call ends by waiting for its slowest task; one
+// call per input instead of per weight removes 3 of a Llama block's 8 waits and gives the small
+// k/v products' rows to whichever thread is free. Every job keeps its own row split, so its bits
+// are those of a call on its own.
+
+// The X rows the decode kernels of `pw` read, staged once per input (same kind and width for all
+// jobs of a call): N:M and bit-mask rows read X zero-padded to k_pad; dense bf16 reads each x
+// repeated 4 times (matching its [col][4] values); CSR column lists read X as it is.
+struct DecodeInput {
+  const float* x;
+  int64_t ldx;
+};
+DecodeInput StageDecodeInput(const PackedWeight& pw, const float* x, int64_t n, int64_t ldx) {
+  switch (pw.kind) {
+    case PackedKind::kNm: return {PaddedX(x, n, ldx, pw.nm.cols, pw.nm.k_pad), pw.nm.k_pad};
+    case PackedKind::kMask:
+      return {PaddedX(x, n, ldx, pw.mask.cols, pw.mask.k_pad()), pw.mask.k_pad()};
+    case PackedKind::kScg: {
+      const ScgWeight& w = pw.scg;
+      if (!w.implicit_cols) return {x, ldx};
+      float* xrep = ThreadBuffer(0, n * w.cols * 4);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t c = 0; c < w.cols; ++c) {
+          const float v = x[t * ldx + c];
+          float* d = xrep + (t * w.cols + c) * 4;
+          d[0] = d[1] = d[2] = d[3] = v;
+        }
+      }
+      return {xrep, w.cols * 4};
+    }
+    case PackedKind::kDenseF32: break;
+  }
+  return {x, ldx};
+}
+
+// The same staged input serves two weights when they are decoded by the same kernel over the same
+// padded width.
+bool SameDecodeInput(const PackedWeight& a, const PackedWeight& b) {
+  if (a.kind != b.kind || a.cols != b.cols) return false;
+  switch (a.kind) {
+    case PackedKind::kNm: return a.nm.k_pad == b.nm.k_pad;
+    case PackedKind::kMask: return a.mask.k_pad() == b.mask.k_pad();
+    case PackedKind::kScg: return a.scg.implicit_cols == b.scg.implicit_cols;
+    case PackedKind::kDenseF32: return false;
+  }
+  return false;
+}
+
+// Task units of a weight's decode split: rows (N:M, bit mask; blocks of 4 rows for the mask
+// kernel) or row groups (CSR column lists, BSR, V:N:M, dense bf16).
+std::vector<int64_t> DecodeBounds(const PackedWeight& pw, int64_t n) {
+  return SplitTasks(RowCost(pw), n, 1, pw.kind == PackedKind::kMask ? 4 : 1);
+}
+
+void RunDecodeTask(const PackedWeight& pw, const DecodeInput& in, const SpmmArgs& a, int64_t u0,
+                   int64_t u1) {
+  switch (pw.kind) {
+    case PackedKind::kNm: {
+      float* raw = ThreadBuffer(1, a.n * (u1 - u0));
+      NmDecodeAt(a.config(), pw.nm, in.x, a.n, u0, u1, raw);
+      WriteRaw(raw, a.n, u0, u1, a, pw.rows);
+      return;
+    }
+    case PackedKind::kMask: {
+      float* raw = ThreadBuffer(1, a.n * (u1 - u0));
+      MaskDecodeAt(a.config(), pw.mask, in.x, a.n, u0, u1, raw);
+      WriteRaw(raw, a.n, u0, u1, a, pw.rows);
+      return;
+    }
+    case PackedKind::kScg: {
+      const ScgWeight& w = pw.scg;
+      const int64_t r0 = w.group_row[u0], r1 = w.group_row[u1];
+      float* raw = ThreadBuffer(1, a.n * (r1 - r0));
+      ScgDecodeAt(a.config(), w, in.x, in.ldx, a.n, u0, u1, raw);
+      WriteRaw(raw, a.n, r0, r1, a, w.rows);
+      return;
+    }
+    case PackedKind::kDenseF32: break;
+  }
+}
+
+// Jobs must share X (a.x, a.n, a.ldx) and SameDecodeInput.
+void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
+  const SpmmArgs& a0 = jobs[0].a;
+  const DecodeInput in = StageDecodeInput(*jobs[0].w, a0.x, a0.n, a0.ldx);
+  struct Task {
+    size_t job;
+    int64_t u0, u1;
+  };
+  std::vector<Task> tasks;
+  for (size_t j = 0; j < count; ++j) {
+    const auto bounds = DecodeBounds(*jobs[j].w, jobs[j].a.n);
+    for (size_t b = 0; b + 1 < bounds.size(); ++b) tasks.push_back({j, bounds[b], bounds[b + 1]});
+  }
+  ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
+    const Task& tk = tasks[static_cast<size_t>(t)];
+    RunDecodeTask(*jobs[tk.job].w, in, jobs[tk.job].a, tk.u0, tk.u1);
+  });
+}
+
+void RunDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const DecodeJob job{&pw, a};
+  RunDecodeJobs(&job, 1, pool);
+}
+
+// X^T tiles: xt[tile - tile0][c][j] = X[tile * nt + j][c] (zero for padded tokens and c >=
+
+}  // namespace sparq::cpu

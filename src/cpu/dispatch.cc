@@ -1,0 +1,192 @@
+// The kernel table (table.h) and dispatch: ChooseKernel walks the rows in order and takes the
+// first that serves the weight; ExplainKernel says why the earlier ones declined.
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <string>
+
+#include "src/cpu/kernel_entry.h"
+#include "src/cpu/runners.h"
+#include "src/cpu/spmm.h"
+#include "src/cpu/table.h"
+
+namespace sparq::cpu {
+
+// Every variant: ROW(name, layout, dtype, mode, tile, best target, worst target, min n, max n, run).
+// Decode rows come before the tiled rows of their layout: a weight runs decode up to its
+// DecodeMaxN (which differs by target), tiled above. min_n / max_n span every target's limits.
+#define SPARQ_KERNEL_ROWS(ROW)                                                                      \
+  ROW(f32_dense_blas, kDenseF32, kF32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX,      \
+      RunDenseBlas)                                                                                 \
+  ROW(f32_nm_window_decode_4xT, kNmWindow, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,         \
+      RunDecode)                                                                                    \
+  ROW(bf16_nm_window_decode_4xT, kNmWindow, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
+      RunDecode)                                                                                    \
+  ROW(f32_nm_gather_decode_4xT, kNmGather, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,         \
+      RunDecode)                                                                                    \
+  ROW(bf16_nm_gather_decode_4xT, kNmGather, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
+      RunDecode)                                                                                    \
+  ROW(f32_nm_window_tiled_4xNV, kNmWindow, kF32, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,  \
+      RunRowTiled)                                                                                  \
+  ROW(bf16_nm_window_tiled_4xNV, kNmWindow, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,           \
+      INT64_MAX, RunRowTiled)                                                                       \
+  ROW(f32_nm_gather_tiled_4xNV, kNmGather, kF32, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,  \
+      RunRowTiled)                                                                                  \
+  ROW(bf16_nm_gather_tiled_4xNV, kNmGather, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,           \
+      INT64_MAX, RunRowTiled)                                                                       \
+  ROW(f32_csr_decode_1x1, kCsr, kF32, kDecode, "1x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)         \
+  ROW(bf16_csr_decode_1x1, kCsr, kBF16, kDecode, "1x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)       \
+  ROW(f32_csr_tiled_2xNV, kCsr, kF32, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, RunScgTiled) \
+  ROW(bf16_csr_tiled_2xNV, kCsr, kBF16, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,           \
+      RunScgTiled)                                                                                  \
+  ROW(f32_rowgroups_decode_Gx1, kRowGroups, kF32, kDecode, "Gx1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,        \
+      RunDecode)                                                                                    \
+  ROW(bf16_rowgroups_decode_Gx1, kRowGroups, kBF16, kDecode, "Gx1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,      \
+      RunDecode)                                                                                    \
+  ROW(f32_rowgroups_tiled_GxNV, kRowGroups, kF32, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, \
+      RunScgTiled)                                                                                  \
+  ROW(bf16_rowgroups_tiled_GxNV, kRowGroups, kBF16, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2,          \
+      INT64_MAX, RunScgTiled)                                                                       \
+  ROW(bf16_dense_decode_4x1, kDenseBf16, kBF16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,          \
+      RunDecode)                                                                                    \
+  ROW(bf16_dense_tiled_4xNV, kDenseBf16, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,   \
+      RunScgTiled)                                                                                  \
+  ROW(f32_mask_decode_4xT, kMask, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)       \
+  ROW(bf16_mask_decode_4xT, kMask, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)     \
+  ROW(f32_mask_tiled_2xNV, kMask, kF32, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,           \
+      RunRowTiled)                                                                                  \
+  ROW(bf16_mask_tiled_2xNV, kMask, kBF16, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,         \
+      RunRowTiled)
+
+const std::vector<KernelRow>& KernelTable() {
+#define SPARQ_ROW(name, layout, dtype, mode, tile, best, worst, min_n, max_n, run)            \
+  KernelRow{#name, KernelLayout::layout, DType::dtype, KernelMode::mode, tile, best, worst, \
+            min_n, max_n, run},
+  static const std::vector<KernelRow> kRows = {SPARQ_KERNEL_ROWS(SPARQ_ROW)};
+#undef SPARQ_ROW
+  return kRows;
+}
+
+const char* LayoutName(KernelLayout layout) {
+  switch (layout) {
+    case KernelLayout::kDenseF32: return "dense f32";
+    case KernelLayout::kNmWindow: return "N:M with m = 2n";
+    case KernelLayout::kNmGather: return "N:M";
+    case KernelLayout::kCsr: return "CSR rows";
+    case KernelLayout::kRowGroups: return "row groups";
+    case KernelLayout::kDenseBf16: return "dense bf16";
+    case KernelLayout::kMask: return "bit mask";
+  }
+  return "?";
+}
+
+KernelLayout LayoutOf(const PackedWeight& w) {
+  switch (w.kind) {
+    case PackedKind::kDenseF32: return KernelLayout::kDenseF32;
+    case PackedKind::kNm:
+      return w.nm.m == 2 * w.nm.n ? KernelLayout::kNmWindow : KernelLayout::kNmGather;
+    case PackedKind::kScg:
+      if (w.scg.implicit_cols) return KernelLayout::kDenseBf16;
+      return w.scg.g == 1 ? KernelLayout::kCsr : KernelLayout::kRowGroups;
+    case PackedKind::kMask: return KernelLayout::kMask;
+  }
+  return KernelLayout::kDenseF32;
+}
+
+namespace {
+DType ValueDType(const PackedWeight& w) {
+  switch (w.kind) {
+    case PackedKind::kDenseF32: return DType::kF32;
+    case PackedKind::kNm: return w.nm.value_dtype;
+    case PackedKind::kScg: return w.scg.value_dtype;
+    case PackedKind::kMask: return w.mask.value_dtype;
+  }
+  return DType::kF32;
+}
+std::string TargetName(int64_t t) { return hwy::TargetName(t); }
+}  // namespace
+
+int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
+  const DecodeLimits b = DecodeLimitsAt(cfg);
+  switch (LayoutOf(w)) {
+    case KernelLayout::kNmWindow: return b.nm_window;
+    case KernelLayout::kNmGather: return b.nm_gather;
+    case KernelLayout::kCsr: return b.csr;
+    case KernelLayout::kRowGroups: return b.groups;
+    case KernelLayout::kDenseBf16: return b.dense_bf16;
+    case KernelLayout::kMask:  // denser than 40%, or sparser
+      return 10 * w.stored >= 4 * w.rows * w.cols ? b.mask : b.sparse_mask;
+    case KernelLayout::kDenseF32: break;
+  }
+  return 0;
+}
+
+std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
+                     const KernelConfig& cfg, bool any_n) {
+  const KernelLayout layout = LayoutOf(w);
+  if (row.layout != layout) {
+    return std::string("serves ") + LayoutName(row.layout) + ", the weight is " + LayoutName(layout);
+  }
+  if (row.dtype != ValueDType(w)) {
+    return "serves " + std::string(DTypeName(row.dtype)) + " values, the weight's are " +
+           std::string(DTypeName(ValueDType(w)));
+  }
+  if (cfg.target < row.best || cfg.target > row.worst) {
+    return "runs on " + TargetName(row.worst) + " to " + TargetName(row.best) + ", not " +
+           cfg.target_name();
+  }
+  if (any_n) return {};
+  if (n < row.min_n || n > row.max_n) {
+    return "serves n in [" + std::to_string(row.min_n) + ", " +
+           (row.max_n == INT64_MAX ? std::string("inf") : std::to_string(row.max_n)) + "], not " +
+           std::to_string(n);
+  }
+  if (row.mode != KernelMode::kBlas) {
+    const int64_t limit = DecodeMaxN(w, cfg);
+    if (row.mode == KernelMode::kDecode && n > limit) {
+      return "decode runs up to n = " + std::to_string(limit) + " for this layout on " +
+             cfg.target_name() + " (tiled above)";
+    }
+    if (row.mode == KernelMode::kTiled && n <= limit) {
+      return "tiled runs from n = " + std::to_string(limit + 1) + " for this layout on " +
+             cfg.target_name() + " (decode below)";
+    }
+  }
+  return {};
+}
+
+KernelChoice ExplainKernel(const PackedWeight& w, int64_t n, const KernelConfig& cfg) {
+  KernelChoice out;
+  for (const KernelRow& row : KernelTable()) {
+    std::string why = Declines(row, w, n, cfg);
+    if (why.empty()) {
+      out.chosen = &row;
+      return out;
+    }
+    // Rows of other layouts decline by construction: only the weight's own family is news.
+    if (row.layout == LayoutOf(w)) out.declined.emplace_back(&row, std::move(why));
+  }
+  return out;
+}
+
+// Declines(...).empty() without building strings: every product call dispatches through here.
+const KernelRow& ChooseKernel(const PackedWeight& w, int64_t n, const KernelConfig& cfg) {
+  const KernelLayout layout = LayoutOf(w);
+  const DType dtype = ValueDType(w);
+  const int64_t limit = DecodeMaxN(w, cfg);
+  for (const KernelRow& row : KernelTable()) {
+    if (row.layout != layout || row.dtype != dtype || cfg.target < row.best ||
+        cfg.target > row.worst || n < row.min_n || n > row.max_n) {
+      continue;
+    }
+    if ((row.mode == KernelMode::kDecode && n > limit) ||
+        (row.mode == KernelMode::kTiled && n <= limit)) {
+      continue;
+    }
+    return row;
+  }
+  // Unreachable for a packed weight: every layout has rows for every target and n.
+  return KernelTable().front();
+}
+
+}  // namespace sparq::cpu

@@ -1,0 +1,164 @@
+// The per-target entry points of the kernel bodies (spmm-inl.h and the family -inl.h files it
+// includes), compiled once per Highway target, and their dispatch by the configuration's target
+// (kernel_entry.h): every product runs the target its KernelConfig names, not a process-wide one.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/cpu/kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "src/cpu/kernel_entry.h"
+#include "src/cpu/spmm-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparq::cpu::HWY_NAMESPACE {
+
+void NmDecodeT(const NmWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
+               float* raw) {
+  NmDecode(*w, xpad, n, r0, r1, raw);
+}
+void ScgDecodeT(const ScgWeight* w, const float* x, int64_t ldx, int64_t n, int64_t g0,
+                int64_t g1, float* raw) {
+  ScgDecode(*w, x, ldx, n, g0, g1, raw);
+}
+void NmTiledT(const NmWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
+              int64_t c0, int64_t c1, float* scratch, const XtNext* next) {
+  NmTiled(*w, nt, r0, r1, xt, c0, c1, scratch, *next);
+}
+void ScgTiledT(const ScgWeight* w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
+               const ScgBlock* blk, float* scratch, const XtNext* next) {
+  ScgTiled(*w, nt, g0, g1, xt, *blk, scratch, *next);
+}
+void MaskDecodeT(const MaskWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
+                 float* raw) {
+  MaskDecode(*w, xpad, n, r0, r1, raw);
+}
+void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
+                int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
+                const XtNext* next) {
+  MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch, *next);
+}
+// out[i] = silu(g[i]) * u[i], i < len, with the SiLU of the epilogue (EpilogueSpan: an element's
+// bits do not depend on its position), so the fused MLP (RunSwiGlu) gives the bits of a SiLU
+// epilogue on gate's output times up's. g is overwritten (it may be out).
+void SiluMulT(float* g, const float* u, int64_t len, float* out) {
+  EpilogueSpan<false, false, 2>(g, nullptr, nullptr, 0, len);
+  for (int64_t i = 0; i < len; ++i) out[i] = g[i] * u[i];
+}
+int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
+int64_t NarrowCsrWidthT(int64_t n) { return NarrowCsrWidth(n); }
+int64_t RowTileWidthT(int64_t n) { return RowTileWidth(n); }
+// stream: write dst with non-temporal stores where the target has whole-line squares (dst and ldd
+// must then be 64-byte aligned), fenced before returning.
+void TransposeT(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd,
+                bool stream) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (stream) {
+    TransposeBlock<true>(src, lds, rows, cols, dst, ldd);
+    _mm_sfence();
+    return;
+  }
+#endif
+  (void)stream;
+  TransposeBlock(src, lds, rows, cols, dst, ldd);
+}
+const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
+// The token counts up to which the decode kernels run on this target (DecodeMaxN; the
+// measurements behind them are in docs/kernels.md).
+void DecodeLimitsT(bool amd_family_19h, DecodeLimits* b) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  *b = DecodeLimits{16, 4, 2, amd_family_19h ? kZen4GroupsDecodeMaxN : 4, 12, 12, 8};
+#else
+  (void)amd_family_19h;
+  *b = DecodeLimits{4, 4, 3, 1, 6, 12, 12};
+#endif
+}
+void EpilogueBlockT(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t r0, int64_t r1,
+                    int64_t m, const Epilogue* ep) {
+  EpilogueBlock(y, ldy, t0, t1, r0, r1, m, *ep);
+}
+void EpilogueRowT(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m, const Epilogue* ep) {
+  EpilogueRow(y, t, r0, r1, m, *ep);
+}
+
+}  // namespace sparq::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "src/cpu/kernel_entry.h"
+
+namespace sparq::cpu {
+
+HWY_EXPORT(NmDecodeT);
+HWY_EXPORT(ScgDecodeT);
+HWY_EXPORT(NmTiledT);
+HWY_EXPORT(ScgTiledT);
+HWY_EXPORT(MaskDecodeT);
+HWY_EXPORT(MaskTiledT);
+HWY_EXPORT(TileWidthT);
+HWY_EXPORT(NarrowCsrWidthT);
+HWY_EXPORT(RowTileWidthT);
+HWY_EXPORT(TransposeT);
+HWY_EXPORT(TargetNameT);
+HWY_EXPORT(DecodeLimitsT);
+HWY_EXPORT(EpilogueRowT);
+HWY_EXPORT(EpilogueBlockT);
+HWY_EXPORT(SiluMulT);
+
+#define SPARQ_AT(fn) HWY_DISPATCH_TABLE(fn)[c.dispatch_index]
+
+void NmDecodeAt(const KernelConfig& c, const NmWeight& w, const float* xpad, int64_t n,
+                int64_t r0, int64_t r1, float* raw) {
+  SPARQ_AT(NmDecodeT)(&w, xpad, n, r0, r1, raw);
+}
+void ScgDecodeAt(const KernelConfig& c, const ScgWeight& w, const float* x, int64_t ldx,
+                 int64_t n, int64_t g0, int64_t g1, float* raw) {
+  SPARQ_AT(ScgDecodeT)(&w, x, ldx, n, g0, g1, raw);
+}
+void MaskDecodeAt(const KernelConfig& c, const MaskWeight& w, const float* xpad, int64_t n,
+                  int64_t r0, int64_t r1, float* raw) {
+  SPARQ_AT(MaskDecodeT)(&w, xpad, n, r0, r1, raw);
+}
+void NmTiledAt(const KernelConfig& c, const NmWeight& w, int64_t nt, int64_t r0, int64_t r1,
+               const float* xt, int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
+  SPARQ_AT(NmTiledT)(&w, nt, r0, r1, xt, c0, c1, scratch, &next);
+}
+void ScgTiledAt(const KernelConfig& c, const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1,
+                const float* xt, const ScgBlock& blk, float* scratch, const XtNext& next) {
+  SPARQ_AT(ScgTiledT)(&w, nt, g0, g1, xt, &blk, scratch, &next);
+}
+void MaskTiledAt(const KernelConfig& c, const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1,
+                 const float* xt, int64_t c0, int64_t c1, int64_t* cursor, int32_t* off,
+                 float* scratch, const XtNext& next) {
+  SPARQ_AT(MaskTiledT)(&w, nt, r0, r1, xt, c0, c1, cursor, off, scratch, &next);
+}
+void SiluMulAt(const KernelConfig& c, float* g, const float* u, int64_t len, float* out) {
+  SPARQ_AT(SiluMulT)(g, u, len, out);
+}
+int64_t TileWidthAt(const KernelConfig& c, int g, int64_t n) { return SPARQ_AT(TileWidthT)(g, n); }
+int64_t NarrowCsrWidthAt(const KernelConfig& c, int64_t n) {
+  return SPARQ_AT(NarrowCsrWidthT)(n);
+}
+int64_t RowTileWidthAt(const KernelConfig& c, int64_t n) { return SPARQ_AT(RowTileWidthT)(n); }
+void TransposeAt(const KernelConfig& c, const float* src, int64_t lds, int64_t rows, int64_t cols,
+                 float* dst, int64_t ldd, bool stream) {
+  SPARQ_AT(TransposeT)(src, lds, rows, cols, dst, ldd, stream);
+}
+const char* TargetNameAt(const KernelConfig& c) { return SPARQ_AT(TargetNameT)(); }
+DecodeLimits DecodeLimitsAt(const KernelConfig& c) {
+  DecodeLimits b;
+  SPARQ_AT(DecodeLimitsT)(c.cpu.amd_family_19h(), &b);
+  return b;
+}
+void EpilogueBlockAt(const KernelConfig& c, float* y, int64_t ldy, int64_t t0, int64_t t1,
+                     int64_t r0, int64_t r1, int64_t m, const Epilogue& ep) {
+  SPARQ_AT(EpilogueBlockT)(y, ldy, t0, t1, r0, r1, m, &ep);
+}
+void EpilogueRowAt(const KernelConfig& c, float* y, int64_t t, int64_t r0, int64_t r1, int64_t m,
+                   const Epilogue& ep) {
+  SPARQ_AT(EpilogueRowT)(y, t, r0, r1, m, &ep);
+}
+
+#undef SPARQ_AT
+
+}  // namespace sparq::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,347 @@
+// N:M kernels (layout kNm, spmm_packed.h): decode (few tokens; indices decoded in registers, X
+// gathered or permuted from a 2L-column window) and tiled (many tokens; rows against X^T tiles).
+#if defined(SPARQ_CPU_NM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPARQ_CPU_NM_INL_H_
+#undef SPARQ_CPU_NM_INL_H_
+#else
+#define SPARQ_CPU_NM_INL_H_
+#endif
+
+#include "src/cpu/simd-inl.h"
+#include "src/cpu/prefetch-inl.h"
+#include "src/cpu/tiled-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparq::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// (j / n) * m) and its index occupies bits [b*j, b*j+b) of word (b*j)/32.
+struct NmLaneTables {
+  alignas(64) int32_t base[kNmChunk];
+  alignas(64) uint32_t shift[kNmChunk];
+  alignas(64) uint32_t word1[kNmChunk];  // all-ones where the lane reads the second word
+  // Decode with a two-table permute (m = 2n, n divides L): lane j's index into the 2L columns
+  // that start at its lane group's first column (2L * (j / L)). A multiple of m, so the index
+  // is pbase | idx (one ternary-logic op with the mask) instead of (idx & mask) + base.
+  alignas(64) int32_t pbase[kNmChunk];
+  NmLaneTables(int n, int m, int bits) {
+    const int L = static_cast<int>(hn::Lanes(DF()));
+    for (int j = 0; j < kNmChunk; ++j) {
+      base[j] = (j / n) * m;
+      pbase[j] = base[j] - 2 * L * (j / L);
+      shift[j] = static_cast<uint32_t>((bits * j) % 32);
+      word1[j] = (bits * j) >= 32 ? ~0u : 0u;
+    }
+  }
+};
+
+// The metadata word that holds each lane's index, for lanes [p*L, p*L+L) of a chunk, shifted so
+// that the index sits in the low kBits (the bits above it are the next lanes').
+template <int kBits>
+HWY_INLINE hn::Vec<DU> NmShiftedWords(const uint32_t* words, const NmLaneTables& t, size_t p) {
+  const DU du;
+  const size_t L = hn::Lanes(du);
+  auto w = hn::Set(du, words[0]);
+  if constexpr (kBits == 4) {
+    const auto sel = hn::Load(du, t.word1 + p * L);
+    w = hn::IfThenElse(hn::RebindMask(du, hn::Ne(sel, hn::Zero(du))), hn::Set(du, words[1]), w);
+  }
+  return hn::Shr(w, hn::Load(du, t.shift + p * L));
+}
+
+// Columns of lanes [p*L, p*L+L) of a chunk whose first column is `chunk_col`.
+template <int kBits>
+HWY_INLINE hn::Vec<DI> NmColumns(const uint32_t* words, const NmLaneTables& t, size_t p,
+                                 int32_t chunk_col) {
+  const DU du;
+  const DI di;
+  const size_t L = hn::Lanes(du);
+  const auto idx = hn::And(NmShiftedWords<kBits>(words, t, p), hn::Set(du, (1u << kBits) - 1));
+  return hn::Add(hn::Add(hn::Set(di, chunk_col), hn::Load(di, t.base + p * L)),
+                 hn::BitCast(di, idx));
+}
+
+// As NmColumns, for the permute decode (m = 2n): lane indices into the lane group's 2L columns.
+template <int kBits>
+HWY_INLINE hn::Vec<DI> NmPermIndices(const uint32_t* words, const NmLaneTables& t, size_t p) {
+  const DU du;
+  const DI di;
+  const size_t L = hn::Lanes(du);
+  return hn::BitCast(di, hn::OrAnd(hn::BitCast(du, hn::Load(di, t.pbase + p * L)),
+                                   NmShiftedWords<kBits>(words, t, p),
+                                   hn::Set(du, (1u << kBits) - 1)));
+}
+
+
+// Decode, N:M: raw[t][r - r0] = sum over kept weights of row r times xpad[t] (k_pad floats, zero
+// beyond cols). R rows run in lockstep (R weight streams, and one X window serves all R rows), over
+// T tokens [t0, t0 + T) at once (each row's decoded positions and values serve all T tokens).
+// kPerm (m == 2n, L % n == 0): the L kept values of a vector come from a window of 2L columns,
+// so X is loaded as two vectors and permuted by the decoded positions (one vpermt2ps on AVX-512)
+// instead of gathered; otherwise X is gathered. Each (row, token) sum runs in the same order
+// whatever T is, so the token blocking changes no bits.
+template <int kBits, bool kBf16, bool kPerm, int R, int T>
+HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
+                             int64_t t0, int64_t r, int64_t r0, int64_t r1, float* raw) {
+  static_assert(R >= 1 && R <= 4 && T >= 1 && T <= 4);
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const size_t per_chunk = kNmChunk / L;
+  const int32_t chunk_cols = (kNmChunk / w.n) * w.m;
+  const int words = w.words_per_chunk();
+  const size_t vb = kBf16 ? 2 : 4;
+  const int64_t row_vals = w.chunks * kNmChunk;
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
+  const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
+  const int64_t row_bytes = row_vals * static_cast<int64_t>(vb);
+  const int64_t chunk_bytes = kNmChunk * static_cast<int64_t>(vb);
+  const float* x0 = xpad + t0 * w.k_pad;
+  const float* x1 = x0 + (T > 1 ? w.k_pad : 0);
+  const float* x2 = x0 + (T > 2 ? 2 * w.k_pad : 0);
+  const float* x3 = x0 + (T > 3 ? 3 * w.k_pad : 0);
+  // a<q><t>: row q, token t.
+  auto a00 = hn::Zero(df), a01 = hn::Zero(df), a02 = hn::Zero(df), a03 = hn::Zero(df);
+  auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
+  auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
+  auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
+  // The prefetch position in each stream (kNmStreamPrefetchBytes): pf_rows blocks of R rows
+  // ahead, pf_off bytes into the row.
+  int64_t pf_rows = kNmStreamPrefetchBytes / row_bytes, pf_off = kNmStreamPrefetchBytes % row_bytes;
+  for (int64_t c = 0; c < w.chunks; ++c) {
+    const int32_t col0 = static_cast<int32_t>(c * chunk_cols);
+    for (int q = 0; q < R; ++q) PrefetchFar(vals + (q + R * pf_rows) * row_bytes + pf_off);
+    pf_off += chunk_bytes;
+    if (pf_off >= row_bytes) {
+      pf_off -= row_bytes;
+      ++pf_rows;
+    }
+    for (size_t p = 0; p < per_chunk; ++p) {
+      hn::Vec<DF> xlo0, xhi0, xlo1, xhi1, xlo2, xhi2, xlo3, xhi3;
+      if constexpr (kPerm) {
+        const int32_t wcol = col0 + static_cast<int32_t>(2 * p * L);
+#define SPARQ_NM_WINDOW(t)                   \
+  if constexpr (T > t) {                     \
+    xlo##t = hn::LoadU(df, x##t + wcol);     \
+    xhi##t = hn::LoadU(df, x##t + wcol + L); \
+  }
+        SPARQ_NM_WINDOW(0)
+        SPARQ_NM_WINDOW(1)
+        SPARQ_NM_WINDOW(2)
+        SPARQ_NM_WINDOW(3)
+#undef SPARQ_NM_WINDOW
+      }
+#define SPARQ_NM_TOKEN(q, t)                                                                      \
+  if constexpr (T > t) {                                                                          \
+    const auto xv = kPerm ? Permute2(df, xlo##t, xhi##t, cols) : hn::GatherIndex(df, x##t, cols); \
+    a##q##t = hn::MulAdd(v, xv, a##q##t);                                                         \
+  }
+#define SPARQ_NM_ROW(q)                                                                          \
+  if constexpr (R > q) {                                                                         \
+    const auto cols = kPerm ? NmPermIndices<kBits>(meta + (q * w.chunks + c) * words, tab, p)    \
+                            : NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p, col0); \
+    const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);     \
+    SPARQ_NM_TOKEN(q, 0)                                                                         \
+    SPARQ_NM_TOKEN(q, 1)                                                                         \
+    SPARQ_NM_TOKEN(q, 2)                                                                         \
+    SPARQ_NM_TOKEN(q, 3)                                                                         \
+  }
+      SPARQ_NM_ROW(0)
+      SPARQ_NM_ROW(1)
+      SPARQ_NM_ROW(2)
+      SPARQ_NM_ROW(3)
+#undef SPARQ_NM_ROW
+#undef SPARQ_NM_TOKEN
+    }
+  }
+  float* out = raw + t0 * (r1 - r0) + (r - r0);
+#define SPARQ_NM_OUT(q, t) \
+  if constexpr (R > q && T > t) out[t * (r1 - r0) + q] = hn::GetLane(hn::SumOfLanes(df, a##q##t))
+#define SPARQ_NM_OUT_ROW(q) \
+  SPARQ_NM_OUT(q, 0);       \
+  SPARQ_NM_OUT(q, 1);       \
+  SPARQ_NM_OUT(q, 2);       \
+  SPARQ_NM_OUT(q, 3)
+  SPARQ_NM_OUT_ROW(0);
+  SPARQ_NM_OUT_ROW(1);
+  SPARQ_NM_OUT_ROW(2);
+  SPARQ_NM_OUT_ROW(3);
+#undef SPARQ_NM_OUT_ROW
+#undef SPARQ_NM_OUT
+}
+
+// Tokens per pass of the N:M decode: R * T accumulators, plus T two-vector X windows.
+inline constexpr int kNmDecodeTokens = kMaxAcc >= 16 ? 4 : 2;
+
+template <int kBits, bool kBf16, bool kPerm, int R>
+HWY_INLINE void NmDecodeRowTokens(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
+                                  int64_t n, int64_t r, int64_t r0, int64_t r1, float* raw) {
+  constexpr int T = kNmDecodeTokens;
+  int64_t t = 0;
+  for (; t + T <= n; t += T)
+    NmDecodeRows<kBits, kBf16, kPerm, R, T>(w, tab, xpad, t, r, r0, r1, raw);
+  if constexpr (T > 2) {
+    for (; t + 2 <= n; t += 2)
+      NmDecodeRows<kBits, kBf16, kPerm, R, 2>(w, tab, xpad, t, r, r0, r1, raw);
+  }
+  for (; t < n; ++t) NmDecodeRows<kBits, kBf16, kPerm, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
+}
+
+template <int kBits, bool kBf16, bool kPerm>
+HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, int64_t r0,
+                               int64_t r1, float* raw) {
+  const NmLaneTables tab(w.n, w.m, w.bits);
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4)
+    NmDecodeRowTokens<kBits, kBf16, kPerm, 4>(w, tab, xpad, n, r, r0, r1, raw);
+  for (; r < r1; ++r) NmDecodeRowTokens<kBits, kBf16, kPerm, 1>(w, tab, xpad, n, r, r0, r1, raw);
+}
+
+
+// Decoded chunks of R rows: for chunk c - c0, row q, kept weight j, the X^T offset (column * NT)
+// and the value (f32), [chunk][row][j].
+template <int R, int kChunks>
+struct NmDecoded {
+  alignas(64) int32_t off[kChunks * R * kNmChunk];
+  alignas(64) float wv[kChunks * R * kNmChunk];
+};
+
+// Decodes chunks [c0, c1) (at most kChunks) of rows r..r+R-1 into d.
+template <int kBits, bool kBf16, int R, int kChunks>
+HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
+                             int64_t c1, int32_t nt, NmDecoded<R, kChunks>& d) {
+  const DF df;
+  const DI di;
+  const size_t L = hn::Lanes(df);
+  const size_t per_chunk = kNmChunk / L;
+  const int32_t chunk_cols = (kNmChunk / w.n) * w.m;
+  const int words = w.words_per_chunk();
+  const size_t vb = kBf16 ? 2 : 4;
+  const int64_t row_vals = w.chunks * kNmChunk;
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
+  const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
+  for (int64_t c = c0; c < c1; ++c) {
+    const int64_t at = (c - c0) * R * kNmChunk;
+    for (int q = 0; q < R; ++q) {
+      hwy::Prefetch(vals + (q * row_vals + c * kNmChunk) * vb + kPrefetchBytes);
+      for (size_t p = 0; p < per_chunk; ++p) {
+        const auto cols = NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p,
+                                           static_cast<int32_t>(c * chunk_cols));
+        hn::Store(hn::Mul(cols, hn::Set(di, nt)), di, d.off + at + q * kNmChunk + p * L);
+        hn::Store(LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb), df,
+                  d.wv + at + q * kNmChunk + p * L);
+      }
+    }
+  }
+}
+
+// R (1, 2 or 4) rows of N:M over `chunks` chunks; chunk(c) returns the decoded offsets and values
+// of chunk c ([row][j], R * kNmChunk each, as NmDecoded). scr points at the first row's NT partial
+// sums (the next rows' follow). R rows give R * NV independent FMA chains: two FMA ports with
+// 4-cycle latency need 8 chains to stay busy.
+template <int NV, int R, class ChunkFn>
+HWY_INLINE void NmComputeRows(int64_t chunks, const ChunkFn& chunk, const float* xt, float* scr,
+                              bool first) {
+  const DF df;
+  constexpr int G = R;
+  const size_t L = hn::Lanes(df);
+  const int NT = static_cast<int>(NV * L);
+  SPARQ_ACC_ROW8(0);
+  SPARQ_ACC_ROW8(1);
+  SPARQ_ACC_ROW8(2);
+  SPARQ_ACC_ROW8(3);
+  SPARQ_FOR_QV8(SPARQ_ACC_LOAD);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const auto [off, wv] = chunk(c);
+    for (int j = 0; j < kNmChunk; ++j) {
+#define SPARQ_NM_TILED_ROW(q)                                                  \
+  if constexpr (R > q) {                                                       \
+    const float* xp = xt + off[q * kNmChunk + j];                              \
+    const auto wq = hn::Set(df, wv[q * kNmChunk + j]);                         \
+    a##q##0 = hn::MulAdd(wq, hn::LoadU(df, xp), a##q##0);                      \
+    if constexpr (NV > 1) a##q##1 = hn::MulAdd(wq, hn::LoadU(df, xp + L), a##q##1);     \
+    if constexpr (NV > 2) a##q##2 = hn::MulAdd(wq, hn::LoadU(df, xp + 2 * L), a##q##2); \
+    if constexpr (NV > 3) a##q##3 = hn::MulAdd(wq, hn::LoadU(df, xp + 3 * L), a##q##3); \
+    if constexpr (NV > 4) a##q##4 = hn::MulAdd(wq, hn::LoadU(df, xp + 4 * L), a##q##4); \
+    if constexpr (NV > 5) a##q##5 = hn::MulAdd(wq, hn::LoadU(df, xp + 5 * L), a##q##5); \
+    if constexpr (NV > 6) a##q##6 = hn::MulAdd(wq, hn::LoadU(df, xp + 6 * L), a##q##6); \
+    if constexpr (NV > 7) a##q##7 = hn::MulAdd(wq, hn::LoadU(df, xp + 7 * L), a##q##7); \
+  }
+      SPARQ_NM_TILED_ROW(0)
+      SPARQ_NM_TILED_ROW(1)
+      SPARQ_NM_TILED_ROW(2)
+      SPARQ_NM_TILED_ROW(3)
+#undef SPARQ_NM_TILED_ROW
+    }
+  }
+  SPARQ_FOR_QV8(SPARQ_ACC_STORE);
+}
+
+// R rows over chunks [c0, c1), each chunk decoded just before its FMAs (any number of chunks: the
+// one-tile whole-k runs).
+template <int kBits, bool kBf16, int NV, int R>
+HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
+                            int64_t c1, const float* xt, float* scr, bool first) {
+  const int32_t NT = static_cast<int32_t>(NV * hn::Lanes(DF()));
+  NmDecoded<R, 1> d;
+  NmComputeRows<NV, R>(
+      c1 - c0,
+      [&](int64_t c) {
+        NmDecodeRows<kBits, kBf16, R, 1>(w, tab, r, c0 + c, c0 + c + 1, NT, d);
+        return std::pair<const int32_t*, const float*>(d.off, d.wv);
+      },
+      xt, scr, first);
+}
+
+
+template <int kBits, bool kBf16, int NV>
+HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const float* xt,
+                              int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
+  const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
+  const NmLaneTables tab(w.n, w.m, w.bits);
+  int64_t r = r0;
+  constexpr int kRows = 4 * NV <= kMaxAcc ? 4 : 2;  // 8..16 chains
+  XtSlicePrefetcher pf(next, (r1 - r0 + kRows - 1) / kRows);
+  constexpr int kPipeChunks = 2;
+  if constexpr (kRows * NV <= kMaxAcc) {
+    if (c1 - c0 <= kPipeChunks) {
+      // Software-pipelined: the next row block's chunks are decoded before this block's FMAs, so
+      // that the decode's chain (index words -> offsets -> stores the FMA loop reloads) overlaps
+      // them instead of stalling the start of every block.
+      NmDecoded<kRows, kPipeChunks> buf[2];
+      int cur = 0;
+      const int32_t nt = static_cast<int32_t>(NT);
+      if (r + kRows <= r1) {
+        NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
+      }
+      for (; r + kRows <= r1; r += kRows) {
+        pf.Step();
+        if (r + 2 * kRows <= r1) {
+          NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r + kRows, c0, c1, nt,
+                                                         buf[cur ^ 1]);
+        }
+        const NmDecoded<kRows, kPipeChunks>& d = buf[cur];
+        NmComputeRows<NV, kRows>(
+            c1 - c0,
+            [&d](int64_t c) {
+              return std::pair<const int32_t*, const float*>(d.off + c * kRows * kNmChunk,
+                                                             d.wv + c * kRows * kNmChunk);
+            },
+            xt, scratch + (r - r0) * NT, c0 == 0);
+        cur ^= 1;
+      }
+    }
+    for (; r + kRows <= r1; r += kRows) {
+      pf.Step();
+      NmTiledRows<kBits, kBf16, NV, kRows>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
+    }
+  }
+  for (; r < r1; ++r) {
+    pf.Step();
+    NmTiledRows<kBits, kBf16, NV, 1>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
+  }
+}
+
+}  // namespace sparq::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // SPARQ_CPU_NM_INL_H_

@@ -1,0 +1,139 @@
+// Software prefetch of the kernels: how far ahead each weight stream is fetched, the X^T slice
+// of the next k block, and the runs of a column group in one k block. The constants' measurements
+// are in docs/kernels.md.
+#if defined(SPARQ_CPU_PREFETCH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPARQ_CPU_PREFETCH_INL_H_
+#undef SPARQ_CPU_PREFETCH_INL_H_
+#else
+#define SPARQ_CPU_PREFETCH_INL_H_
+#endif
+
+#include "src/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparq::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Bytes ahead of the current position that the kernels prefetch in each weight stream (several
+// streams in flight hide this VM's memory latency better than the hardware prefetcher).
+inline constexpr int kPrefetchBytes = 1024;
+
+// The far weight-stream prefetch of the decode kernels (N:M, bit mask, dense bf16, f32 V:N:M /
+// BSR): into L2 (prefetcht1; hwy::Prefetch is prefetcht0, into L1). Those lines are not read for
+// hundreds of cycles, and on AMD Zen 4 (32 KiB L1) the L1 prefetches presumably held the fill
+// buffers that the demand loads wait for (no hardware counters on that VM). Measured there (n = 1, interleaved rounds, ms, L1 -> L2): 2:4 f32
+// 4096x4096 one thread 1.86-1.98 -> 1.46-1.60, two 0.85-0.92 -> 0.69-0.76; 11008x4096 2:4 f32
+// 6.5-6.7 -> 4.6-5.0, bf16 2.9-3.4 -> 2.5-2.6; dense bf16 7.0-7.1 -> 6.2-6.3; SmolLM2 (bench
+// model, two threads) 2:4 bf16 decode 78-84 -> 119-121 tok/s, 50% bf16 (bit mask, one thread)
+// 64-65 -> 70-71. CSR rows (gathers) and bf16 V:N:M / BSR stay on prefetcht0 (within noise /
+// slower with this).
+HWY_INLINE void PrefetchFar(const void* p) { __builtin_prefetch(p, 0, 2); }
+// The decode kernels of N:M and bit-mask rows run R = 4 rows in lockstep, and the rows' values are
+// contiguous, so 1 KiB ahead of each row's stream stayed inside the 4 rows being read (a 576-column
+// bf16 row at 50% is 576 bytes): nothing of the next rows was requested before the kernel reached
+// them. 6 KiB reaches the next block of rows. Measured on SmolLM2's 210 linears at 50% bf16 (bit
+// mask) and 2:4 bf16, weights cold in DRAM, interleaved A/B: 1 thread 15.4 -> 10.8 ms (mask) and
+// 15.5 -> 11.3 ms (2:4); 2 threads 10.2 -> 8.4 and 9.3 -> 7.8 ms. 12 KiB was no better, and worse
+// with 2 threads. Dense bf16 rows (one stream, the output head) gain less and peak at 3 KiB:
+// 23.7 -> 19.7 ms (1 thread), 15.2 -> 13.9 ms (2 threads).
+inline constexpr int kDecodePrefetchBytes = 6144;
+inline constexpr int kDensePrefetchBytes = 3072;
+// The N:M decode's prefetch runs kDecodePrefetchBytes / 4 ahead in each of its 4 streams, a
+// stream being one slot of the 4-row blocks (rows q, q + 4, q + 8, ... back to back). For
+// SmolLM2's short rows that is about the 6 KiB ahead above (the next block of rows); in a long
+// row 6 KiB ahead of row q was row q + 1, which the kernel was already reading (a 4096-column 2:4
+// bf16 row is 4 KiB), so only one row in four had anything fetched ahead. Measured (one call at
+// n = 1, weights flushed from the caches before each of 41 calls, medians of two rounds, ms, old
+// -> new): 11008x4096 2:4 bf16 5.2 -> 4.4 (1 thread), 2.9 -> 2.3 (2 threads); f32 9.2 -> 8.2,
+// 4.7 -> 4.2; 4096x4096 bf16 2.8 -> 1.9, 1.3 -> 1.1; f32 2 threads 2.5 -> 1.9; weights in L3
+// (no flush), 11008x4096 f32 1 thread 4.6 -> 4.1. 3 KiB per stream was no better, 6 KiB worse.
+inline constexpr int64_t kNmStreamPrefetchBytes = kDecodePrefetchBytes / 4;
+
+// Prefetches the next k block's X^T slice (`next`, whole cache lines) during the last row groups
+// of this one's `steps`, at least 4 lines per group. The slice is read in a data-dependent column
+// order, so the hardware prefetchers do not fetch it ahead, and with few rows per pass (SmolLM2's
+// 576x1536 layers) its first touch from L3 is a large part of the pass. When to use it:
+// NextXtSlice in spmm.cc.
+class XtSlicePrefetcher {
+ public:
+  XtSlicePrefetcher(const XtNext& next, int64_t steps)
+      : p_(static_cast<const uint8_t*>(static_cast<const void*>(next.xt))),
+        end_(p_ == nullptr ? nullptr : p_ + next.bytes) {
+    const int64_t lines = next.bytes / 64;
+    if (p_ == nullptr || steps <= 0 || lines <= 0) return;
+    per_step_ = std::max<int64_t>(4, (lines + steps - 1) / steps);
+    start_ = steps - (lines + per_step_ - 1) / per_step_;
+  }
+  HWY_INLINE void Step() {
+    if (step_++ < start_) return;
+    for (int64_t i = 0; i < per_step_ && p_ < end_; ++i, p_ += 64) hwy::Prefetch(p_);
+  }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+  int64_t per_step_ = 0;
+  int64_t start_ = 0;
+  int64_t step_ = 0;
+};
+
+// Prefetches a group's values and column indices in one k block (ScgTiledImpl, one group ahead).
+// A group's run in a k block is short (hundreds of bytes) and the next group's starts far away
+// (this group's other k blocks lie between), so the hardware prefetchers do not fetch it ahead;
+// where a task's weights do not stay in L2 across the token tiles (11008x4096 V:N:M, 1.4 MB per
+// task), each run came from L3 on demand. Measured (n = 512, sparq ms, old -> new, two interleaved
+// rounds): V:16:2:4 11008x4096 one thread 216-217 -> 172-176, two threads 111-124 -> 94; V:32:2:4
+// 11008x4096 233-234 -> 182-187; V:16:2:4 4096x11008 187-192 -> 165-177; 4096x4096 V:N:M and
+// BSR 16x16 / 32x32 90% within noise or up to 8% faster. Only for groups of 2 or more rows: CSR
+// rows (one row per group, short runs) went 5-15% slower with it (99% 4096x4096, 95% 4096x11008);
+// except CsrNarrowImpl's single pass over weights beyond L2 (kCsrStreamAhead).
+class ScgRunPrefetcher {
+ public:
+  ScgRunPrefetcher(const ScgWeight& w, const ScgBlock& blk, int64_t g0, int64_t g1, int g,
+                   size_t vb)
+      : vals_(static_cast<const uint8_t*>(w.values.data())),
+        idx_(w.implicit_cols ? nullptr : static_cast<const uint8_t*>(w.col_idx.data())),
+        pb_(blk.pb),
+        pe_(blk.pe),
+        g0_(g0),
+        g1_(g1),
+        vbytes_(vb * static_cast<size_t>(g)),
+        ibytes_(w.idx16 ? 2 : 4) {}
+  HWY_INLINE void Fetch(int64_t gi) const {
+    if (gi >= g1_) return;
+    const int64_t p0 = pb_[gi - g0_], p1 = pe_[gi - g0_];
+    if (p1 <= p0) return;
+    Lines(vals_ + static_cast<size_t>(p0) * vbytes_, static_cast<size_t>(p1 - p0) * vbytes_);
+    if (idx_ != nullptr) {
+      Lines(idx_ + static_cast<size_t>(p0) * ibytes_, static_cast<size_t>(p1 - p0) * ibytes_);
+    }
+  }
+
+ private:
+  static HWY_INLINE void Lines(const uint8_t* p, size_t bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+    const uintptr_t e = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t l = a; l < e; l += 64) hwy::Prefetch(reinterpret_cast<const void*>(l));
+  }
+  const uint8_t* vals_;
+  const uint8_t* idx_;
+  const int64_t* pb_;
+  const int64_t* pe_;
+  int64_t g0_, g1_;
+  size_t vbytes_, ibytes_;
+};
+
+// Rows ahead whose weights CsrNarrowImpl prefetches in a pass over the whole k (blk.stream,
+// weights beyond L2): they are read once per call there, from DRAM or L3 (a model reads each
+// layer once per token), and a kept weight costs too few cycles for the hardware prefetchers to
+// keep up. Measured (one thread, an OpenBLAS call before each sample, ms): 4096x4096 90% n = 4
+// 1.82-1.94 without, 1.37-1.44 with 2-8 rows ahead, 1.49-1.55 at 16, 1.63-1.68 at 32; 4 ahead,
+// three rounds: 11008x4096 90% n = 4 4.47-5.11 -> 3.82-3.90; 99% (1-3 MB) within noise;
+// SmolLM2's 576x1536 90% (0.5 MB, in L2) 0.048-0.050 -> 0.051-0.054, hence only for weights
+// larger than L2. In the full-vector pairs (n = 9-32) it was not faster with two threads.
+inline constexpr int64_t kCsrStreamAhead = 4;
+
+}  // namespace sparq::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // SPARQ_CPU_PREFETCH_INL_H_

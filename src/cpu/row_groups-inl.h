@@ -1,0 +1,228 @@
+// Row groups (layout kScg, g = 2 or 4 rows sharing one column list: V:N:M slabs, BSR block rows,
+// dense bf16 with implicit columns): one load of X, or of an X^T row, feeds the g rows.
+#if defined(SPARQ_CPU_ROW_GROUPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPARQ_CPU_ROW_GROUPS_INL_H_
+#undef SPARQ_CPU_ROW_GROUPS_INL_H_
+#else
+#define SPARQ_CPU_ROW_GROUPS_INL_H_
+#endif
+
+#include "src/cpu/simd-inl.h"
+#include "src/cpu/prefetch-inl.h"
+#include "src/cpu/tiled-inl.h"
+#include "src/cpu/csr-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparq::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Decode, dense bf16 (g = 4, implicit columns): values [c][4 rows] against xrep[t][c*4 + q] =
+// x[t][c]: contiguous loads on both sides; lane i of the accumulator belongs to row i % 4.
+template <bool kBf16>
+HWY_NOINLINE void ScgDecodeDenseImpl(const ScgWeight& w, const float* xrep, int64_t n,
+                                     int64_t g0, int64_t g1, float* raw) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const int64_t len = w.cols * 4;
+  const int64_t rows = w.group_row[g1] - w.group_row[g0];
+  const size_t vb = kBf16 ? 2 : 4;
+  alignas(64) float lanes[64];
+  for (int64_t gi = g0; gi < g1; ++gi) {
+    const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + w.group_ptr[gi] * 4 * vb;
+    const int64_t nrows = w.group_row[gi + 1] - w.group_row[gi];
+    const int64_t r = w.group_row[gi] - w.group_row[g0];
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xr = xrep + t * len;
+      auto acc0 = hn::Zero(df);
+      auto acc1 = hn::Zero(df);
+      int64_t p = 0;
+      float s[4] = {0, 0, 0, 0};
+      if (L % 4 == 0) {  // lane i of a vector starting at p (a multiple of 4) is row i % 4
+        for (; p + static_cast<int64_t>(2 * L) <= len; p += 2 * L) {
+          PrefetchFar(vals + p * vb + kDensePrefetchBytes);
+          acc0 = hn::MulAdd(LoadValues<kBf16>(df, vals + p * vb), hn::LoadU(df, xr + p), acc0);
+          acc1 = hn::MulAdd(LoadValues<kBf16>(df, vals + (p + L) * vb), hn::LoadU(df, xr + p + L),
+                            acc1);
+        }
+        hn::Store(hn::Add(acc0, acc1), df, lanes);
+        for (size_t i = 0; i < L; ++i) s[i % 4] += lanes[i];
+      }
+      for (; p < len; ++p) s[p % 4] += ScalarValue<kBf16>(vals, p) * xr[p];
+      for (int q = 0; q < nrows; ++q) raw[t * rows + r + q] = s[q];
+    }
+  }
+}
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Columns [p0, p) of a group of G rows (2 or 4) for one token, 16 / G columns per vector: the
+// values of those columns are 16 contiguous floats ([col][row]), and X comes from one gather of
+// the 16 / G columns spread to G lanes each by a permute. s[q] += row q's sum; returns p (the
+// columns after it are left to the G-lane loop). Per 16 products: one value load, one index load,
+// a 4- or 8-lane gather, one permute and one FMA, where the G-lane loop spends 16 / G column
+// loads, broadcasts and FMAs (V:16:2:4 4096x4096 n = 1: docs/kernels.md).
+template <int G, bool kBf16, bool kIdx16>
+HWY_INLINE int64_t GroupDecodeWide(const ScgWeight& w, int64_t p0, int64_t p1, const float* xt,
+                                   float* s) {
+  static_assert(G == 2 || G == 4);
+  constexpr int64_t C = 16 / G;
+  const DF df;
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
+  const size_t vb = kBf16 ? 2 : 4;
+  const uint16_t* c16 = kIdx16 ? w.col_idx.data_as<uint16_t>() : nullptr;
+  const uint32_t* c32 = kIdx16 ? nullptr : w.col_idx.data_as<uint32_t>();
+  const __m512i rep = G == 4 ? _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
+                             : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  auto xvec = [&](int64_t q) -> __m512 {
+    if constexpr (G == 4) {
+      const __m128i idx =
+          kIdx16 ? _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c16 + q)))
+                 : _mm_loadu_si128(reinterpret_cast<const __m128i*>(c32 + q));
+      return _mm512_permutexvar_ps(rep, _mm512_castps128_ps512(_mm_i32gather_ps(xt, idx, 4)));
+    } else {
+      const __m256i idx =
+          kIdx16 ? _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c16 + q)))
+                 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c32 + q));
+      return _mm512_permutexvar_ps(rep, _mm512_castps256_ps512(_mm256_i32gather_ps(xt, idx, 4)));
+    }
+  };
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t p = p0;
+  for (; p + 2 * C <= p1; p += 2 * C) {
+    // bf16: into L1 (PrefetchFar measured slower here: 4096x4096 V:16:2:4 one thread 1.74-1.76
+    // -> 2.09-2.10 ms; f32 2.96-3.82 -> 2.28-2.54).
+    if constexpr (kBf16) {
+      hwy::Prefetch(vals + p * G * vb + kPrefetchBytes);
+    } else {
+      PrefetchFar(vals + p * G * vb + kPrefetchBytes);
+    }
+    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + p * G * vb).raw, xvec(p), acc0);
+    acc1 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + (p + C) * G * vb).raw, xvec(p + C), acc1);
+  }
+  for (; p + C <= p1; p += C) {
+    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + p * G * vb).raw, xvec(p), acc0);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
+  for (int i = 0; i < 16; ++i) s[i % G] += lanes[i];
+  return p;
+}
+#endif
+
+// Decode, g = 2 or 4 rows sharing explicit columns (BSR, V:N:M): per column, a g-lane vector of
+// values times a broadcast of x[col] (on AVX-512, 16 / g columns per vector first:
+// GroupDecodeWide).
+template <int G, bool kBf16>
+HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t ldx, int64_t n,
+                                     int64_t g0, int64_t g1, float* raw) {
+  const hn::CappedTag<float, G> dg;
+  const int64_t rows = w.group_row[g1] - w.group_row[g0];
+  const size_t vb = kBf16 ? 2 : 4;
+  float s[G];
+  for (int64_t gi = g0; gi < g1; ++gi) {
+    const int64_t p0 = w.group_ptr[gi], p1 = w.group_ptr[gi + 1];
+    const int64_t nrows = w.group_row[gi + 1] - w.group_row[gi];
+    const int64_t r = w.group_row[gi] - w.group_row[g0];
+    const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xt = x + t * ldx;
+      if (hn::Lanes(dg) == G) {
+        float wide[G] = {};
+        int64_t p = p0;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+        p = w.idx16 ? GroupDecodeWide<G, kBf16, true>(w, p0, p1, xt, wide)
+                    : GroupDecodeWide<G, kBf16, false>(w, p0, p1, xt, wide);
+#endif
+        auto acc0 = hn::Zero(dg);
+        auto acc1 = hn::Zero(dg);
+        for (; p + 1 < p1; p += 2) {
+          acc0 = hn::MulAdd(LoadValues<kBf16>(dg, vals + p * G * vb), hn::Set(dg, xt[w.Col(p)]), acc0);
+          acc1 = hn::MulAdd(LoadValues<kBf16>(dg, vals + (p + 1) * G * vb),
+                            hn::Set(dg, xt[w.Col(p + 1)]), acc1);
+        }
+        if (p < p1) {
+          acc0 = hn::MulAdd(LoadValues<kBf16>(dg, vals + p * G * vb), hn::Set(dg, xt[w.Col(p)]), acc0);
+        }
+        hn::StoreU(hn::Add(acc0, acc1), dg, s);
+        for (int q = 0; q < G; ++q) s[q] += wide[q];
+      } else {
+        for (int q = 0; q < G; ++q) s[q] = 0;
+        for (int64_t p = p0; p < p1; ++p) {
+          for (int q = 0; q < G; ++q) s[q] += ScalarValue<kBf16>(vals, p * G + q) * xt[w.Col(p)];
+        }
+      }
+      for (int q = 0; q < nrows; ++q) raw[t * rows + r + q] = s[q];
+    }
+  }
+}
+
+// One group of G rows sharing columns; columns [p0, p1) (all < the k block's end).
+template <int G, int NV, bool kBf16>
+HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const float* xt,
+                              float* scr, bool first) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const int64_t NT = NV * static_cast<int64_t>(L);
+  const void* vals = w.values.data();
+  SPARQ_ACC_ROW(0);
+  SPARQ_ACC_ROW(1);
+  SPARQ_ACC_ROW(2);
+  SPARQ_ACC_ROW(3);
+  SPARQ_FOR_QV(SPARQ_ACC_LOAD);
+  // The loop once per index type (w.Col's checks are not hoisted out of it by the compiler).
+  auto run = [&](auto col) HWY_ATTR {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* xp = xt + col(p) * NT;
+      const auto x0 = hn::LoadU(df, xp);
+      const auto x1 = NV > 1 ? hn::LoadU(df, xp + L) : x0;
+      const auto x2 = NV > 2 ? hn::LoadU(df, xp + 2 * L) : x0;
+      const auto x3 = NV > 3 ? hn::LoadU(df, xp + 3 * L) : x0;
+      const auto w0 = hn::Set(df, ScalarValue<kBf16>(vals, p * G));
+      const auto w1 = G > 1 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + (G > 1))) : w0;
+      const auto w2 = G > 2 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + 2 * (G > 2))) : w0;
+      const auto w3 = G > 3 ? hn::Set(df, ScalarValue<kBf16>(vals, p * G + 3 * (G > 3))) : w0;
+      SPARQ_FOR_QV(SPARQ_ACC_FMA);
+    }
+  };
+  if (w.implicit_cols) {
+    // [p0, p1) lies in one group's run of all columns: consecutive columns, no division.
+    const int64_t base = p0 % w.cols - p0;
+    run([base](int64_t p) { return base + p; });
+  } else if (w.idx16) {
+    const uint16_t* ci = w.col_idx.data_as<uint16_t>();
+    run([ci](int64_t p) { return int64_t{ci[p]}; });
+  } else {
+    const uint32_t* ci = w.col_idx.data_as<uint32_t>();
+    run([ci](int64_t p) { return int64_t{ci[p]}; });
+  }
+  SPARQ_FOR_QV(SPARQ_ACC_STORE);
+}
+
+// Groups [g0, g1) over k block blk (the column ranges are found once per call by the caller,
+// not rescanned in every token tile).
+template <int G, int NV, bool kBf16>
+HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
+                               const ScgBlock& blk, float* scratch, const XtNext& next) {
+  const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
+  const bool first = blk.first;
+  int64_t gi = g0;
+  XtSlicePrefetcher pf(next, G == 1 && 2 * NV <= kMaxAcc ? (g1 - g0 + 1) / 2 : g1 - g0);
+  ScgRunPrefetcher wpf(w, blk, g0, g1, w.g, kBf16 ? 2 : 4);
+  if constexpr (G == 1 && 2 * NV <= kMaxAcc) {
+    for (; gi + 1 < g1; gi += 2) {
+      pf.Step();
+      CsrTiledPair<NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], blk.pb[gi + 1 - g0],
+                              blk.pe[gi + 1 - g0], xt, scratch + (gi - g0) * NT, first);
+    }
+  }
+  for (; gi < g1; ++gi) {
+    pf.Step();
+    if constexpr (G > 1) wpf.Fetch(gi + 1);
+    float* scr = scratch + (gi - g0) * G * NT;  // [group][G][NT]: padded rows stay inside
+    ScgTiledGroup<G, NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], xt, scr, first);
+  }
+}
+
+}  // namespace sparq::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // SPARQ_CPU_ROW_GROUPS_INL_H_
