@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparq/model.h"
-#include "src/model/progress.h"
+#include "sparq/progress.h"
 #include "tools/command.h"
 #include "tools/json_output.h"
 

@@ -107,7 +107,7 @@ Status Run(const std::string& path, const JsonOutput& json, int threads) {
   if (json.requested()) {
     nlohmann::ordered_json j;
     j["file"] = path;
-    j["kind"] = SourceKindName(src.kind);
+    j["kind"] = ModelFileKindName(src.kind);
     if (src.gguf) {
       j["gguf_version"] = src.gguf->version();
       j["alignment"] = src.gguf->alignment();
@@ -148,7 +148,7 @@ Status Run(const std::string& path, const JsonOutput& json, int threads) {
     if (json.to_stdout()) return Status::Ok();
   }
 
-  std::printf("%s: %s", path.c_str(), SourceKindName(src.kind));
+  std::printf("%s: %s", path.c_str(), ModelFileKindName(src.kind));
   if (src.gguf) {
     std::printf(" v%u, alignment %llu", src.gguf->version(),
                 static_cast<unsigned long long>(src.gguf->alignment()));

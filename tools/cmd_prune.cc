@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "sparq/model.h"
-#include "src/io/atomic_write.h"
+#include "sparq/atomic_write.h"
 #include "tools/command.h"
 #include "tools/json_output.h"
 

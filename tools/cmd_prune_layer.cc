@@ -9,8 +9,8 @@
 
 #include "sparq/npy.h"
 #include "sparq/prune.h"
-#include "src/io/atomic_write.h"
-#include "src/prune/synthetic.h"
+#include "sparq/atomic_write.h"
+#include "sparq/synthetic.h"
 #include "tools/command.h"
 
 
@@ -199,9 +199,9 @@ Registrar reg_synth(
             f->n * f->k > (int64_t{1} << 30)) {
           return InvalidInput("prune-layer-synth: sizes must be >= 1 and below 2^30 elements");
         }
-        auto w = prune_internal::SyntheticWeights(f->m, f->k, f->seed);
+        auto w = SyntheticWeights(f->m, f->k, f->seed);
         SPARQ_RETURN_IF_ERROR(WriteNpy(f->weight, w.data(), {f->m, f->k}));
-        auto x = prune_internal::SyntheticInputs(f->n, f->k, f->seed);
+        auto x = SyntheticInputs(f->n, f->k, f->seed);
         SPARQ_RETURN_IF_ERROR(WriteNpy(f->inputs, x.data(), {f->n, f->k}));
         std::printf("wrote %s [%lld, %lld] and %s [%lld, %lld]\n", f->weight.c_str(),
                     static_cast<long long>(f->m), static_cast<long long>(f->k), f->inputs.c_str(),

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "src/io/atomic_write.h"
+#include "sparq/atomic_write.h"
 
 namespace sparq::cli {
 

@@ -1,10 +1,6 @@
 #include "tools/model_source.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <cstdio>
-#include <cstring>
 
 #include "sparq/checked.h"
 #include "sparq/format.h"
@@ -35,35 +31,17 @@ bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DTyp
 
 }  // namespace
 
-const char* SourceKindName(SourceKind k) {
-  switch (k) {
-    case SourceKind::kGguf: return "gguf";
-    case SourceKind::kSafetensors: return "safetensors";
-    case SourceKind::kSparq: return "sparq";
-  }
-  return "?";
-}
-
 Result<ModelSource> ModelSource::Open(const std::string& path) {
   ModelSource s;
   s.path = path;
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+  SPARQ_ASSIGN_OR_RETURN(s.kind, DetectModelFile(path));
+  if (s.kind == ModelFileKind::kHfFolder) {
     // A Hugging Face folder is one model over several files; this lists one file's tensors.
     return InvalidInput(path + ": is a folder; inspect and convert read one GGUF, safetensors or "
                         ".sparq file (pass one of its *.safetensors files; the commands that run "
                         "a model, such as eval and generate, take a Hugging Face folder whole)");
   }
-  char magic[4] = {0, 0, 0, 0};
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    const size_t got = std::fread(magic, 1, 4, f);
-    std::fclose(f);
-    (void)got;
-  } else {
-    return IoError(path + ": cannot open: " + std::strerror(errno));
-  }
-  if (std::memcmp(magic, "GGUF", 4) == 0) {
-    s.kind = SourceKind::kGguf;
+  if (s.kind == ModelFileKind::kGguf) {
     SPARQ_ASSIGN_OR_RETURN(GgufFile g, GgufFile::Open(path));
     s.gguf = std::move(g);
     s.file_bytes = s.gguf->file_size();
@@ -82,7 +60,6 @@ Result<ModelSource> ModelSource::Open(const std::string& path) {
     return s;
   }
   SPARQ_ASSIGN_OR_RETURN(SafetensorsFile st, SafetensorsFile::Open(path));
-  s.kind = IsSparqCheckpoint(st) ? SourceKind::kSparq : SourceKind::kSafetensors;
   s.file_bytes = st.file_size();
   SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, CheckpointFromSafetensors(st));
   s.ckpt = std::move(ck);

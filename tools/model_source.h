@@ -1,5 +1,5 @@
-// Opens any model file sparq reads (GGUF, safetensors, sparq checkpoint; detected by magic and
-// metadata, not by extension) as a list of named tensors that can each be read as dense f32.
+// Opens any model file sparq reads (GGUF, safetensors, sparq checkpoint; told apart by
+// DetectModelFile, model_file.h) as a list of named tensors that can each be read as dense f32.
 // Shared by `sparq inspect` and `sparq convert`. A folder (Hugging Face layout) is an error that
 // says so: these commands work on one file.
 #pragma once
@@ -12,14 +12,13 @@
 
 #include "sparq/checkpoint.h"
 #include "sparq/gguf.h"
+#include "sparq/model_file.h"
 #include "sparq/safetensors.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 
 namespace sparq::cli {
 
-enum class SourceKind { kGguf, kSafetensors, kSparq };
-const char* SourceKindName(SourceKind k);
 
 struct SourceTensor {
   std::string name;
@@ -35,7 +34,7 @@ struct SourceTensor {
 
 struct ModelSource {
   std::string path;
-  SourceKind kind = SourceKind::kSafetensors;
+  ModelFileKind kind = ModelFileKind::kSafetensors;
   uint64_t file_bytes = 0;
   std::optional<GgufFile> gguf;
   std::optional<Checkpoint> ckpt;  // safetensors files are read as checkpoints without matrices

@@ -1,4 +1,4 @@
-#include "src/io/atomic_write.h"
+#include "sparq/atomic_write.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "sparq/checked.h"
-#include "src/io/atomic_write.h"
+#include "sparq/atomic_write.h"
 #include "src/io/json_strict.h"
 #include "src/io/mmap_file.h"
 

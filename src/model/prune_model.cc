@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "src/model/llama_internal.h"
-#include "src/model/progress.h"
+#include "sparq/progress.h"
 
 namespace sparq {
 namespace {

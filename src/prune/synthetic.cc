@@ -1,11 +1,25 @@
-#include "src/prune/synthetic.h"
+#include "sparq/synthetic.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "src/prune/blas_tiles.h"
 
-namespace sparq::prune_internal {
+namespace sparq {
+namespace {
+
+// Standard normal samples (Box-Muller on splitmix64).
+class Gaussian {
+ public:
+  explicit Gaussian(uint64_t seed) : state_(seed) {}
+  double Next();
+  uint64_t NextU64();
+
+ private:
+  uint64_t state_;
+  bool have_ = false;
+  double spare_ = 0;
+};
 
 uint64_t Gaussian::NextU64() {
   uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
@@ -28,6 +42,8 @@ double Gaussian::Next() {
   return r * std::cos(2.0 * M_PI * u2);
 }
 
+}  // namespace
+
 std::vector<float> SyntheticInputs(int64_t n, int64_t k, uint64_t seed, double outlier_scale) {
   Gaussian g(seed);
   const int64_t r = std::max<int64_t>(4, k / 16);
@@ -38,7 +54,7 @@ std::vector<float> SyntheticInputs(int64_t n, int64_t k, uint64_t seed, double o
   const double qs = 1.0 / std::sqrt(static_cast<double>(r));
   for (auto& v : q) v = static_cast<float>(qs * g.Next());
   // The tile grid keeps X the same for any OpenBLAS thread count (see blas_tiles.h).
-  SgemmTiled(n, k, r, 1.0f, zr.data(), r, q.data(), k, 1.0f, x.data(), k, nullptr);
+  prune_internal::SgemmTiled(n, k, r, 1.0f, zr.data(), r, q.data(), k, 1.0f, x.data(), k, nullptr);
   std::vector<float> s(static_cast<size_t>(k));
   for (auto& v : s) v = static_cast<float>(std::exp(0.5 * g.Next()));
   const int64_t outliers = std::min<int64_t>(k, std::max<int64_t>(1, k / 100));
@@ -59,4 +75,4 @@ std::vector<float> SyntheticWeights(int64_t m, int64_t k, uint64_t seed) {
   return w;
 }
 
-}  // namespace sparq::prune_internal
+}  // namespace sparq

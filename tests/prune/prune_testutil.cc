@@ -3,7 +3,7 @@
 #include <cmath>
 #include <set>
 
-#include "src/prune/synthetic.h"
+#include "sparq/synthetic.h"
 
 namespace sparq::testing {
 
@@ -12,8 +12,8 @@ Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint64_t seed) {
   pr.m = m;
   pr.k = k;
   pr.n = n;
-  pr.w = prune_internal::SyntheticWeights(m, k, seed);
-  pr.x = prune_internal::SyntheticInputs(n, k, seed);
+  pr.w = SyntheticWeights(m, k, seed);
+  pr.x = SyntheticInputs(n, k, seed);
   pr.h.assign(static_cast<size_t>(k * k), 0.0);
   for (int64_t t = 0; t < n; ++t) {
     const float* xr = pr.x.data() + t * k;

@@ -16,7 +16,7 @@ struct Problem {
   std::vector<float> w, x;  // W [m, k], X [n, k]
   std::vector<double> h;    // X^T X / n
 };
-// Synthetic correlated problem (see src/prune/synthetic.h); seed printed by the caller.
+// Synthetic correlated problem (see sparq/synthetic.h); seed printed by the caller.
 Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint64_t seed);
 
 // "" if W satisfies p exactly as the pruning code promises (exact counts for fraction patterns:

@@ -12,7 +12,7 @@
 #include "prune/prune_testutil.h"
 #include "sparq/prune.h"
 #include "src/prune/prune_internal.h"
-#include "src/prune/synthetic.h"
+#include "sparq/synthetic.h"
 
 namespace sparq {
 namespace {
@@ -333,9 +333,9 @@ TEST(PruneSparseGpt, SameBitsOnRerunAndAcrossThreadCounts) {
 // a seed, whatever OpenBLAS's thread count.
 TEST(PruneSparseGpt, SyntheticInputsIndependentOfOpenBlasThreads) {
   openblas_set_num_threads(1);
-  const std::vector<float> x1 = prune_internal::SyntheticInputs(700, 520, 8);
+  const std::vector<float> x1 = SyntheticInputs(700, 520, 8);
   openblas_set_num_threads(2);
-  const std::vector<float> x2 = prune_internal::SyntheticInputs(700, 520, 8);
+  const std::vector<float> x2 = SyntheticInputs(700, 520, 8);
   EXPECT_EQ(0, std::memcmp(x1.data(), x2.data(), x1.size() * 4));
 }
 
@@ -343,7 +343,7 @@ TEST(PruneSparseGpt, SyntheticInputsIndependentOfOpenBlasThreads) {
 // the factor must not depend on OpenBLAS's thread count.
 TEST(PruneSparseGpt, FactorIndependentOfOpenBlasThreads) {
   const int64_t k = 700;
-  std::vector<float> x = prune_internal::SyntheticInputs(900, k, 3);
+  std::vector<float> x = SyntheticInputs(900, k, 3);
   HessianAccumulator acc(k);
   ASSERT_TRUE(acc.Add(x.data(), 900, k).ok());
   const std::vector<double> h = acc.Hessian();

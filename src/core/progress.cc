@@ -1,4 +1,4 @@
-#include "src/model/progress.h"
+#include "sparq/progress.h"
 
 #include <unistd.h>
 
