@@ -18,7 +18,7 @@
 #include "sparq/format.h"
 #include "sparq/linear.h"
 #include "sparq/pattern.h"
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 #include "tools/bench_hooks.h"
 #include "tools/bench_peers.h"
 #include "tools/json_output.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <map>
 
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 #include "tools/bench_hooks.h"
 
 namespace sparq::cli {

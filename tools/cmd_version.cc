@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 #include "tools/command.h"
 
 namespace sparq::cli {

@@ -13,7 +13,7 @@
 #include <dlfcn.h>
 
 #include "sparq/kernel_config.h"
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 
 #include "tools/bench_hooks.h"
 #include "tools/command.h"
@@ -96,7 +96,9 @@ int main(int argc, char** argv) {
   bool restart = false;
   const std::string max_isa = MaxIsaArg(argc, argv);
   if (!max_isa.empty()) restart = CapPeers(max_isa) || restart;
-  if (const char* core = sparq::cpu::SuggestedOpenBlasCore();
+  const char* user_core = std::getenv("OPENBLAS_CORETYPE");
+  if (const char* core =
+          sparq::cpu::SuggestedOpenBlasCore(user_core != nullptr && *user_core != '\0');
       core != nullptr && std::getenv("SPARQ_KEEP_BLAS_CORE") == nullptr &&
       std::getenv("SPARQ_PEER_CAPS_SET") == nullptr) {
     setenv("OPENBLAS_CORETYPE", core, 1);

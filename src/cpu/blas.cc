@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 #include "src/cpu/runners.h"
 #include "src/cpu/staging.h"
 

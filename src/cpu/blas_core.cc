@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 
 namespace sparq::cpu {
 
@@ -20,9 +20,8 @@ std::string BlasCoreName() {
   return name ? name : "unknown";
 }
 
-const char* SuggestedOpenBlasCore() {
-  const char* env = std::getenv("OPENBLAS_CORETYPE");
-  if (env != nullptr && *env != '\0') return nullptr;  // the user chose
+const char* SuggestedOpenBlasCore(bool user_chose) {
+  if (user_chose) return nullptr;
   // Kernel families that predate AVX2: on a CPU with AVX2 (or AVX-512) they are a mis-detection.
   static const char* const kOld[] = {"Prescott", "Core2",   "Penryn",    "Dunnington",
                                      "Nehalem",  "Atom",    "Sandybridge", "Katmai",

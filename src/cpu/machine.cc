@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 
 #ifndef SPARQ_MACHINE_CC_ONCE  // this file is compiled once per Highway target
 #define SPARQ_MACHINE_CC_ONCE

@@ -41,19 +41,12 @@ HWY_INLINE hn::Vec<DF> ExpandValues(const uint8_t* vp, uint32_t bits, const int3
 #endif
 }
 
-// Prefetch positions of the bit-mask decode. Rows of up to 2 KiB (SmolLM2's: 576-1536 columns)
-// keep the linear kDecodePrefetchBytes ahead of each row, which reaches the next block of rows.
-// In longer rows that lands in the rows being read (as in the N:M decode), so there each of the
-// R streams (rows q, q + R, q + 2R, ...) is prefetched kNmStreamPrefetchBytes ahead; rows differ
-// in length, so the position in a row is the chunk's share of an average row (exact row starts,
-// approximate offsets). Measured (n = 1, 50%, caches flushed before each of 31 calls, two rounds,
-// ms, linear -> per stream, this code): 4096x4096 bf16 2.0-2.2 -> 1.7 (1 thread), 1.2 -> 1.0 (2
-// threads), f32 3.0-3.3 -> 2.8-2.9, 1.7 -> 1.6; 11008x4096 bf16 5.3-5.5 -> 4.6, 2.9-3.0 ->
-// 2.5-2.7, f32 8.0-8.4 -> 8.3-8.4 (1 thread), 4.3-4.7 -> 4.0-4.2. On SmolLM2's short rows the
-// per-stream form cost 12% of the 50% bf16 decode (2 threads, 97-102 -> 85-89 tok/s: a row_ptr
-// load and address arithmetic per chunk and row), hence the threshold, decided once per call
-// (kPerStream), so that short rows run the linear prefetch's code as before (`sparq bench model`,
-// 2 threads, three rounds: 95.8 / 94.2 / 95.8 -> 97.8 / 99.2 / 91.9 tok/s).
+// Prefetch positions of the bit-mask decode. Rows of up to 2 KiB (SmolLM2's: 576-1536 columns) keep
+// the linear kDecodePrefetchBytes ahead of each row, which reaches the next block of rows. In
+// longer rows that lands in the rows being read (as in the N:M decode), so there each of the R
+// streams (rows q, q + R, q + 2R, ...) is prefetched kNmStreamPrefetchBytes ahead; rows differ in
+// length, so the position in a row is the chunk's share of an average row (exact row starts,
+// approximate offsets). (measurements: docs/kernels.md)
 template <bool kPerStream>
 class MaskStreamPrefetch {
  public:
@@ -181,10 +174,9 @@ HWY_INLINE void MaskDecodeRows(const MaskWeight& w, const int32_t* lut, const fl
 
 #if HWY_TARGET == HWY_AVX3_DL
 // bf16 values with AVX-512 VBMI2: 32 columns (two mask words) per step. One vpexpandw places 32
-// bf16 values; a shift and an and make f32 of the even and the odd columns in place (no
-// cross-lane widening, which shares port 5 with the expand); X is split into even and odd
-// columns by two permutes that serve all R rows. Measured on the plain AVX-512 path: port 5
-// (kmov, vpmovzxwd, vexpandps per 16 columns) bounds it at ~3 columns per cycle.
+// bf16 values; a shift and an and make f32 of the even and the odd columns in place (no cross-lane
+// widening, which shares port 5 with the expand); X is split into even and odd columns by two
+// permutes that serve all R rows. (measurements: docs/kernels.md)
 template <int R, int T, bool kStream>
 HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, int64_t t0,
                                         int64_t r, int64_t r0, int64_t r1, float* raw) {

@@ -21,32 +21,20 @@ inline constexpr int kPrefetchBytes = 1024;
 // The far weight-stream prefetch of the decode kernels (N:M, bit mask, dense bf16, f32 V:N:M /
 // BSR): into L2 (prefetcht1; hwy::Prefetch is prefetcht0, into L1). Those lines are not read for
 // hundreds of cycles, and on AMD Zen 4 (32 KiB L1) the L1 prefetches presumably held the fill
-// buffers that the demand loads wait for (no hardware counters on that VM). Measured there (n = 1, interleaved rounds, ms, L1 -> L2): 2:4 f32
-// 4096x4096 one thread 1.86-1.98 -> 1.46-1.60, two 0.85-0.92 -> 0.69-0.76; 11008x4096 2:4 f32
-// 6.5-6.7 -> 4.6-5.0, bf16 2.9-3.4 -> 2.5-2.6; dense bf16 7.0-7.1 -> 6.2-6.3; SmolLM2 (bench
-// model, two threads) 2:4 bf16 decode 78-84 -> 119-121 tok/s, 50% bf16 (bit mask, one thread)
-// 64-65 -> 70-71. CSR rows (gathers) and bf16 V:N:M / BSR stay on prefetcht0 (within noise /
-// slower with this).
+// buffers that the demand loads wait for (no hardware counters on that VM). (measurements:
+// docs/kernels.md)
 HWY_INLINE void PrefetchFar(const void* p) { __builtin_prefetch(p, 0, 2); }
 // The decode kernels of N:M and bit-mask rows run R = 4 rows in lockstep, and the rows' values are
 // contiguous, so 1 KiB ahead of each row's stream stayed inside the 4 rows being read (a 576-column
 // bf16 row at 50% is 576 bytes): nothing of the next rows was requested before the kernel reached
-// them. 6 KiB reaches the next block of rows. Measured on SmolLM2's 210 linears at 50% bf16 (bit
-// mask) and 2:4 bf16, weights cold in DRAM, interleaved A/B: 1 thread 15.4 -> 10.8 ms (mask) and
-// 15.5 -> 11.3 ms (2:4); 2 threads 10.2 -> 8.4 and 9.3 -> 7.8 ms. 12 KiB was no better, and worse
-// with 2 threads. Dense bf16 rows (one stream, the output head) gain less and peak at 3 KiB:
-// 23.7 -> 19.7 ms (1 thread), 15.2 -> 13.9 ms (2 threads).
+// them. 6 KiB reaches the next block of rows. (measurements: docs/kernels.md)
 inline constexpr int kDecodePrefetchBytes = 6144;
 inline constexpr int kDensePrefetchBytes = 3072;
-// The N:M decode's prefetch runs kDecodePrefetchBytes / 4 ahead in each of its 4 streams, a
-// stream being one slot of the 4-row blocks (rows q, q + 4, q + 8, ... back to back). For
-// SmolLM2's short rows that is about the 6 KiB ahead above (the next block of rows); in a long
-// row 6 KiB ahead of row q was row q + 1, which the kernel was already reading (a 4096-column 2:4
-// bf16 row is 4 KiB), so only one row in four had anything fetched ahead. Measured (one call at
-// n = 1, weights flushed from the caches before each of 41 calls, medians of two rounds, ms, old
-// -> new): 11008x4096 2:4 bf16 5.2 -> 4.4 (1 thread), 2.9 -> 2.3 (2 threads); f32 9.2 -> 8.2,
-// 4.7 -> 4.2; 4096x4096 bf16 2.8 -> 1.9, 1.3 -> 1.1; f32 2 threads 2.5 -> 1.9; weights in L3
-// (no flush), 11008x4096 f32 1 thread 4.6 -> 4.1. 3 KiB per stream was no better, 6 KiB worse.
+// The N:M decode's prefetch runs kDecodePrefetchBytes / 4 ahead in each of its 4 streams, a stream
+// being one slot of the 4-row blocks (rows q, q + 4, q + 8, ... back to back). For SmolLM2's short
+// rows that is about the 6 KiB ahead above (the next block of rows); in a long row 6 KiB ahead of
+// row q was row q + 1, which the kernel was already reading (a 4096-column 2:4 bf16 row is 4 KiB),
+// so only one row in four had anything fetched ahead. (measurements: docs/kernels.md)
 inline constexpr int64_t kNmStreamPrefetchBytes = kDecodePrefetchBytes / 4;
 
 // Prefetches the next k block's X^T slice (`next`, whole cache lines) during the last row groups
@@ -77,16 +65,11 @@ class XtSlicePrefetcher {
   int64_t step_ = 0;
 };
 
-// Prefetches a group's values and column indices in one k block (ScgTiledImpl, one group ahead).
-// A group's run in a k block is short (hundreds of bytes) and the next group's starts far away
-// (this group's other k blocks lie between), so the hardware prefetchers do not fetch it ahead;
-// where a task's weights do not stay in L2 across the token tiles (11008x4096 V:N:M, 1.4 MB per
-// task), each run came from L3 on demand. Measured (n = 512, sparq ms, old -> new, two interleaved
-// rounds): V:16:2:4 11008x4096 one thread 216-217 -> 172-176, two threads 111-124 -> 94; V:32:2:4
-// 11008x4096 233-234 -> 182-187; V:16:2:4 4096x11008 187-192 -> 165-177; 4096x4096 V:N:M and
-// BSR 16x16 / 32x32 90% within noise or up to 8% faster. Only for groups of 2 or more rows: CSR
-// rows (one row per group, short runs) went 5-15% slower with it (99% 4096x4096, 95% 4096x11008);
-// except CsrNarrowImpl's single pass over weights beyond L2 (kCsrStreamAhead).
+// Prefetches a group's values and column indices in one k block (ScgTiledImpl, one group ahead). A
+// group's run in a k block is short (hundreds of bytes) and the next group's starts far away (this
+// group's other k blocks lie between), so the hardware prefetchers do not fetch it ahead; where a
+// task's weights do not stay in L2 across the token tiles (11008x4096 V:N:M, 1.4 MB per task), each
+// run came from L3 on demand. (measurements: docs/kernels.md)
 class ScgRunPrefetcher {
  public:
   ScgRunPrefetcher(const ScgWeight& w, const ScgBlock& blk, int64_t g0, int64_t g1, int g,
@@ -123,14 +106,10 @@ class ScgRunPrefetcher {
   size_t vbytes_, ibytes_;
 };
 
-// Rows ahead whose weights CsrNarrowImpl prefetches in a pass over the whole k (blk.stream,
-// weights beyond L2): they are read once per call there, from DRAM or L3 (a model reads each
-// layer once per token), and a kept weight costs too few cycles for the hardware prefetchers to
-// keep up. Measured (one thread, an OpenBLAS call before each sample, ms): 4096x4096 90% n = 4
-// 1.82-1.94 without, 1.37-1.44 with 2-8 rows ahead, 1.49-1.55 at 16, 1.63-1.68 at 32; 4 ahead,
-// three rounds: 11008x4096 90% n = 4 4.47-5.11 -> 3.82-3.90; 99% (1-3 MB) within noise;
-// SmolLM2's 576x1536 90% (0.5 MB, in L2) 0.048-0.050 -> 0.051-0.054, hence only for weights
-// larger than L2. In the full-vector pairs (n = 9-32) it was not faster with two threads.
+// Rows ahead whose weights CsrNarrowImpl prefetches in a pass over the whole k (blk.stream, weights
+// beyond L2): they are read once per call there, from DRAM or L3 (a model reads each layer once per
+// token), and a kept weight costs too few cycles for the hardware prefetchers to keep up.
+// (measurements: docs/kernels.md)
 inline constexpr int64_t kCsrStreamAhead = 4;
 
 }  // namespace sparq::cpu::HWY_NAMESPACE

@@ -103,10 +103,8 @@ struct MaskWeight {
 };
 
 // Lowest density (kept / all) packed as kMask instead of column indices. Bytes alone favour the
-// mask above 1/16 (one bit per weight against 16 per kept weight), but decode then spends a
-// vector step per 16 columns however few are kept. Measured here (4096x4096, one thread, AVX-512,
-// f32 and bf16): at n = 1 the mask is faster up to 80% sparsity and slower from 85%; at n = 4
-// faster up to 90%; at n = 512 (tiled) 1.5-3x faster at 50%. See docs/kernels.md.
+// mask above 1/16 (one bit per weight against 16 per kept weight), but decode then spends a vector
+// step per 16 columns however few are kept. (measurements: docs/kernels.md)
 inline constexpr double kMaskMinDensity = 0.2;
 
 enum class PackedKind : uint8_t { kDenseF32, kNm, kScg, kMask };

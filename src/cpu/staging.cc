@@ -29,14 +29,11 @@ void WriteRaw(const float* raw, int64_t n, int64_t r0, int64_t r1, const SpmmArg
   }
 }
 
-// Whether the tiled kernels write Y (n x m) with non-temporal stores (TransposeT's stream): where
-// Y is larger than the L2 of the threads that write it, so its lines would go back to L3 or memory
-// before anyone reads them anyway, and a plain store first reads each line it fills (a 99% CSR
-// call at 4096x4096 n = 512 moves 8 MB of X in and 8 MB of Y out beside 1 MB of weights). Not
-// with an epilogue, which reads Y back. Measured (4096x4096 n = 512, 99% CSR, ms, two rounds,
-// caches cold as in `bench kernels`: an OpenBLAS call between samples): one thread 5.49 / 5.53 ->
-// 4.43 / 4.57, two threads 2.63 / 3.17 -> 2.36 / 2.53; back to back (Y still in L3) one thread
-// 3.93 / 4.03 -> 4.06 / 4.17, two threads within noise. More in docs/kernels.md.
+// Whether the tiled kernels write Y (n x m) with non-temporal stores (TransposeT's stream): where Y
+// is larger than the L2 of the threads that write it, so its lines would go back to L3 or memory
+// before anyone reads them anyway, and a plain store first reads each line it fills (a 99% CSR call
+// at 4096x4096 n = 512 moves 8 MB of X in and 8 MB of Y out beside 1 MB of weights). Not with an
+// epilogue, which reads Y back. (measurements: docs/kernels.md)
 bool StreamY(const SpmmArgs& a, int64_t m, const ThreadPool* pool) {
   const int threads = pool ? pool->num_threads() : 1;
   const StreamYMode forced = a.config().stream_y;

@@ -17,7 +17,6 @@
 #include "data_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
-#include "src/cpu/spmm.h"
 
 namespace sparq {
 namespace {

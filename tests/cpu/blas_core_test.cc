@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 
 namespace sparq::cpu {
 namespace {
@@ -29,8 +29,13 @@ bool PreAvx2Family(const std::string& core) {
   return false;
 }
 
+TEST(BlasCore, NoSuggestionWhereTheUserChoseTheFamily) {
+  EXPECT_EQ(SuggestedOpenBlasCore(/*user_chose=*/true), nullptr);
+}
+
 TEST(BlasCore, SuggestionOnlyForPreAvx2FamiliesOnAvx2Cpus) {
-  const char* s = SuggestedOpenBlasCore();
+  const char* user = std::getenv("OPENBLAS_CORETYPE");
+  const char* s = SuggestedOpenBlasCore(user != nullptr && *user != '\0');
   const std::string core = BlasCoreName();
   if (s != nullptr) {
     EXPECT_TRUE(PreAvx2Family(core) || core == "unknown") << core;

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "src/cpu/machine.h"
+#include "sparq/machine.h"
 
 namespace sparq::cpu {
 namespace {

@@ -42,9 +42,10 @@ namespace sparq::cpu {
 // The kernel family OpenBLAS chose at load time ("SkylakeX", "Haswell", "Prescott", ...).
 std::string BlasCoreName();
 // When OpenBLAS fell back to pre-AVX2 kernels on a CPU that has AVX2 or AVX-512 (a model number
-// too new for its table) and OPENBLAS_CORETYPE is unset: the family to force ("SkylakeX" or
-// "Haswell"); otherwise nullptr. OpenBLAS reads the variable only when it loads, so a program has
-// to set it and restart itself (the `sparq` command line does) or be started with it.
-const char* SuggestedOpenBlasCore();
+// too new for its table) and the user did not choose the family (user_chose: the application saw
+// OPENBLAS_CORETYPE set): the family to force ("SkylakeX" or "Haswell"); otherwise nullptr.
+// OpenBLAS reads the variable only when it loads, so a program has to set it and restart itself
+// (the `sparq` command line does) or be started with it.
+const char* SuggestedOpenBlasCore(bool user_chose = false);
 
 }  // namespace sparq::cpu

@@ -1,0 +1,78 @@
+// The kernel table from the command line: `--max-isa` runs sparq's kernels on the named target
+// (and names it in every row), rejects a name it does not know, and `bench kernels --explain`
+// names the chosen kernel of each row and why the others of its layout declined.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "io/io_testutil.h"
+
+namespace sparq {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+int RunCli(const std::string& args, std::string* out, std::string* err) {
+  const std::string o = testing::TempDir() + "/kt_stdout.txt",
+                    e = testing::TempDir() + "/kt_stderr.txt";
+  std::string ignored;
+  const int rc =
+      testing::RunCommand(std::string(SPARQ_CLI_PATH) + " " + args + " >" + o + " 2>" + e, &ignored);
+  const testing::Bytes ob = testing::ReadFile(o), eb = testing::ReadFile(e);
+  out->assign(ob.begin(), ob.end());
+  err->assign(eb.begin(), eb.end());
+  return rc;
+}
+
+TEST(KernelTableCliTest, MaxIsaRunsAndNamesTheCappedTarget) {
+  std::string out, err;
+  // SSE4 exists on every x86-64 CPU the project supports; the rows then name it, not the best.
+  ASSERT_EQ(RunCli("--max-isa SSE4 bench kernels --shapes 64x64 --n 1,70 --patterns 2:4 --threads 1 "
+                "--repeats 1 --py-peers '' --json",
+                &out, &err),
+            0)
+      << err;
+  const json rows = json::parse(out);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& r : rows) {
+    EXPECT_EQ(r["isa"], "SSE4") << r;
+    // The AVX2-only rows of the table decline on SSE4: the generic rows run.
+    EXPECT_THAT(r["kernel"].get<std::string>(), ::testing::Not(HasSubstr("__avx2"))) << r;
+  }
+  // The old spelling still works.
+  ASSERT_EQ(RunCli("bench kernels --shapes 64x64 --n 1 --patterns 2:4 --threads 1 --repeats 1 "
+                "--py-peers '' --json",
+                &out, &err),
+            0)
+      << err;
+}
+
+TEST(KernelTableCliTest, UnknownMaxIsaIsAnErrorNamingIt) {
+  std::string out, err;
+  EXPECT_EQ(RunCli("--max-isa AVX9000 bench machine", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("--max-isa AVX9000"));
+}
+
+TEST(KernelTableCliTest, ExplainNamesTheChosenKernelAndTheDeclines) {
+  std::string out, err;
+  ASSERT_EQ(RunCli("bench kernels --explain --shapes 256x256 --n 1,512 --patterns 2:4,unstructured:0.9",
+                &out, &err),
+            0)
+      << err;
+  // Four rows (2 patterns x 2 token counts), each with its chosen kernel.
+  size_t chosen = 0;
+  for (size_t at = out.find("chosen: "); at != std::string::npos; at = out.find("chosen: ", at + 1)) {
+    ++chosen;
+  }
+  EXPECT_EQ(chosen, 4u) << out;
+  EXPECT_THAT(out, HasSubstr("256x256 2:4 f32 n=512 (stored as nm 2:4 f32)"));
+  EXPECT_THAT(out, HasSubstr("chosen: f32_csr_decode_1x1"));
+  // At 512 tokens the decode row of the weight's layout declines, and says why.
+  EXPECT_THAT(out, HasSubstr("declined f32_nm_window_decode_4xT: serves n in [0, 16], not 512"));
+  EXPECT_THAT(out, HasSubstr("declined f32_csr_decode_1x1: serves n in [0, 16], not 512"));
+}
+
+}  // namespace
+}  // namespace sparq
