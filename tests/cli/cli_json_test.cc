@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/cli_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
 
@@ -19,24 +20,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using json = nlohmann::json;
 
-std::string Cli() { return SPARQ_CLI_PATH; }
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs the CLI with stdout and stderr in separate files; returns the exit code.
-int RunSplit(const std::string& args, std::string* out, std::string* err) {
-  const std::string o = testing::TempDir() + "/stdout.txt", e = testing::TempDir() + "/stderr.txt";
-  std::string ignored;
-  const int rc = testing::RunCommand(Cli() + " " + args + " >" + o + " 2>" + e, &ignored);
-  *out = Slurp(o);
-  *err = Slurp(e);
-  return rc;
-}
+using testing::Cli;
+using testing::RunSplit;
+using testing::Slurp;
 
 // A .sparq checkpoint whose metadata values put a 2-byte character (é) and a 3-byte one (✓)
 // across the previews' cuts: 256 bytes in JSON, 100 in the table.

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "data_testutil.h"
+#include "cli/cli_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
 
@@ -25,24 +26,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using json = nlohmann::json;
 
-std::string Cli() { return SPARQ_CLI_PATH; }
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The CLI with stdout and stderr captured apart; returns the exit code.
-int RunSplit(const std::string& args, std::string* out, std::string* err) {
-  const std::string o = testing::TempDir() + "/stdout.txt", e = testing::TempDir() + "/stderr.txt";
-  std::string ignored;
-  const int rc = testing::RunCommand(Cli() + " " + args + " >" + o + " 2>" + e, &ignored);
-  *out = Slurp(o);
-  *err = Slurp(e);
-  return rc;
-}
+using testing::Cli;
+using testing::RunSplit;
+using testing::Slurp;
 
 // Decode tokens from generate's speed line on stderr.
 int DecodeTokens(const std::string& err) {
