@@ -82,7 +82,7 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
     const int64_t blocks = CeilDiv(n, kRows);
     const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
     s->scores.resize(static_cast<size_t>(threads * kRows * total));  // one block per thread
-    openblas_set_num_threads(1);  // process-global; RunDenseBlas sets it again per call
+    openblas_set_num_threads(1);  // process-global; the dense kernel's calls are single-threaded too
     auto task = [&](int64_t t, int thread) {
       const int64_t h = t / blocks, g = h / group;
       const int64_t i0 = (t % blocks) * kRows, i1 = std::min(n, i0 + kRows);

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "sparq/prune.h"
-#include "src/prune/blas_tiles.h"
+#include "src/core/blas_tiles.h"
 
 namespace sparq {
 namespace {
@@ -55,7 +55,7 @@ Status HessianAccumulator::Add(const float* x, int64_t rows, int64_t k, ThreadPo
                             ", column " + std::to_string(bad[r]));
       }
     }
-    prune_internal::SyrkUpperTransTiled(k_, nr, scratch_.data(), k_, sum_.data(), k_, pool);
+    blas::SyrkUpperTransTiled(k_, nr, scratch_.data(), k_, sum_.data(), k_, pool);
   }
   n_ += rows;
   return Status::Ok();
@@ -147,7 +147,7 @@ double ReconstructionError(std::span<const float> w, std::span<const float> w_pr
         o[j] = wr[j];
       }
     }
-    prune_internal::DgemmTiled(2 * nr, k, k, 1.0, a.data(), k, h.data(), k, 0.0, t.data(), k, pool);
+    blas::DgemmTiled(2 * nr, k, k, 1.0, a.data(), k, h.data(), k, 0.0, t.data(), k, pool);
     for (int64_t r = 0; r < nr; ++r) {
       double sn = 0.0, sd = 0.0;
       const double* d = a.data() + r * k;

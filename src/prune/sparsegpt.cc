@@ -16,7 +16,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "src/prune/blas_tiles.h"
+#include "src/core/blas_tiles.h"
 #include "src/prune/prune_internal.h"
 
 namespace sparq::prune_internal {
@@ -37,7 +37,7 @@ std::vector<double> RowQuadForms(std::span<const float> w, int64_t m, int64_t k,
   for (int64_t r0 = 0; r0 < m; r0 += kPanel) {
     const int64_t nr = std::min(kPanel, m - r0);
     for (int64_t i = 0; i < nr * k; ++i) a[i] = w[r0 * k + i];
-    DgemmTiled(nr, k, k, 1.0, a.data(), k, h.data(), k, 0.0, t.data(), k, pool);
+    blas::DgemmTiled(nr, k, k, 1.0, a.data(), k, h.data(), k, 0.0, t.data(), k, pool);
     for (int64_t r = 0; r < nr; ++r) {
       double s = 0;
       for (int64_t j = 0; j < k; ++j) s += a[r * k + j] * t[r * k + j];
@@ -57,7 +57,8 @@ constexpr double kIndefiniteTolerance = 1e-9;
 // about a tenth of the SparseGPT work on a square layer.
 
 double SmallestEigenvalue(std::span<const double> h, int64_t k) {
-  OpenBlasSingleThread pin;  // dsyevr is threaded too; keep the decision independent of threads
+  // dsyevr is threaded too; keep the decision independent of threads.
+  blas::OpenBlasSingleThread pin;
   std::vector<double> a(h.begin(), h.end()), w(static_cast<size_t>(k));
   lapack_int found = 0;
   std::vector<lapack_int> isuppz(2);
@@ -79,7 +80,7 @@ bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,
   // U = P L^-1 P, which is upper triangular with a positive diagonal: the same factor as
   // cholesky(cholesky_inverse(cholesky(H)), upper=True) in the reference, for one factorization
   // and one triangular inverse instead of two factorizations and a full inverse.
-  OpenBlasSingleThread pin;
+  blas::OpenBlasSingleThread pin;
   std::vector<double> a(static_cast<size_t>(k * k));
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t j = 0; j <= i; ++j) {
@@ -324,7 +325,7 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
     }
     if (i2 < k) {
       const auto t_update = Clock::now();
-      SgemmTiled(m, k - i2, nb, -1.0f, e1.data(), nb, u.data() + i1 * k + i2, k, 1.0f,
+      blas::SgemmTiled(m, k - i2, nb, -1.0f, e1.data(), nb, u.data() + i1 * k + i2, k, 1.0f,
                  w.data() + i2, k, opt.pool);
       report->update_seconds += since(t_update);
     }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/prune/blas_tiles.h"
+#include "src/core/blas_tiles.h"
 
 namespace sparq {
 namespace {
@@ -54,7 +54,7 @@ std::vector<float> SyntheticInputs(int64_t n, int64_t k, uint64_t seed, double o
   const double qs = 1.0 / std::sqrt(static_cast<double>(r));
   for (auto& v : q) v = static_cast<float>(qs * g.Next());
   // The tile grid keeps X the same for any OpenBLAS thread count (see blas_tiles.h).
-  prune_internal::SgemmTiled(n, k, r, 1.0f, zr.data(), r, q.data(), k, 1.0f, x.data(), k, nullptr);
+  blas::SgemmTiled(n, k, r, 1.0f, zr.data(), r, q.data(), k, 1.0f, x.data(), k, nullptr);
   std::vector<float> s(static_cast<size_t>(k));
   for (auto& v : s) v = static_cast<float>(std::exp(0.5 * g.Next()));
   const int64_t outliers = std::min<int64_t>(k, std::max<int64_t>(1, k / 100));

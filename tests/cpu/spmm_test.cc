@@ -491,6 +491,46 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
   }
 }
 
+// The dense f32 row runs OpenBLAS, whose own threading changes the bits with the thread count
+// (sgemm at these shapes on every kernel family of Debian's 0.3.21, sgemv with 3 threads): the
+// kernel's fixed grid of single-threaded calls must give the same bits for 1, 2 and 3 threads.
+TEST(SpmmTest, DenseF32SameBitsForOneTwoThreeThreads) {
+  ThreadPool p1(1), p2(2), p3(3);
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (const Shape& sh : {Shape{300, 700, 8}, Shape{300, 700, 300}, Shape{512, 1000, 100},
+                          Shape{2048, 512, 1}}) {
+    const Built b = Build(Case{FormatKind::kDense, "dense", DType::kF32}, sh.m, sh.k, 21);
+    ASSERT_EQ(b.packed.kind, cpu::PackedKind::kDenseF32);
+    const std::vector<float> x = RandomVector(sh.n * sh.k, 22);
+    int ran = 0;
+    for (const auto& kern : cpu::KernelTable()) {
+      if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+      ++ran;
+      std::vector<float> ys[3];
+      ThreadPool* pools[3] = {&p1, &p2, &p3};
+      for (int i = 0; i < 3; ++i) {
+        ys[i].assign(sh.n * sh.m, 0.0f);
+        SpmmArgs a;
+        a.cfg = &Cfg();
+        a.x = x.data();
+        a.n = sh.n;
+        a.ldx = sh.k;
+        a.y = ys[i].data();
+        a.ldy = sh.m;
+        kern.run(b.packed, a, pools[i]);
+      }
+      for (int i = 1; i < 3; ++i) {
+        EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[i].data(), ys[0].size() * 4))
+            << kern.name << " " << sh.m << "x" << sh.k << " n=" << sh.n
+            << " threads=" << pools[i]->num_threads();
+      }
+    }
+    EXPECT_GT(ran, 0) << "no kernel row serves dense f32";
+  }
+}
+
 // Each output of the row-tiled kernels (N:M, bit mask) is one chain of multiply-adds over the row's
 // kept weights in order, whatever the token tile width and whether k runs in blocks. So n = 128
 // in one call (on AVX-512 a single 128-token tile, run by k blocks) gives the bits of two calls of

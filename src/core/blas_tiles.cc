@@ -1,4 +1,4 @@
-#include "src/prune/blas_tiles.h"
+#include "src/core/blas_tiles.h"
 
 #include <cblas.h>
 
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace sparq::prune_internal {
+namespace sparq::blas {
 namespace {
 
 // Output tile of the gemms: 128 x 512 keeps the repacking that tiling adds (each tile packs its
@@ -18,6 +18,12 @@ constexpr int64_t kGemmTileCols = 512;
 // Square tile of X^T X: 256 x 256 x (256 rows of X) is 33 Mflop per task, and k = 576 still
 // splits into 6 tasks.
 constexpr int64_t kSyrkTile = 256;
+// The kernel's C[tokens, outputs]: 256 tokens x 128 outputs keeps the repacking near 1% of the
+// work; 64 outputs below 2048 give a 576-wide layer 9 tiles for 2-3 threads.
+constexpr int64_t kNTTileRows = 256;
+int64_t NTTileCols(int64_t n) { return n >= 2048 ? 128 : 64; }
+// sgemv: 64 rows per call (a 192-row layer still splits in 3).
+constexpr int64_t kGemvTileRows = 64;
 
 int64_t Tiles(int64_t n, int64_t t) { return (n + t - 1) / t; }
 
@@ -29,18 +35,22 @@ void Run(int64_t tasks, ThreadPool* pool, const std::function<void(int64_t, int)
   }
 }
 
+// trans_b: B is [n, kk] (row per output column of C) instead of [kk, n].
 template <typename T, typename Gemm>
 void GemmTiled(int64_t m, int64_t n, int64_t kk, T alpha, const T* a, int64_t lda, const T* b,
-               int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool, Gemm gemm) {
+               int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool, Gemm gemm,
+               bool trans_b = false, int64_t tile_rows = kGemmTileRows,
+               int64_t tile_cols = kGemmTileCols) {
   if (m <= 0 || n <= 0) return;
   OpenBlasSingleThread pin;
-  const int64_t tr = Tiles(m, kGemmTileRows), tc = Tiles(n, kGemmTileCols);
+  const int64_t tr = Tiles(m, tile_rows), tc = Tiles(n, tile_cols);
   Run(tr * tc, pool, [&](int64_t t, int) {
-    const int64_t r0 = (t / tc) * kGemmTileRows, c0 = (t % tc) * kGemmTileCols;
-    const int64_t rn = std::min(kGemmTileRows, m - r0), cn = std::min(kGemmTileCols, n - c0);
-    gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rn), static_cast<int>(cn),
-         static_cast<int>(kk), alpha, a + r0 * lda, static_cast<int>(lda), b + c0,
-         static_cast<int>(ldb), beta, c + r0 * ldc + c0, static_cast<int>(ldc));
+    const int64_t r0 = (t / tc) * tile_rows, c0 = (t % tc) * tile_cols;
+    const int64_t rn = std::min(tile_rows, m - r0), cn = std::min(tile_cols, n - c0);
+    gemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(rn),
+         static_cast<int>(cn), static_cast<int>(kk), alpha, a + r0 * lda, static_cast<int>(lda),
+         trans_b ? b + c0 * ldb : b + c0, static_cast<int>(ldb), beta, c + r0 * ldc + c0,
+         static_cast<int>(ldc));
   });
 }
 
@@ -54,6 +64,23 @@ OpenBlasSingleThread::~OpenBlasSingleThread() { openblas_set_num_threads(saved_)
 void SgemmTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool* pool) {
   GemmTiled<float>(m, n, kk, alpha, a, lda, b, ldb, beta, c, ldc, pool, cblas_sgemm);
+}
+
+void SgemmNTTiled(int64_t m, int64_t n, int64_t kk, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc, ThreadPool* pool) {
+  GemmTiled<float>(m, n, kk, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, pool, cblas_sgemm, true,
+                   kNTTileRows, NTTileCols(n));
+}
+
+void SgemvTiled(int64_t m, int64_t kk, const float* a, int64_t lda, const float* x, float* y,
+                ThreadPool* pool) {
+  if (m <= 0) return;
+  OpenBlasSingleThread pin;
+  Run(Tiles(m, kGemvTileRows), pool, [&](int64_t t, int) {
+    const int64_t r0 = t * kGemvTileRows, rn = std::min(kGemvTileRows, m - r0);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rn), static_cast<int>(kk), 1.0f,
+                a + r0 * lda, static_cast<int>(lda), x, 1, 0.0f, y + r0, 1);
+  });
 }
 
 void DgemmTiled(int64_t m, int64_t n, int64_t kk, double alpha, const double* a, int64_t lda,
@@ -87,4 +114,4 @@ void SyrkUpperTransTiled(int64_t k, int64_t rows, const double* x, int64_t ldx, 
   });
 }
 
-}  // namespace sparq::prune_internal
+}  // namespace sparq::blas

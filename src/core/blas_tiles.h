@@ -1,11 +1,12 @@
-// The dense products of src/prune (the Hessian's X^T X, SparseGPT's lazy updates, the quadratic
-// forms of the error report) as a fixed grid of output tiles, each one single-threaded OpenBLAS
-// call, the tiles spread over sparq's ThreadPool.
+// Dense BLAS products as a fixed grid of output tiles, each one single-threaded OpenBLAS call, the
+// tiles spread over sparq's ThreadPool: the dense f32 kernel (src/cpu/blas.cc) and the products of
+// src/prune (the Hessian's X^T X, SparseGPT's lazy updates, the quadratic forms of its report).
 //
 // Why: OpenBLAS splits a call's output between its own threads, and on several kernel families
 // the split changes the bits (Debian's 0.3.21: sgemm with the Haswell and Zen kernels, dgemm and
-// dsyrk with the SkylakeX kernels at k not a multiple of their tile), so a result computed with 2
-// OpenBLAS threads differs from the one computed with 1. Here the grid depends on the shape only
+// dsyrk with the SkylakeX kernels at k not a multiple of their tile; sgemv with 3 threads; small
+// single-threaded sgemms take a "direct" path of their own), so a result computed with 2 OpenBLAS
+// threads differs from the one computed with 1. Here the grid depends on the shape only
 // and every tile runs on one thread, so the bits are the same for any pool size and any OpenBLAS
 // thread count, on every CPU.
 //
@@ -18,7 +19,7 @@
 
 #include "sparq/thread_pool.h"
 
-namespace sparq::prune_internal {
+namespace sparq::blas {
 
 // Pins OpenBLAS to one thread for its lifetime and restores the previous count after.
 class OpenBlasSingleThread {
@@ -36,6 +37,16 @@ class OpenBlasSingleThread {
 // pool may be null (tiles run in order on the calling thread).
 void SgemmTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool* pool);
+
+// Row-major C[m, n] = A[m, kk] * B[n, kk]^T (a weight B stored row per output), on a grid of
+// output tiles chosen from the shape alone (narrower column tiles for narrow C, so a 576-wide
+// layer still gives every thread work).
+void SgemmNTTiled(int64_t m, int64_t n, int64_t kk, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc, ThreadPool* pool);
+
+// y[m] = A[m, kk] x, in blocks of rows.
+void SgemvTiled(int64_t m, int64_t kk, const float* a, int64_t lda, const float* x, float* y,
+                ThreadPool* pool);
 void DgemmTiled(int64_t m, int64_t n, int64_t kk, double alpha, const double* a, int64_t lda,
                 const double* b, int64_t ldb, double beta, double* c, int64_t ldc,
                 ThreadPool* pool);
@@ -45,4 +56,4 @@ void DgemmTiled(int64_t m, int64_t n, int64_t kk, double alpha, const double* a,
 void SyrkUpperTransTiled(int64_t k, int64_t rows, const double* x, int64_t ldx, double* c,
                          int64_t ldc, ThreadPool* pool);
 
-}  // namespace sparq::prune_internal
+}  // namespace sparq::blas
