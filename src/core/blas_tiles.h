@@ -3,12 +3,11 @@
 // src/prune (the Hessian's X^T X, SparseGPT's lazy updates, the quadratic forms of its report).
 //
 // Why: OpenBLAS splits a call's output between its own threads, and on several kernel families
-// the split changes the bits (Debian's 0.3.21: sgemm with the Haswell and Zen kernels, dgemm and
-// dsyrk with the SkylakeX kernels at k not a multiple of their tile; sgemv with 3 threads; small
-// single-threaded sgemms take a "direct" path of their own), so a result computed with 2 OpenBLAS
-// threads differs from the one computed with 1. Here the grid depends on the shape only
-// and every tile runs on one thread, so the bits are the same for any pool size and any OpenBLAS
-// thread count, on every CPU.
+// the split changes the bits (Debian's 0.3.21: sgemm with every kernel family at some shapes,
+// dgemm and dsyrk with the SkylakeX kernels at k not a multiple of their tile, sgemv with 3
+// threads), so a result computed with 2 OpenBLAS threads differs from the one computed with 1. Here
+// the grid depends on the shape only and every tile runs on one thread, so the bits are the same
+// for any pool size and any OpenBLAS thread count, on every CPU.
 //
 // Threads: the calls pin OpenBLAS to one thread for their duration (process-wide; restored after),
 // so a BLAS call made concurrently elsewhere also runs on one thread meanwhile: slower, never

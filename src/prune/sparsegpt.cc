@@ -326,7 +326,7 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
     if (i2 < k) {
       const auto t_update = Clock::now();
       blas::SgemmTiled(m, k - i2, nb, -1.0f, e1.data(), nb, u.data() + i1 * k + i2, k, 1.0f,
-                 w.data() + i2, k, opt.pool);
+                       w.data() + i2, k, opt.pool);
       report->update_seconds += since(t_update);
     }
   }
