@@ -13,13 +13,16 @@
 namespace sparq::cpu {
 
 // Every variant: ROW(name, layout, dtype, mode, tile, best target, worst target, min n, max n, run).
-// A row for one target sits above the generic row it replaces there (the __avx2 rows: RowTileWidth
-// gives the row kernels 64-token tiles of one row x 8 vectors on AVX2 from 64 tokens).
+// A row for one target sits above the generic row it replaces there (the __avx2 rows: the 2:4
+// decode's in-lane window permute, NmWindow; RowTileWidth gives the row kernels 64-token tiles of
+// one row x 8 vectors on AVX2 from 64 tokens).
 // Decode rows come before the tiled rows of their layout: a weight runs decode up to its
 // DecodeMaxN (which differs by target), tiled above. min_n / max_n span every target's limits.
 #define SPARQ_KERNEL_ROWS(ROW)                                                                      \
   ROW(f32_dense_blas, kDenseF32, kF32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX,      \
       RunDenseBlas)                                                                                 \
+  ROW(f32_nm24_decode_4xT__avx2, kNm24, kF32, kDecode, "4xT", HWY_AVX2, HWY_AVX2, 0, 16, RunDecode)     \
+  ROW(bf16_nm24_decode_4xT__avx2, kNm24, kBF16, kDecode, "4xT", HWY_AVX2, HWY_AVX2, 0, 16, RunDecode)   \
   ROW(f32_nm_window_decode_4xT, kNmWindow, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,         \
       RunDecode)                                                                                    \
   ROW(bf16_nm_window_decode_4xT, kNmWindow, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
@@ -85,6 +88,7 @@ const char* LayoutName(KernelLayout layout) {
   switch (layout) {
     case KernelLayout::kDenseF32: return "dense f32";
     case KernelLayout::kNmWindow: return "N:M with m = 2n";
+    case KernelLayout::kNm24: return "2:4";
     case KernelLayout::kNmGather: return "N:M";
     case KernelLayout::kCsr: return "CSR rows";
     case KernelLayout::kRowGroups: return "row groups";
@@ -98,6 +102,7 @@ KernelLayout LayoutOf(const PackedWeight& w) {
   switch (w.kind) {
     case PackedKind::kDenseF32: return KernelLayout::kDenseF32;
     case PackedKind::kNm:
+      if (w.nm.n == 2 && w.nm.m == 4) return KernelLayout::kNm24;
       return w.nm.m == 2 * w.nm.n ? KernelLayout::kNmWindow : KernelLayout::kNmGather;
     case PackedKind::kScg:
       if (w.scg.implicit_cols) return KernelLayout::kDenseBf16;
@@ -105,6 +110,10 @@ KernelLayout LayoutOf(const PackedWeight& w) {
     case PackedKind::kMask: return KernelLayout::kMask;
   }
   return KernelLayout::kDenseF32;
+}
+
+bool LayoutServes(KernelLayout row, KernelLayout w) {
+  return row == w || (row == KernelLayout::kNmWindow && w == KernelLayout::kNm24);
 }
 
 namespace {
@@ -123,7 +132,8 @@ std::string TargetName(int64_t t) { return hwy::TargetName(t); }
 int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
   const DecodeLimits b = DecodeLimitsAt(cfg);
   switch (LayoutOf(w)) {
-    case KernelLayout::kNmWindow: return b.nm_window;
+    case KernelLayout::kNmWindow:
+    case KernelLayout::kNm24: return b.nm_window;
     case KernelLayout::kNmGather: return b.nm_gather;
     case KernelLayout::kCsr: return b.csr;
     case KernelLayout::kRowGroups: return b.groups;
@@ -138,7 +148,7 @@ int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
 std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
                      const KernelConfig& cfg, bool any_n) {
   const KernelLayout layout = LayoutOf(w);
-  if (row.layout != layout) {
+  if (!LayoutServes(row.layout, layout)) {
     return std::string("serves ") + LayoutName(row.layout) + ", the weight is " + LayoutName(layout);
   }
   if (row.dtype != ValueDType(w)) {
@@ -178,7 +188,9 @@ KernelChoice ExplainKernel(const PackedWeight& w, int64_t n, const KernelConfig&
       return out;
     }
     // Rows of other layouts decline by construction: only the weight's own family is news.
-    if (row.layout == LayoutOf(w)) out.declined.emplace_back(&row, std::move(why));
+    if (LayoutServes(row.layout, LayoutOf(w)) || LayoutServes(LayoutOf(w), row.layout)) {
+      out.declined.emplace_back(&row, std::move(why));
+    }
   }
   return out;
 }
@@ -189,7 +201,7 @@ const KernelRow& ChooseKernel(const PackedWeight& w, int64_t n, const KernelConf
   const DType dtype = ValueDType(w);
   const int64_t limit = DecodeMaxN(w, cfg);
   for (const KernelRow& row : KernelTable()) {
-    if (row.layout != layout || row.dtype != dtype || cfg.target < row.best ||
+    if (!LayoutServes(row.layout, layout) || row.dtype != dtype || cfg.target < row.best ||
         cfg.target > row.worst || n < row.min_n || n > row.max_n) {
       continue;
     }

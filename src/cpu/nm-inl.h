@@ -73,14 +73,52 @@ HWY_INLINE hn::Vec<DI> NmPermIndices(const uint32_t* words, const NmLaneTables& 
 }
 
 
+// The X window of a permute decode at column wcol: two vectors covering [wcol, wcol + 2L).
+// kHalves (2:4 on AVX2, L = 8): lanes 2g and 2g + 1 read columns [4g, 4g + 4), so the window is
+// cut as lo = [x0..3 | x8..11], hi = [x4..7 | x12..15]; each lane's four candidates then sit in
+// its own 128-bit half of lo (lanes 0, 1, 4, 5) or hi (2, 3, 6, 7), and NmPermute needs only
+// in-lane vpermilps, which read an index's low 2 bits (no mask, no base: NmShiftedWords as it is),
+// and an immediate blend, where Permute2 takes NmPermIndices' base and mask, two cross-lane vpermps
+// and a variable blend.
+template <bool kHalves>
+HWY_INLINE void NmWindow(const float* x, int32_t wcol, hn::Vec<DF>& lo, hn::Vec<DF>& hi) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (kHalves) {
+    lo = hn::Vec<DF>{_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(x + wcol)),
+                                          _mm_loadu_ps(x + wcol + 8), 1)};
+    hi = hn::Vec<DF>{_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(x + wcol + 4)),
+                                          _mm_loadu_ps(x + wcol + 12), 1)};
+    return;
+  }
+#endif
+  static_assert(!kHalves || HWY_TARGET == HWY_AVX2, "the halves window is AVX2's");
+  const DF df;
+  lo = hn::LoadU(df, x + wcol);
+  hi = hn::LoadU(df, x + wcol + hn::Lanes(df));
+}
+
+// Lane j of the window (lo, hi) that its decoded index selects (NmPermIndices / NmShiftedWords).
+template <bool kHalves>
+HWY_INLINE hn::Vec<DF> NmPermute(hn::Vec<DF> lo, hn::Vec<DF> hi, hn::Vec<DI> idx) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (kHalves) {
+    return hn::Vec<DF>{_mm256_blend_ps(_mm256_permutevar_ps(lo.raw, idx.raw),
+                                       _mm256_permutevar_ps(hi.raw, idx.raw), 0xCC)};
+  }
+#endif
+  return Permute2(DF(), lo, hi, idx);
+}
+
+
 // Decode, N:M: raw[t][r - r0] = sum over kept weights of row r times xpad[t] (k_pad floats, zero
 // beyond cols). R rows run in lockstep (R weight streams, and one X window serves all R rows), over
 // T tokens [t0, t0 + T) at once (each row's decoded positions and values serve all T tokens).
 // kPerm (m == 2n, L % n == 0): the L kept values of a vector come from a window of 2L columns,
 // so X is loaded as two vectors and permuted by the decoded positions (one vpermt2ps on AVX-512)
-// instead of gathered; otherwise X is gathered. Each (row, token) sum runs in the same order
-// whatever T is, so the token blocking changes no bits.
-template <int kBits, bool kBf16, bool kPerm, int R, int T>
+// instead of gathered; otherwise X is gathered. kHalves: the 2:4 window of AVX2 (NmWindow). Each
+// (row, token) sum runs in the same order whatever T is, so the token blocking changes no bits;
+// kHalves selects the same X lanes as Permute2, so it changes none either.
+template <int kBits, bool kBf16, bool kPerm, bool kHalves, int R, int T>
 HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
                              int64_t t0, int64_t r, int64_t r0, int64_t r1, float* raw) {
   static_assert(R >= 1 && R <= 4 && T >= 1 && T <= 4);
@@ -119,11 +157,8 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
       hn::Vec<DF> xlo0, xhi0, xlo1, xhi1, xlo2, xhi2, xlo3, xhi3;
       if constexpr (kPerm) {
         const int32_t wcol = col0 + static_cast<int32_t>(2 * p * L);
-#define SPARQ_NM_WINDOW(t)                   \
-  if constexpr (T > t) {                     \
-    xlo##t = hn::LoadU(df, x##t + wcol);     \
-    xhi##t = hn::LoadU(df, x##t + wcol + L); \
-  }
+#define SPARQ_NM_WINDOW(t) \
+  if constexpr (T > t) NmWindow<kHalves>(x##t, wcol, xlo##t, xhi##t);
         SPARQ_NM_WINDOW(0)
         SPARQ_NM_WINDOW(1)
         SPARQ_NM_WINDOW(2)
@@ -132,13 +167,15 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
       }
 #define SPARQ_NM_TOKEN(q, t)                                                                      \
   if constexpr (T > t) {                                                                          \
-    const auto xv = kPerm ? Permute2(df, xlo##t, xhi##t, cols) : hn::GatherIndex(df, x##t, cols); \
+    const auto xv = kPerm ? NmPermute<kHalves>(xlo##t, xhi##t, cols) : hn::GatherIndex(df, x##t, cols); \
     a##q##t = hn::MulAdd(v, xv, a##q##t);                                                         \
   }
 #define SPARQ_NM_ROW(q)                                                                          \
   if constexpr (R > q) {                                                                         \
-    const auto cols = kPerm ? NmPermIndices<kBits>(meta + (q * w.chunks + c) * words, tab, p)    \
-                            : NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p, col0); \
+    const uint32_t* qw = meta + (q * w.chunks + c) * words;                                      \
+    const auto cols = kHalves ? hn::BitCast(hn::RebindToSigned<DF>(), NmShiftedWords<kBits>(qw, tab, p)) \
+                      : kPerm ? NmPermIndices<kBits>(qw, tab, p)                                 \
+                              : NmColumns<kBits>(qw, tab, p, col0);                              \
     const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);     \
     SPARQ_NM_TOKEN(q, 0)                                                                         \
     SPARQ_NM_TOKEN(q, 1)                                                                         \
@@ -172,28 +209,28 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
 // Tokens per pass of the N:M decode: R * T accumulators, plus T two-vector X windows.
 inline constexpr int kNmDecodeTokens = kMaxAcc >= 16 ? 4 : 2;
 
-template <int kBits, bool kBf16, bool kPerm, int R>
+template <int kBits, bool kBf16, bool kPerm, bool kHalves, int R>
 HWY_INLINE void NmDecodeRowTokens(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
                                   int64_t n, int64_t r, int64_t r0, int64_t r1, float* raw) {
   constexpr int T = kNmDecodeTokens;
   int64_t t = 0;
   for (; t + T <= n; t += T)
-    NmDecodeRows<kBits, kBf16, kPerm, R, T>(w, tab, xpad, t, r, r0, r1, raw);
+    NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, T>(w, tab, xpad, t, r, r0, r1, raw);
   if constexpr (T > 2) {
     for (; t + 2 <= n; t += 2)
-      NmDecodeRows<kBits, kBf16, kPerm, R, 2>(w, tab, xpad, t, r, r0, r1, raw);
+      NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, 2>(w, tab, xpad, t, r, r0, r1, raw);
   }
-  for (; t < n; ++t) NmDecodeRows<kBits, kBf16, kPerm, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
+  for (; t < n; ++t) NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
 }
 
-template <int kBits, bool kBf16, bool kPerm>
+template <int kBits, bool kBf16, bool kPerm, bool kHalves>
 HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, int64_t r0,
                                int64_t r1, float* raw) {
   const NmLaneTables tab(w.n, w.m, w.bits);
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4)
-    NmDecodeRowTokens<kBits, kBf16, kPerm, 4>(w, tab, xpad, n, r, r0, r1, raw);
-  for (; r < r1; ++r) NmDecodeRowTokens<kBits, kBf16, kPerm, 1>(w, tab, xpad, n, r, r0, r1, raw);
+    NmDecodeRowTokens<kBits, kBf16, kPerm, kHalves, 4>(w, tab, xpad, n, r, r0, r1, raw);
+  for (; r < r1; ++r) NmDecodeRowTokens<kBits, kBf16, kPerm, kHalves, 1>(w, tab, xpad, n, r, r0, r1, raw);
 }
 
 

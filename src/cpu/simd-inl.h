@@ -81,6 +81,13 @@ HWY_INLINE hn::Vec<DF> Permute2(DF d, hn::Vec<DF> lo, hn::Vec<DF> hi, hn::Vec<DI
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   (void)d;
   return hn::Vec<DF>{_mm512_permutex2var_ps(lo.raw, idx.raw, hi.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  // vpermps reads only an index's low 3 bits and vblendvps only a lane's sign bit, so bit 3 (the
+  // table) shifted to bit 31 is the whole select: no masks, no compare.
+  (void)d;
+  const __m256 a = _mm256_permutevar8x32_ps(lo.raw, idx.raw);
+  const __m256 b = _mm256_permutevar8x32_ps(hi.raw, idx.raw);
+  return hn::Vec<DF>{_mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx.raw, 28)))};
 #else
   const DI di;
   const int32_t L = static_cast<int32_t>(hn::Lanes(d));

@@ -101,24 +101,34 @@ HWY_INLINE void WithRowNv(int64_t nv, Fn&& fn) {
   }
 }
 
+// The table's 2:4 decode row of AVX2 (f32_nm24_decode_4xT__avx2): the halves window (NmWindow).
+inline constexpr bool kNmHalvesTarget = HWY_TARGET == HWY_AVX2;
+
 inline void NmDecode(const NmWeight& w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
                      float* raw) {
   const bool bf = w.value_dtype == DType::kBF16;
   const bool perm = w.m == 2 * w.n && hn::Lanes(DF()) % w.n == 0;
+  if constexpr (kNmHalvesTarget) {
+    if (w.bits == 2 && w.n == 2 && w.m == 4) {
+      bf ? NmDecodeImpl<2, true, true, kNmHalvesTarget>(w, xpad, n, r0, r1, raw)
+         : NmDecodeImpl<2, false, true, kNmHalvesTarget>(w, xpad, n, r0, r1, raw);
+      return;
+    }
+  }
   if (w.bits == 2) {
     if (perm) {
-      bf ? NmDecodeImpl<2, true, true>(w, xpad, n, r0, r1, raw)
-         : NmDecodeImpl<2, false, true>(w, xpad, n, r0, r1, raw);
+      bf ? NmDecodeImpl<2, true, true, false>(w, xpad, n, r0, r1, raw)
+         : NmDecodeImpl<2, false, true, false>(w, xpad, n, r0, r1, raw);
     } else {
-      bf ? NmDecodeImpl<2, true, false>(w, xpad, n, r0, r1, raw)
-         : NmDecodeImpl<2, false, false>(w, xpad, n, r0, r1, raw);
+      bf ? NmDecodeImpl<2, true, false, false>(w, xpad, n, r0, r1, raw)
+         : NmDecodeImpl<2, false, false, false>(w, xpad, n, r0, r1, raw);
     }
   } else if (perm) {
-    bf ? NmDecodeImpl<4, true, true>(w, xpad, n, r0, r1, raw)
-       : NmDecodeImpl<4, false, true>(w, xpad, n, r0, r1, raw);
+    bf ? NmDecodeImpl<4, true, true, false>(w, xpad, n, r0, r1, raw)
+       : NmDecodeImpl<4, false, true, false>(w, xpad, n, r0, r1, raw);
   } else {
-    bf ? NmDecodeImpl<4, true, false>(w, xpad, n, r0, r1, raw)
-       : NmDecodeImpl<4, false, false>(w, xpad, n, r0, r1, raw);
+    bf ? NmDecodeImpl<4, true, false, false>(w, xpad, n, r0, r1, raw)
+       : NmDecodeImpl<4, false, false, false>(w, xpad, n, r0, r1, raw);
   }
 }
 

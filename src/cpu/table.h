@@ -28,7 +28,8 @@ enum class KernelMode : uint8_t { kBlas, kDecode, kTiled };
 // The layout a row serves, finer than PackedKind (the packed form of each family).
 enum class KernelLayout : uint8_t {
   kDenseF32,   // kDenseF32 (OpenBLAS)
-  kNmWindow,   // kNm with m = 2n (2:4, 4:8): X windows permuted
+  kNmWindow,   // kNm with m = 2n (2:4, 4:8): X windows permuted; its rows serve kNm24 too
+  kNm24,       // kNm 2:4 (a kNmWindow weight), for rows written for 2:4 only
   kNmGather,   // other kNm (1:4, 2:8, ...): X gathered
   kCsr,        // kScg, groups of one row with explicit columns
   kRowGroups,  // kScg, groups of 2-4 rows sharing columns (V:N:M, BSR)
@@ -37,6 +38,8 @@ enum class KernelLayout : uint8_t {
 };
 const char* LayoutName(KernelLayout layout);
 KernelLayout LayoutOf(const PackedWeight& w);
+// A row of layout `row` serves weights of layout `w`: the same, or a case of it (kNm24 of kNmWindow).
+bool LayoutServes(KernelLayout row, KernelLayout w);
 
 using KernelRun = void (*)(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
 

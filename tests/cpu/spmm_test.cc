@@ -588,8 +588,11 @@ TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
   EXPECT_EQ(lw->rows(), m);
   EXPECT_EQ(lw->cols(), k);
   EXPECT_EQ(lw->weight_bytes(), uint64_t(m) * 32 * 4 + uint64_t(m) * 2 * 4);  // values + meta
-  EXPECT_EQ(lw->kernel_name(1), "f32_nm_window_decode_4xT(nm 2:4 f32)");
-  // AVX2 runs 64-token tiles of one row (its own table row); the other targets the generic row.
+  // AVX2 decodes 2:4 with its in-lane window permute and runs 64-token tiles of one row (rows of
+  // their own); the other targets the generic rows.
+  EXPECT_EQ(lw->kernel_name(1), lw->config().target == HWY_AVX2
+                                    ? "f32_nm24_decode_4xT__avx2(nm 2:4 f32)"
+                                    : "f32_nm_window_decode_4xT(nm 2:4 f32)");
   EXPECT_EQ(lw->kernel_name(512), lw->config().target == HWY_AVX2
                                       ? "f32_nm_window_tiled_1x8__avx2(nm 2:4 f32)"
                                       : "f32_nm_window_tiled_4xNV(nm 2:4 f32)");
