@@ -167,13 +167,14 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
       }
 #define SPARQ_NM_TOKEN(q, t)                                                                      \
   if constexpr (T > t) {                                                                          \
-    const auto xv = kPerm ? NmPermute<kHalves>(xlo##t, xhi##t, cols) : hn::GatherIndex(df, x##t, cols); \
+    const auto xv = kPerm ? NmPermute<kHalves>(xlo##t, xhi##t, cols)                               \
+                          : hn::GatherIndex(df, x##t, cols);                                      \
     a##q##t = hn::MulAdd(v, xv, a##q##t);                                                         \
   }
 #define SPARQ_NM_ROW(q)                                                                          \
   if constexpr (R > q) {                                                                         \
     const uint32_t* qw = meta + (q * w.chunks + c) * words;                                      \
-    const auto cols = kHalves ? hn::BitCast(hn::RebindToSigned<DF>(), NmShiftedWords<kBits>(qw, tab, p)) \
+    const auto cols = kHalves ? hn::BitCast(DI(), NmShiftedWords<kBits>(qw, tab, p))              \
                       : kPerm ? NmPermIndices<kBits>(qw, tab, p)                                 \
                               : NmColumns<kBits>(qw, tab, p, col0);                              \
     const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);     \
@@ -220,7 +221,9 @@ HWY_INLINE void NmDecodeRowTokens(const NmWeight& w, const NmLaneTables& tab, co
     for (; t + 2 <= n; t += 2)
       NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, 2>(w, tab, xpad, t, r, r0, r1, raw);
   }
-  for (; t < n; ++t) NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
+  for (; t < n; ++t) {
+    NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
+  }
 }
 
 template <int kBits, bool kBf16, bool kPerm, bool kHalves>
@@ -230,7 +233,9 @@ HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, 
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4)
     NmDecodeRowTokens<kBits, kBf16, kPerm, kHalves, 4>(w, tab, xpad, n, r, r0, r1, raw);
-  for (; r < r1; ++r) NmDecodeRowTokens<kBits, kBf16, kPerm, kHalves, 1>(w, tab, xpad, n, r, r0, r1, raw);
+  for (; r < r1; ++r) {
+    NmDecodeRowTokens<kBits, kBf16, kPerm, kHalves, 1>(w, tab, xpad, n, r, r0, r1, raw);
+  }
 }
 
 

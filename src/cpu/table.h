@@ -38,7 +38,8 @@ enum class KernelLayout : uint8_t {
 };
 const char* LayoutName(KernelLayout layout);
 KernelLayout LayoutOf(const PackedWeight& w);
-// A row of layout `row` serves weights of layout `w`: the same, or a case of it (kNm24 of kNmWindow).
+// A row of layout `row` serves weights of layout `w`: the same, or a case of it (kNm24 is a case
+// of kNmWindow).
 bool LayoutServes(KernelLayout row, KernelLayout w);
 
 using KernelRun = void (*)(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
