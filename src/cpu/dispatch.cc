@@ -15,7 +15,8 @@ namespace sparq::cpu {
 // Every variant: ROW(name, layout, dtype, mode, tile, best target, worst target, min n, max n, run).
 // A row for one target sits above the generic row it replaces there (the __avx2 rows: the 2:4
 // decode's in-lane window permute, NmWindow; RowTileWidth gives the row kernels 64-token tiles of
-// one row x 8 vectors on AVX2 from 64 tokens).
+// one row x 8 vectors on AVX2 from 64 tokens; TiledNv gives 4-row groups 3 vectors from 48
+// tokens, kGroupTile4x3).
 // Decode rows come before the tiled rows of their layout: a weight runs decode up to its
 // DecodeMaxN (which differs by target), tiled above. min_n / max_n span every target's limits.
 #define SPARQ_KERNEL_ROWS(ROW)                                                                      \
@@ -56,12 +57,18 @@ namespace sparq::cpu {
       RunDecode)                                                                                    \
   ROW(bf16_rowgroups_decode_Gx1, kRowGroups, kBF16, kDecode, "Gx1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,      \
       RunDecode)                                                                                    \
+  ROW(f32_rowgroups_tiled_4x3__avx2, kRowGroups4, kF32, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,     \
+      INT64_MAX, RunScgTiled)                                                                       \
+  ROW(bf16_rowgroups_tiled_4x3__avx2, kRowGroups4, kBF16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,   \
+      INT64_MAX, RunScgTiled)                                                                       \
   ROW(f32_rowgroups_tiled_GxNV, kRowGroups, kF32, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, \
       RunScgTiled)                                                                                  \
   ROW(bf16_rowgroups_tiled_GxNV, kRowGroups, kBF16, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2,          \
       INT64_MAX, RunScgTiled)                                                                       \
   ROW(bf16_dense_decode_4x1, kDenseBf16, kBF16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,          \
       RunDecode)                                                                                    \
+  ROW(bf16_dense_tiled_4x3__avx2, kDenseBf16, kBF16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,       \
+      INT64_MAX, RunScgTiled)                                                                       \
   ROW(bf16_dense_tiled_4xNV, kDenseBf16, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,   \
       RunScgTiled)                                                                                  \
   ROW(f32_mask_decode_4xT, kMask, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)       \
@@ -92,6 +99,7 @@ const char* LayoutName(KernelLayout layout) {
     case KernelLayout::kNmGather: return "N:M";
     case KernelLayout::kCsr: return "CSR rows";
     case KernelLayout::kRowGroups: return "row groups";
+    case KernelLayout::kRowGroups4: return "row groups of 4";
     case KernelLayout::kDenseBf16: return "dense bf16";
     case KernelLayout::kMask: return "bit mask";
   }
@@ -106,14 +114,16 @@ KernelLayout LayoutOf(const PackedWeight& w) {
       return w.nm.m == 2 * w.nm.n ? KernelLayout::kNmWindow : KernelLayout::kNmGather;
     case PackedKind::kScg:
       if (w.scg.implicit_cols) return KernelLayout::kDenseBf16;
-      return w.scg.g == 1 ? KernelLayout::kCsr : KernelLayout::kRowGroups;
+      if (w.scg.g == 1) return KernelLayout::kCsr;
+      return w.scg.g == 4 ? KernelLayout::kRowGroups4 : KernelLayout::kRowGroups;
     case PackedKind::kMask: return KernelLayout::kMask;
   }
   return KernelLayout::kDenseF32;
 }
 
 bool LayoutServes(KernelLayout row, KernelLayout w) {
-  return row == w || (row == KernelLayout::kNmWindow && w == KernelLayout::kNm24);
+  return row == w || (row == KernelLayout::kNmWindow && w == KernelLayout::kNm24) ||
+         (row == KernelLayout::kRowGroups && w == KernelLayout::kRowGroups4);
 }
 
 namespace {
@@ -136,7 +146,8 @@ int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
     case KernelLayout::kNm24: return b.nm_window;
     case KernelLayout::kNmGather: return b.nm_gather;
     case KernelLayout::kCsr: return b.csr;
-    case KernelLayout::kRowGroups: return b.groups;
+    case KernelLayout::kRowGroups:
+    case KernelLayout::kRowGroups4: return b.groups;
     case KernelLayout::kDenseBf16: return b.dense_bf16;
     case KernelLayout::kMask:  // denser than 40%, or sparser
       return 10 * w.stored >= 4 * w.rows * w.cols ? b.mask : b.sparse_mask;

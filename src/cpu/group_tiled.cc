@@ -41,7 +41,10 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // Tile-outer, the columns a row touches are scattered over the whole X^T tile, so the tile must
   // stay in L2 beside the streamed weights: narrower tiles (fewer tokens) when it would not.
   const int64_t lanes = TileWidthAt(c, 1, 1);
-  while (tile_outer && nt > lanes && w.cols * nt * 4 > c.xt_tile_bytes) nt /= 2;
+  // (Whole vectors: AVX2's 3-vector group tiles step down to 2.)
+  while (tile_outer && nt > lanes && w.cols * nt * 4 > c.xt_tile_bytes) {
+    nt = nt % (2 * lanes) == 0 ? nt / 2 : nt - lanes;
+  }
   const int64_t tiles = CeilDiv(a.n, nt);
   // Task-outer re-reads each task's weights once per token tile: from L2 only if they fit beside
   // the X^T tile. Where the X^T tile fits L2 but 64 tasks' weights do not (11008x4096 V:N:M), cut

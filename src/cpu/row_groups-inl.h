@@ -170,6 +170,27 @@ HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const 
   SPARQ_FOR_QV(SPARQ_ACC_LOAD);
   // The loop once per index type (w.Col's checks are not hoisted out of it by the compiler).
   auto run = [&](auto col) HWY_ATTR {
+    if constexpr (kGroupTile4x3 && G == 4 && NV == 3) {
+      // Each row's broadcast just before its FMAs: with the four broadcasts first (the loop
+      // below) GCC keeps them all live and spills three of the 12 accumulators.
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* xp = xt + col(p) * NT;
+        const auto x0 = hn::LoadU(df, xp);
+        const auto x1 = hn::LoadU(df, xp + L);
+        const auto x2 = hn::LoadU(df, xp + 2 * L);
+        auto row = [&](int q, auto& b0, auto& b1, auto& b2) HWY_ATTR {
+          const auto wq = hn::Set(df, ScalarValue<kBf16>(vals, p * G + q));
+          b0 = hn::MulAdd(wq, x0, b0);
+          b1 = hn::MulAdd(wq, x1, b1);
+          b2 = hn::MulAdd(wq, x2, b2);
+        };
+        row(0, a00, a01, a02);
+        row(1, a10, a11, a12);
+        row(2, a20, a21, a22);
+        row(3, a30, a31, a32);
+      }
+      return;
+    }
     for (int64_t p = p0; p < p1; ++p) {
       const float* xp = xt + col(p) * NT;
       const auto x0 = hn::LoadU(df, xp);

@@ -36,6 +36,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Vectors per token tile for a group of g rows and n tokens: as few as cover n (1, 2 or 4), at
 // most what the registers hold (g * NV accumulators).
 inline int TiledNv(int g, int64_t n) {
+  if (kGroupTile4x3 && g == 4 && n >= kGroupTile4x3MinN) return 3;
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int max_nv = std::max(1, std::min(4, kMaxAcc / g));
   const int need = n <= L ? 1 : n <= 2 * L ? 2 : 4;
@@ -183,7 +184,7 @@ inline void MaskTiled(const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1, c
 template <int G, int NV>
 HWY_INLINE void ScgTiledGN(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
                            const ScgBlock& blk, float* scratch, const XtNext& next) {
-  if constexpr (G * NV <= kMaxAcc || NV == 1) {
+  if constexpr (G * NV <= kMaxAcc || NV == 1 || (kGroupTile4x3 && G == 4 && NV == 3)) {
     if (w.value_dtype == DType::kBF16) {
       ScgTiledImpl<G, NV, true>(w, g0, g1, xt, blk, scratch, next);
     } else {
@@ -199,6 +200,8 @@ HWY_INLINE void ScgTiledG(const ScgWeight& w, int nv, int64_t g0, int64_t g1, co
     ScgTiledGN<G, 1>(w, g0, g1, xt, blk, scratch, next);
   } else if (nv == 2) {
     ScgTiledGN<G, 2>(w, g0, g1, xt, blk, scratch, next);
+  } else if (nv == 3) {
+    ScgTiledGN<G, 3>(w, g0, g1, xt, blk, scratch, next);
   } else {
     ScgTiledGN<G, 4>(w, g0, g1, xt, blk, scratch, next);
   }

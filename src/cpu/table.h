@@ -32,14 +32,15 @@ enum class KernelLayout : uint8_t {
   kNm24,       // kNm 2:4 (a kNmWindow weight), for rows written for 2:4 only
   kNmGather,   // other kNm (1:4, 2:8, ...): X gathered
   kCsr,        // kScg, groups of one row with explicit columns
-  kRowGroups,  // kScg, groups of 2-4 rows sharing columns (V:N:M, BSR)
+  kRowGroups,  // kScg, groups of 2-4 rows sharing columns (V:N:M, BSR); its rows serve kRowGroups4
+  kRowGroups4, // kScg, groups of 4 rows (a kRowGroups weight), for rows written for 4-row groups
   kDenseBf16,  // kScg with implicit columns (dense bf16 rows)
   kMask,       // kMask
 };
 const char* LayoutName(KernelLayout layout);
 KernelLayout LayoutOf(const PackedWeight& w);
 // A row of layout `row` serves weights of layout `w`: the same, or a case of it (kNm24 is a case
-// of kNmWindow).
+// of kNmWindow, kRowGroups4 of kRowGroups).
 bool LayoutServes(KernelLayout row, KernelLayout w);
 
 using KernelRun = void (*)(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);

@@ -695,6 +695,33 @@ TEST(SpmmTest, DispatchSwitchesFromDecodeToTiledByLayout) {
   EXPECT_GE(targets_run, 2);
 }
 
+// AVX2's 4x3 row-group tiles (kGroupTile4x3) are chosen for groups of 4 rows from 48 tokens, and
+// the tile width the kernel runs (3 vectors) is the one the row names; groups of 2 rows and the
+// other targets keep the generic rows.
+TEST(SpmmTest, Avx2RowGroupTilesOfFourFrom48Tokens) {
+  const Case cases[] = {{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
+                        {FormatKind::kBsr, "block:16x16:0.7", DType::kBF16},
+                        {FormatKind::kDense, "dense", DType::kBF16},
+                        {FormatKind::kBsr, "block:2x3:0.5", DType::kF32}};
+  int targets_run = 0;
+  ForEachTarget([&](const std::string& target) {
+    ++targets_run;
+    const bool avx2 = Cfg().target == HWY_AVX2;
+    for (const Case& c : cases) {
+      const Built b = Build(c, 64, 128, 91);
+      const int g = b.packed.scg.g;
+      for (int64_t n : {47, 48, 512}) {
+        const std::string name = cpu::ChooseKernel(b.packed, n, Cfg()).name;
+        const bool want = avx2 && g == 4 && n >= 48;
+        EXPECT_EQ(name.find("_tiled_4x3__avx2") != std::string::npos, want)
+            << target << " " << Name(c) << " n=" << n << ": " << name;
+        if (want) EXPECT_EQ(cpu::TileWidthAt(Cfg(), g, n), 24) << target << " " << Name(c);
+      }
+    }
+  });
+  EXPECT_GE(targets_run, 2);
+}
+
 // Three LinearWeights of cases c[i], rows[i] x cols[i], seeded seed + i, and their values
 // densified.
 void BuildLinears(const Case (&c)[3], const int64_t* rows, const int64_t* cols, uint64_t seed,
