@@ -41,6 +41,9 @@ BenchRegistrar machine("machine",
                        "bandwidth (1 and 2 threads)",
                        [](CLI::App& sub) -> RunFn {
                          return []() -> Status {
+                           // The limits of the kernels' target (--max-isa caps both).
+                           std::printf("isa: %s\n",
+                                       KernelConfig::Default().target_name().c_str());
                            for (int t : {1, 2}) {
                              std::printf(
                                  "threads %d: peak FMA %.1f GFLOP/s (%.1f with one L1 load "

@@ -3,10 +3,14 @@
 
 #include <cstdint>
 
+#include "sparq/kernel_config.h"
+
 namespace sparq::cpu {
 
+// The Measure* limits run on the target of `cfg` (its vectors), as the kernels they bound do: under
+// `--max-isa AVX2` an AVX-512 host's limits are those of its AVX2 code.
 // Best of 3 runs of an FMA-only loop on `threads` threads (GFLOP/s, f32, 2 flops per FMA lane).
-double MeasurePeakFmaGflops(int threads);
+double MeasurePeakFmaGflops(int threads, const KernelConfig& cfg = KernelConfig::Default());
 
 // The FMA loop's chains: chain i starts at FmaChainStart(i) and steps a <- a * kFmaMul + kFmaAdd.
 inline constexpr float kFmaMul = 0.999999f;
@@ -19,7 +23,7 @@ double FmaLoop(int64_t iters, int64_t* flops, int* chains);
 // kernel whose every FMA needs its own load. On this project's AVX-512 host it measured about 70%
 // of MeasurePeakFmaGflops (175 of 245 GFLOP/s on one thread, 2026-12-01): vector loads, not
 // FMAs, are then the limit.
-double MeasureLoadFmaGflops(int threads);
+double MeasureLoadFmaGflops(int threads, const KernelConfig& cfg = KernelConfig::Default());
 // Its buffer: kLoadFmaBlocks blocks of one vector per chain (16 KiB with 16 chains of 16 lanes).
 inline constexpr int kLoadFmaBlocks = 16;
 // Every lane of block b's vector for chain j.
@@ -31,7 +35,8 @@ constexpr float LoadFmaValue(int b, int j) {
 // FmaLoop.
 double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains);
 // Best of 5 sums over `bytes` (split across `threads` threads) in GB/s.
-double MeasureReadGbps(int threads, int64_t bytes);
+double MeasureReadGbps(int threads, int64_t bytes,
+                       const KernelConfig& cfg = KernelConfig::Default());
 
 }  // namespace sparq::cpu
 

@@ -161,11 +161,12 @@ double BestFmaGflops(int threads, const Loop& loop) {
   return best;
 }
 
-double MeasurePeakFmaGflops(int threads) {
+double MeasurePeakFmaGflops(int threads, const KernelConfig& cfg) {
   const int64_t iters = 20'000'000;
+  const auto loop = HWY_DISPATCH_TABLE(FmaLoopT)[cfg.dispatch_index];
   return BestFmaGflops(threads, [&](int, int64_t* flops) {
     int chains = 0;
-    return HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, flops, &chains);
+    return loop(iters, flops, &chains);
   });
 }
 
@@ -174,17 +175,18 @@ double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains) {
   return HWY_DYNAMIC_DISPATCH(LoadFmaLoopT)(buf.get(), iters, flops, chains);
 }
 
-double MeasureLoadFmaGflops(int threads) {
+double MeasureLoadFmaGflops(int threads, const KernelConfig& cfg) {
   const int64_t iters = 20'000'000;
   std::vector<hwy::AlignedFreeUniquePtr<float[]>> bufs;
   for (int t = 0; t < threads; ++t) bufs.push_back(hwy::AllocateAligned<float>(kLoadFmaFloats));
+  const auto loop = HWY_DISPATCH_TABLE(LoadFmaLoopT)[cfg.dispatch_index];
   return BestFmaGflops(threads, [&](int t, int64_t* flops) {
     int chains = 0;
-    return HWY_DYNAMIC_DISPATCH(LoadFmaLoopT)(bufs[t].get(), iters, flops, &chains);
+    return loop(bufs[t].get(), iters, flops, &chains);
   });
 }
 
-double MeasureReadGbps(int threads, int64_t bytes) {
+double MeasureReadGbps(int threads, int64_t bytes, const KernelConfig& cfg) {
   const int64_t per = bytes / 4 / threads;
   std::vector<hwy::AlignedFreeUniquePtr<float[]>> bufs;
   for (int t = 0; t < threads; ++t) {
@@ -195,7 +197,7 @@ double MeasureReadGbps(int threads, int64_t bytes) {
   std::vector<double> sink(threads);
   for (int rep = 0; rep < 5; ++rep) {
     const double s = RunOnThreads(threads, [&](int t) {
-      sink[t] = HWY_DYNAMIC_DISPATCH(SumT)(bufs[t].get(), per);
+      sink[t] = HWY_DISPATCH_TABLE(SumT)[cfg.dispatch_index](bufs[t].get(), per);
     });
     best = std::max(best, per * 4.0 * threads / s * 1e-9);
   }

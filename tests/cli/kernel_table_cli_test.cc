@@ -53,6 +53,15 @@ TEST(KernelTableCliTest, MaxIsaRunsAndNamesTheCappedTarget) {
   EXPECT_EQ(old[0]["isa"], "SSE4") << old[0];
 }
 
+// The machine limits run on the capped target too (the kernels' fractions of them compare like
+// with like): `bench machine` names the target it measured.
+TEST(KernelTableCliTest, MachineLimitsRunOnTheCappedTarget) {
+  std::string out, err;
+  ASSERT_EQ(RunCli("--max-isa SSE4 bench machine", &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("isa: SSE4\n")) << out;
+  EXPECT_THAT(out, HasSubstr("threads 2: peak FMA")) << out;
+}
+
 TEST(KernelTableCliTest, UnknownMaxIsaIsAnErrorNamingIt) {
   std::string out, err;
   EXPECT_EQ(RunCli("--max-isa AVX9000 bench machine", &out, &err), 1);
