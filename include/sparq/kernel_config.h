@@ -40,8 +40,12 @@ struct KernelConfig {
   CpuInfo cpu;
   // X^T tile budget of the tile-outer order: three quarters of L2 (1 MiB where L2 is unknown).
   int64_t xt_tile_bytes = int64_t{1} << 20;
-  // X^T slice of one k block of the tiled kernels: stays in L1 beside the weights.
+  // X^T slice of one k block of the row-group tiled kernels (V:N:M, BSR, CSR, dense bf16): stays
+  // in L1 beside the weights.
   int64_t xt_block_bytes = 16 * 1024;
+  // The same for the N:M and bit-mask row kernels (FromMachine: two thirds of L1 rounded down to a
+  // power of two; 16 KiB where L1 is unknown).
+  int64_t row_xt_block_bytes = 16 * 1024;
   // Prefetch of the next k block's X^T slice where it pays (prefetch.h); false: never.
   bool xt_prefetch = true;
   CsrLayout csr_layout = CsrLayout::kAuto;

@@ -119,8 +119,9 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
         blk.stream = stream_w;
         blk.pb = starts + b * stride + g0;
         blk.pe = starts + (b + 1) * stride + g0;
-        const XtNext next = NextXtSlice(c, pf, xt, w.cols, nt, tile - tile0, tile1 - tile0,
-                                        std::min(w.cols, (b + 1) * kb), w.cols, kb, 1);
+        const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile - tile0, tile1 - tile0,
+                                        std::min(w.cols, (b + 1) * kb), w.cols, kb, 1,
+                                        c.xt_block_bytes);
         ScgTiledAt(c, w, nt, g0, g1, xtt, blk, scratch, next);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows,

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #if HWY_ARCH_X86
@@ -81,6 +82,15 @@ Result<KernelConfig> KernelConfig::FromMachine(const std::string& max_isa) {
   c.cpu = DetectCpu();
   if (c.cpu.l2_bytes > 0) {
     c.xt_tile_bytes = std::clamp<int64_t>(c.cpu.l2_bytes / 4 * 3, 128 << 10, 16 << 20);
+  }
+  // The row kernels' k blocks take two thirds of L1 for their X^T slice, rounded down to a power
+  // of two: 16 KiB of a 32 KiB L1 as before, 32 KiB of a 48 KiB one, where the wider blocks halve
+  // the accumulator reloads per kept weight; the row-group kernels measured no better with them
+  // (docs/kernels.md). The bits do not depend on the block size.
+  if (c.cpu.l1d_bytes > 0) {
+    const uint64_t two_thirds = static_cast<uint64_t>(c.cpu.l1d_bytes) * 2 / 3;
+    c.row_xt_block_bytes =
+        std::max<int64_t>(8 << 10, static_cast<int64_t>(std::bit_floor(two_thirds)));
   }
   int64_t cap = 0;
   if (!max_isa.empty()) {

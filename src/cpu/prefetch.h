@@ -22,10 +22,10 @@ inline bool XtPrefetchWorthIt(const KernelConfig& c, int64_t k_rows, int64_t nt,
 // this thread's loop runs to tile_end): the next k block of this tile, else the first of the next
 // tile; none after the last, or when `on` is false. Only L1-sized slices: wider ones belong to
 // sparse rows that touch a fraction of their columns, where fetching the whole slice evicts the
-// one in use.
-inline XtNext NextXtSlice(const KernelConfig& c, bool on, const float* xt, int64_t k_rows,
-                          int64_t nt, int64_t tile, int64_t tile_end, int64_t c1, int64_t chunks,
-                          int64_t kb_chunks, int64_t chunk_cols) {
+// one in use (block_bytes: the caller's k block budget, xt_block_bytes or row_xt_block_bytes).
+inline XtNext NextXtSlice(bool on, const float* xt, int64_t k_rows, int64_t nt, int64_t tile,
+                          int64_t tile_end, int64_t c1, int64_t chunks, int64_t kb_chunks,
+                          int64_t chunk_cols, int64_t block_bytes) {
   XtNext next;
   if (!on) return next;
   const int64_t chunk_floats = chunk_cols * nt;
@@ -36,7 +36,7 @@ inline XtNext NextXtSlice(const KernelConfig& c, bool on, const float* xt, int64
     next.xt = xt + (tile + 1) * k_rows * nt;
     next.bytes = std::min(kb_chunks, chunks) * chunk_floats * 4;
   }
-  if (next.bytes > c.xt_block_bytes) next = XtNext{};
+  if (next.bytes > block_bytes) next = XtNext{};
   return next;
 }
 

@@ -29,7 +29,7 @@ RowTiled::RowTiled(const PackedWeight& w, const float* xt_tiles, int64_t n, int6
   chunk_cols = nm ? (kNmChunk / w.nm.n) * w.nm.m : kMaskChunk;
   kb_chunks = tiles == 1 && nt < kOneTileBlockMinNt
                   ? std::max<int64_t>(1, chunks)
-                  : std::max<int64_t>(1, c.xt_block_bytes / (nt * 4) / chunk_cols);
+                  : std::max<int64_t>(1, c.row_xt_block_bytes / (nt * 4) / chunk_cols);
 }
 
 bool RowTiled::prefetch(int64_t rows) const {
@@ -42,7 +42,8 @@ void RowTiled::Tile(int64_t r0, int64_t r1, int64_t tile, bool pf, float* scratc
   for (int64_t c0 = 0; c0 == 0 || c0 < chunks; c0 += kb_chunks) {
     const int64_t c1 = std::min(chunks, c0 + kb_chunks);
     const XtNext next =
-        NextXtSlice(*cfg, pf, xt, stride, nt, tile, tiles, c1, chunks, kb_chunks, chunk_cols);
+        NextXtSlice(pf, xt, stride, nt, tile, tiles, c1, chunks, kb_chunks, chunk_cols,
+                    cfg->row_xt_block_bytes);
     if (pw->kind == PackedKind::kNm) {
       NmTiledAt(*cfg, pw->nm, nt, r0, r1, xtt, c0, c1, scratch, next);
     } else {

@@ -115,6 +115,21 @@ void ExpectClose(const std::vector<double>& want, const std::vector<double>& abs
 
 constexpr float kGuard = -12345.0f;
 
+// Y (n x m, dense rows) of kernel `kern` on X (n x k) with the default config, for bit comparisons.
+std::vector<float> RunPlain(const cpu::KernelRow& kern, const Built& b, const std::vector<float>& x,
+                            int64_t m, int64_t k, int64_t n, ThreadPool* pool) {
+  SpmmArgs a;
+  a.cfg = &Cfg();
+  a.x = x.data();
+  a.n = n;
+  a.ldx = k;
+  std::vector<float> y(size_t(n * m), kGuard);
+  a.y = y.data();
+  a.ldy = m;
+  kern.run(b.packed, a, pool);
+  return y;
+}
+
 // Runs kernel `kern` with X misaligned by one float and Y inside a guarded buffer.
 void RunAndCheck(const cpu::KernelRow& kern, const Built& b, int64_t m, int64_t k, int64_t n,
                  const Epilogue& ep, ThreadPool* pool, const std::string& what) {
@@ -290,6 +305,53 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
             kern.run(b.packed, a, p);
             ASSERT_EQ(0, std::memcmp(ys[0].data(), y.data(), y.size() * sizeof(float)))
                 << what << ": bits differ with " << (p ? 3 : 1) << " thread(s)";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The row kernels' k block follows the L1 size (KernelConfig::FromMachine: 16 KiB of a 32 KiB L1,
+// 32 KiB of a 48 KiB one): every tiled family must match the reference at any block size and give
+// the same bits, since a block boundary only stores and reloads the running sums.
+TEST(SpmmTest, KBlockSizeChangesNoBits) {
+  const int64_t m = 96, k = 520;
+  ThreadPool pool(2);
+  struct ResetBlock {
+    int64_t saved = testing_cpu::MutableCfg().xt_block_bytes;
+    int64_t saved_row = testing_cpu::MutableCfg().row_xt_block_bytes;
+    ~ResetBlock() {
+      testing_cpu::MutableCfg().xt_block_bytes = saved;
+      testing_cpu::MutableCfg().row_xt_block_bytes = saved_row;
+    }
+  } reset;
+  for (const Case& c : {Case{FormatKind::kNM, "2:4", DType::kF32},
+                        Case{FormatKind::kNM, "2:4", DType::kBF16},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},
+                        Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask},
+                        Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, CsrLayout::kColumns},
+                        Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
+                        Case{FormatKind::kBsr, "block:16x16:0.5", DType::kBF16}}) {
+    const Built b = Build(c, m, k, 33);
+    for (const auto& kern : cpu::KernelTable()) {
+      if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+      for (int64_t n : {70, 200}) {
+        const std::vector<float> x = RandomVector(size_t(n * k), 9 + n);
+        std::vector<float> first;
+        for (int64_t bytes : {int64_t{8} << 10, int64_t{16} << 10, int64_t{32} << 10,
+                              int64_t{64} << 10}) {
+          testing_cpu::MutableCfg().xt_block_bytes = bytes;
+          testing_cpu::MutableCfg().row_xt_block_bytes = bytes;
+          const std::string what = Name(c) + " " + kern.name + " n=" + std::to_string(n) +
+                                   " block=" + std::to_string(bytes);
+          RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool, what);
+          const std::vector<float> y = RunPlain(kern, b, x, m, k, n, &pool);
+          if (first.empty()) {
+            first = y;
+          } else {
+            ASSERT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
+                << what << ": bits differ from the 8 KiB block's";
           }
         }
       }
