@@ -11,6 +11,7 @@
 
 #include "sparq/format.h"
 #include "sparq/pattern.h"
+#include "sparq/quant.h"
 #include "src/cpu/spmm.h"
 
 namespace sparq {
@@ -33,14 +34,17 @@ std::vector<float> Random(size_t n, uint64_t seed) {
 }
 
 void BM_Kernel(benchmark::State& state, const cpu::KernelRow* kern, Shape s, std::string pattern,
-               DType dt, int64_t n) {
+               ValueSpec values, int64_t n) {
+  const DType dt = values.quantized() ? DType::kF32 : values.dtype;
   const Pattern p = *Pattern::Parse(pattern);
   std::vector<float> w = Random(s.m * s.k, 1);
   if (p.kind != PatternKind::kDense) (void)MagnitudePrune(p, w, s.m, s.k, "bench");
   int64_t nnz = 0;
   for (float v : w) nnz += v != 0;
   auto enc = Encode(w, s.m, s.k, PickFormat(p), p, dt);
-  auto packed = cpu::Pack(*enc, "w");
+  cpu::PackOptions options;
+  options.values = values;
+  auto packed = cpu::Pack(*enc, "w", options);
   const KernelConfig& cfg = KernelConfig::Default();
   if (!packed.ok() || !cpu::Declines(*kern, *packed, n, cfg, true).empty()) {
     state.SkipWithError("kernel does not take this format");
@@ -90,12 +94,12 @@ int Register() {
       for (const auto& kern : cpu::KernelTable()) {
         if (n < kern.min_n || n > kern.max_n) continue;
         for (const char* pat : kPatterns) {
-          for (DType dt : {DType::kF32, DType::kBF16}) {
-            const Pattern p = *Pattern::Parse(pat);
+          for (const char* spec : {"f32", "bf16", "int8:g64", "int4:g64"}) {
+            const ValueSpec values = *ValueSpec::Parse(spec);
             // Rows that decline this pattern's packed layout report it as a skipped run.
-            if (kern.dtype != dt && kern.layout != cpu::KernelLayout::kDenseF32) continue;
-            const std::string name = std::string(kern.name) + "/" + pat + "/" + std::string(DTypeName(dt)) + "/" + shape;
-            benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, &kern, s, std::string(pat), dt, n)
+            if (kern.dtype != values.dtype && kern.layout != cpu::KernelLayout::kDenseF32) continue;
+            const std::string name = std::string(kern.name) + "/" + pat + "/" + spec + "/" + shape;
+            benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, &kern, s, std::string(pat), values, n)
                 ->Arg(1)->Arg(2)->UseRealTime();
           }
         }

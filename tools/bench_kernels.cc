@@ -221,12 +221,15 @@ Status RunKernels(const Options& o) {
     if (!p.ok()) return p.status().WithContext("--patterns");
     patterns.push_back(*p);
   }
-  std::vector<DType> dtypes;
+  // Value types: f32 / bf16 as encoded; int8 / int4 specs quantize the f32 encoding at pack time.
+  std::vector<ValueSpec> specs;
   for (const auto& v : value_list) {
-    if (v == "f32") dtypes.push_back(DType::kF32);
-    else if (v == "bf16") dtypes.push_back(DType::kBF16);
-    else return InvalidInput("--values: '" + v + "' (want f32 or bf16)");
+    auto spec = ValueSpec::Parse(v);
+    if (!spec.ok()) return spec.status().WithContext("--values");
+    if (spec->dtype == DType::kF16) return InvalidInput("--values: f16 values run as f32 (want f32, bf16, int8[:gN] or int4[:gN][:sym])");
+    specs.push_back(*spec);
   }
+  auto encode_dtype = [](const ValueSpec& v) { return v.quantized() ? DType::kF32 : v.dtype; };
   const int64_t nmax = *std::max_element(ns.begin(), ns.end());
   const MachineInfo machine = DescribeMachine();
   std::printf("%s\n", MachineLine(machine).c_str());
@@ -242,14 +245,15 @@ Status RunKernels(const Options& o) {
         if (p.kind != PatternKind::kDense) {
           SPARQ_RETURN_IF_ERROR(MagnitudePrune(p, w, m, k, "bench weights"));
         }
-        for (DType dt : dtypes) {
-          auto s = Encode(w, m, k, PickFormat(p), p, dt);
+        for (const ValueSpec& spec : specs) {
+          auto s = Encode(w, m, k, PickFormat(p), p, encode_dtype(spec));
           if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
-          SPARQ_ASSIGN_OR_RETURN(LinearWeight lw, LinearWeight::FromMatrix(std::move(s).value(), "bench"));
+          SPARQ_ASSIGN_OR_RETURN(LinearWeight lw,
+                                 LinearWeight::FromMatrix(std::move(s).value(), spec, "bench"));
           for (int64_t n : ns) {
             std::printf("%lldx%lld %s %s n=%lld (stored as %s)\n%s", static_cast<long long>(m),
                         static_cast<long long>(k), pattern_list[pi].c_str(),
-                        std::string(DTypeName(dt)).c_str(), static_cast<long long>(n),
+                        spec.Name().c_str(), static_cast<long long>(n),
                         lw.format().c_str(), lw.explain(n).c_str());
           }
         }
@@ -285,7 +289,7 @@ Status RunKernels(const Options& o) {
         static_cast<long long>(kRotateMaxN), rotate_bytes / 1048576.0,
         LastLevelCacheBytes() / 1048576.0);
   }
-  std::printf("%6s %6s %4s %2s %-18s %-4s %-30s %9s %7s %6s %-8s %9s %7s %-6s %9s %7s\n", "m", "k", "n", "T",
+  std::printf("%6s %6s %4s %2s %-18s %-12s %-30s %9s %7s %6s %-8s %9s %7s %-6s %9s %7s\n", "m", "k", "n", "T",
               "pattern", "val", "kernel", "ms", "GFLOP/s", "GB/s", "peer", "peer ms", "speedup",
               "sparse", "sp ms", "vs sp");
   std::mt19937_64 rng(42);
@@ -349,7 +353,7 @@ Status RunKernels(const Options& o) {
       bf16_dense.push_back(std::move(lw).value());
       return Status::Ok();
     };
-    if (std::find(dtypes.begin(), dtypes.end(), DType::kBF16) != dtypes.end()) {
+    if (std::any_of(specs.begin(), specs.end(), [](const ValueSpec& v) { return v.dtype == DType::kBF16; })) {
       SPARQ_RETURN_IF_ERROR(make_bf16_dense());
       const int64_t copies =
           any_rotated ? RotationCopies(bf16_dense[0].weight_bytes(), 1, rotate_bytes) : 1;
@@ -370,12 +374,15 @@ Status RunKernels(const Options& o) {
         for (int64_t c = 0; c < copies; ++c) eigen.push_back(std::make_unique<EigenSparsePeer>(w.data(), m, k));
       }
       std::map<int64_t, double> eigen_s;  // single-threaded: measured once per n
-      for (DType dt : dtypes) {
+      for (const ValueSpec& spec : specs) {
+        const DType dt = spec.dtype;
         const double tp0 = Now();
         auto encode = [&]() -> Result<LinearWeight> {
-          auto s = Encode(w, m, k, PickFormat(p), p, dt);
+          auto s = Encode(w, m, k, PickFormat(p), p, encode_dtype(spec));
           if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
-          return LinearWeight::FromMatrix(std::move(s).value(), "bench");
+          auto lw = LinearWeight::FromMatrix(std::move(s).value(), spec, "bench");
+          if (!lw.ok()) return lw.status().WithContext("pattern " + pattern_list[pi] + ", values " + spec.Name());
+          return lw;
         };
         std::vector<LinearWeight> lws;
         {
@@ -418,7 +425,7 @@ Status RunKernels(const Options& o) {
             const double med = Median(ts), pmed = bp ? Median(tp) : 0;
             json r;
             r["m"] = m; r["k"] = k; r["n"] = n; r["threads"] = t;
-            r["pattern"] = pattern_list[pi]; r["values"] = std::string(DTypeName(dt));
+            r["pattern"] = pattern_list[pi]; r["values"] = spec.Name();
             r["kernel"] = lw->kernel_name(n);
             r["cpu_model"] = machine.cpu_model;
             r["isa"] = machine.isa;
@@ -475,9 +482,9 @@ Status RunKernels(const Options& o) {
               r["sparse_peer_median_s"] = spt;
               r["speedup_vs_sparse_peer"] = spt / med;
             }
-            std::printf("%6lld %6lld %4lld %2d %-18s %-4s %-30.30s %9.4f %7.1f %6.1f %-8s %9.4f %6.2fx %-6s %9.4f %6.1fx\n",
+            std::printf("%6lld %6lld %4lld %2d %-18s %-12s %-30.30s %9.4f %7.1f %6.1f %-8s %9.4f %6.2fx %-6s %9.4f %6.1fx\n",
                         (long long)m, (long long)k, (long long)n, t, pattern_list[pi].c_str(),
-                        std::string(DTypeName(dt)).c_str(), r["kernel"].get<std::string>().c_str(), med * 1e3,
+                        spec.Name().c_str(), r["kernel"].get<std::string>().c_str(), med * 1e3,
                         r["gflops"].get<double>(), r["weight_gbps"].get<double>(), r["peer"].get<std::string>().c_str(),
                         pmed * 1e3, pmed / med, sp.c_str(), spt * 1e3, sp.empty() ? 0.0 : spt / med);
             std::fflush(stdout);
@@ -514,7 +521,7 @@ BenchRegistrar kernels(
       sub.add_option("--n", o->ns, "Comma-separated token counts")->capture_default_str();
       sub.add_option("--patterns", o->patterns, "Comma-separated patterns")->capture_default_str();
       sub.add_option("--threads", o->threads, "Comma-separated thread counts")->capture_default_str();
-      sub.add_option("--values", o->values, "Comma-separated value types (f32, bf16)")->capture_default_str();
+      sub.add_option("--values", o->values, "Comma-separated value types: f32, bf16, int8[:gN], int4[:gN][:sym] (N = 32, 64, 128; int8 / int4 quantize round-to-nearest, N:M patterns only so far)")->capture_default_str();
       sub.add_option("--repeats", o->repeats, "Timing samples per row (median)")->capture_default_str();
       sub.add_option("--py-peers", o->py_peers, "scipy/torch peer script ('' to skip)")->capture_default_str();
       sub.add_flag("--explain", o->explain,

@@ -20,6 +20,7 @@
 
 #include "sparq/format.h"
 #include "sparq/kernel_config.h"
+#include "sparq/quant.h"
 #include "sparq/status.h"
 #include "sparq/thread_pool.h"
 
@@ -44,6 +45,12 @@ class LinearWeight {
   // Validates the matrix (Validate(matrix, name)) and packs it for cfg's machine and target (every
   // product of this weight runs with cfg). The matrix is moved in.
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name = "weight",
+                                         const KernelConfig& cfg = KernelConfig::Default());
+  // The same with the values stored as `values` (sparq/quant.h): int8 / int4 specs quantize the
+  // matrix's values round-to-nearest (N:M weights so far; other formats are an error naming the
+  // weight); float specs keep the matrix's values.
+  static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const ValueSpec& values,
+                                         const std::string& name,
                                          const KernelConfig& cfg = KernelConfig::Default());
 
   int64_t rows() const;  // m (outputs)

@@ -19,35 +19,30 @@ namespace sparq::cpu {
 // tokens, kGroupTile4x3).
 // Decode rows come before the tiled rows of their layout: a weight runs decode up to its
 // DecodeMaxN (which differs by target), tiled above. min_n / max_n span every target's limits.
+// The N:M rows of one value type (f32, bf16, and the quantized i8 / i4: the f32 bodies with the
+// values dequantized in registers for decode, into the decoded block for tiled).
+#define SPARQ_NM_ROWS(ROW, dt, DT) \
+  ROW(dt##_nm24_decode_4xT__avx2, kNm24, DT, kDecode, "4xT",                                       \
+      HWY_AVX2, HWY_AVX2, 0, 16, RunDecode)                                                        \
+  ROW(dt##_nm_window_decode_4xT, kNmWindow, DT, kDecode, "4xT",                                    \
+      HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)                                                   \
+  ROW(dt##_nm_gather_decode_4xT, kNmGather, DT, kDecode, "4xT",                                    \
+      HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)                                                   \
+  ROW(dt##_nm_window_tiled_1x8__avx2, kNmWindow, DT, kTiled, "1x8",                                \
+      HWY_AVX2, HWY_AVX2, 64, INT64_MAX, RunRowTiled)                                              \
+  ROW(dt##_nm_gather_tiled_1x8__avx2, kNmGather, DT, kTiled, "1x8",                                \
+      HWY_AVX2, HWY_AVX2, 64, INT64_MAX, RunRowTiled)                                              \
+  ROW(dt##_nm_window_tiled_4xNV, kNmWindow, DT, kTiled, "4xNV",                                    \
+      HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, RunRowTiled)                                          \
+  ROW(dt##_nm_gather_tiled_4xNV, kNmGather, DT, kTiled, "4xNV",                                    \
+      HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, RunRowTiled)
 #define SPARQ_KERNEL_ROWS(ROW)                                                                      \
   ROW(f32_dense_blas, kDenseF32, kF32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX,      \
       RunDenseBlas)                                                                                 \
-  ROW(f32_nm24_decode_4xT__avx2, kNm24, kF32, kDecode, "4xT", HWY_AVX2, HWY_AVX2, 0, 16, RunDecode)     \
-  ROW(bf16_nm24_decode_4xT__avx2, kNm24, kBF16, kDecode, "4xT", HWY_AVX2, HWY_AVX2, 0, 16, RunDecode)   \
-  ROW(f32_nm_window_decode_4xT, kNmWindow, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,         \
-      RunDecode)                                                                                    \
-  ROW(bf16_nm_window_decode_4xT, kNmWindow, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
-      RunDecode)                                                                                    \
-  ROW(f32_nm_gather_decode_4xT, kNmGather, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,         \
-      RunDecode)                                                                                    \
-  ROW(bf16_nm_gather_decode_4xT, kNmGather, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
-      RunDecode)                                                                                    \
-  ROW(f32_nm_window_tiled_1x8__avx2, kNmWindow, kF32, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,     \
-      INT64_MAX, RunRowTiled)                                                                       \
-  ROW(bf16_nm_window_tiled_1x8__avx2, kNmWindow, kBF16, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,   \
-      INT64_MAX, RunRowTiled)                                                                       \
-  ROW(f32_nm_gather_tiled_1x8__avx2, kNmGather, kF32, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,     \
-      INT64_MAX, RunRowTiled)                                                                       \
-  ROW(bf16_nm_gather_tiled_1x8__avx2, kNmGather, kBF16, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64,   \
-      INT64_MAX, RunRowTiled)                                                                       \
-  ROW(f32_nm_window_tiled_4xNV, kNmWindow, kF32, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,  \
-      RunRowTiled)                                                                                  \
-  ROW(bf16_nm_window_tiled_4xNV, kNmWindow, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,           \
-      INT64_MAX, RunRowTiled)                                                                       \
-  ROW(f32_nm_gather_tiled_4xNV, kNmGather, kF32, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,  \
-      RunRowTiled)                                                                                  \
-  ROW(bf16_nm_gather_tiled_4xNV, kNmGather, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,           \
-      INT64_MAX, RunRowTiled)                                                                       \
+  SPARQ_NM_ROWS(ROW, f32, kF32)                                                                    \
+  SPARQ_NM_ROWS(ROW, bf16, kBF16)                                                                  \
+  SPARQ_NM_ROWS(ROW, i8, kI8)                                                                      \
+  SPARQ_NM_ROWS(ROW, i4, kI4)                                                                      \
   ROW(f32_csr_decode_1x1, kCsr, kF32, kDecode, "1x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)         \
   ROW(bf16_csr_decode_1x1, kCsr, kBF16, kDecode, "1x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)       \
   ROW(f32_csr_tiled_2xNV, kCsr, kF32, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, RunScgTiled) \

@@ -20,10 +20,17 @@ LinearWeight& LinearWeight::operator=(LinearWeight&&) noexcept = default;
 
 Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const std::string& name,
                                               const KernelConfig& cfg) {
+  return FromMatrix(std::move(matrix), ValueSpec{}, name, cfg);
+}
+
+Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const ValueSpec& values,
+                                              const std::string& name, const KernelConfig& cfg) {
   // The format's own Validate() is the single source of truth for a well-formed matrix (kernels
   // assume valid input); Pack additionally checks what its layouts rely on.
   SPARQ_RETURN_IF_ERROR(Validate(matrix, name));
-  SPARQ_ASSIGN_OR_RETURN(cpu::PackedWeight packed, cpu::Pack(matrix, name, cpu::PackOptionsFor(cfg)));
+  cpu::PackOptions options = cpu::PackOptionsFor(cfg);
+  options.values = values;
+  SPARQ_ASSIGN_OR_RETURN(cpu::PackedWeight packed, cpu::Pack(matrix, name, options));
   LinearWeight lw;
   lw.impl_ = std::make_unique<Impl>();
   lw.impl_->packed = std::move(packed);

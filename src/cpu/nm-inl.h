@@ -110,6 +110,75 @@ HWY_INLINE hn::Vec<DF> NmPermute(hn::Vec<DF> lo, hn::Vec<DF> hi, hn::Vec<DI> idx
 }
 
 
+// Value kinds of the N:M kernels (NmWeight::value_dtype, and has_min for int4), and their bits.
+inline constexpr int kValF32 = 0, kValBf16 = 1, kValI8 = 2, kValI4 = 3, kValI4Min = 4;
+template <int kV>
+inline constexpr int64_t kValBits = kV == kValF32 ? 32 : kV == kValBf16 ? 16 : kV == kValI8 ? 8 : 4;
+// Byte offset of value index i (kValBits<kV> * i / 8; i even for 4-bit values).
+template <int kV>
+HWY_INLINE int64_t ValByte(int64_t i) { return i * kValBits<kV> / 8; }
+
+// 4-bit codes of lanes [j, j + L) of a chunk (j a multiple of L) whose 8 bytes start at p (byte b:
+// value b in the low nibble, b + 8 in the high one), as i32 lanes 0..15.
+HWY_INLINE hn::Vec<DI> Nibbles(const uint8_t* p, int64_t j) {
+  const DI di;
+  const size_t L = hn::Lanes(di);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (L == 16) {
+    // The 8 bytes in both 64-bit halves of 16 bytes, widened: lanes 0-7 shift by 0, 8-15 by 4.
+    uint64_t bytes;
+    std::memcpy(&bytes, p, 8);
+    const __m128i b = _mm_set1_epi64x(static_cast<long long>(bytes));
+    const __m512i w = _mm512_cvtepu8_epi32(b);
+    const __m512i sh = _mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0);
+    return hn::Vec<DI>{_mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32(0x0F))};
+  }
+#endif
+#if HWY_TARGET <= HWY_AVX2
+  if (L == 8) {
+    // Lanes [0, 8) are the low nibbles of the 8 bytes, [8, 16) the high ones.
+    const hn::Rebind<uint8_t, DF> d8;
+    const auto w = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::LoadU(d8, p)));
+    return hn::And(j == 0 ? w : hn::ShiftRight<4>(w), hn::Set(di, 0x0F));
+  }
+#endif
+  alignas(64) int32_t c[hn::MaxLanes(DF())];
+  for (size_t l = 0; l < L; ++l) {
+    const int64_t e = j + static_cast<int64_t>(l);
+    c[l] = (p[e % (kNmChunk / 2)] >> (e >= kNmChunk / 2 ? 4 : 0)) & 0x0F;
+  }
+  return hn::Load(di, c);
+}
+
+// Values [i, i + L) of row r (i a multiple of L inside one chunk) as f32: loaded, or dequantized
+// by the group's scale (and min) with the expressions of sparq/quant.h (same bits as the
+// dequantized weight).
+template <int kV>
+HWY_INLINE hn::Vec<DF> NmValues(const NmWeight& w, int64_t r, int64_t i) {
+  const DF df;
+  const uint8_t* base = static_cast<const uint8_t*>(w.values.data());
+  const int64_t e = r * w.chunks * kNmChunk + i;
+  if constexpr (kV == kValF32 || kV == kValBf16) {
+    return LoadValues<kV == kValBf16>(df, base + ValByte<kV>(e));
+  } else {
+    const int64_t g = r * w.groups_per_row + (i >> w.group_shift);
+    const auto scale = hn::Set(df, w.scales[static_cast<size_t>(g)]);
+    if constexpr (kV == kValI8) {
+      const hn::Rebind<int8_t, DF> d8;
+      const auto q = hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(base) + e));
+      return hn::Mul(hn::ConvertTo(df, q), scale);
+    } else {
+      const uint8_t* chunk = base + (e - e % kNmChunk) / 2;
+      const auto q = Nibbles(chunk, e % kNmChunk);
+      if constexpr (kV == kValI4) {
+        return hn::Mul(hn::ConvertTo(df, hn::Sub(q, hn::Set(DI(), 8))), scale);
+      } else {
+        return hn::MulAdd(hn::ConvertTo(df, q), scale, hn::Set(df, w.mins[static_cast<size_t>(g)]));
+      }
+    }
+  }
+}
+
 // Decode, N:M: raw[t][r - r0] = sum over kept weights of row r times xpad[t] (k_pad floats, zero
 // beyond cols). R rows run in lockstep (R weight streams, and one X window serves all R rows), over
 // T tokens [t0, t0 + T) at once (each row's decoded positions and values serve all T tokens).
@@ -118,7 +187,7 @@ HWY_INLINE hn::Vec<DF> NmPermute(hn::Vec<DF> lo, hn::Vec<DF> hi, hn::Vec<DI> idx
 // instead of gathered; otherwise X is gathered. kHalves: the 2:4 window of AVX2 (NmWindow). Each
 // (row, token) sum runs in the same order whatever T is, so the token blocking changes no bits;
 // kHalves selects the same X lanes as Permute2, so it changes none either.
-template <int kBits, bool kBf16, bool kPerm, bool kHalves, int R, int T>
+template <int kBits, int kV, bool kPerm, bool kHalves, int R, int T>
 HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
                              int64_t t0, int64_t r, int64_t r0, int64_t r1, float* raw) {
   static_assert(R >= 1 && R <= 4 && T >= 1 && T <= 4);
@@ -127,12 +196,11 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
   const size_t per_chunk = kNmChunk / L;
   const int32_t chunk_cols = (kNmChunk / w.n) * w.m;
   const int words = w.words_per_chunk();
-  const size_t vb = kBf16 ? 2 : 4;
   const int64_t row_vals = w.chunks * kNmChunk;
-  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
+  const int64_t row_bytes = ValByte<kV>(row_vals);
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_bytes;
   const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
-  const int64_t row_bytes = row_vals * static_cast<int64_t>(vb);
-  const int64_t chunk_bytes = kNmChunk * static_cast<int64_t>(vb);
+  const int64_t chunk_bytes = ValByte<kV>(kNmChunk);
   const float* x0 = xpad + t0 * w.k_pad;
   const float* x1 = x0 + (T > 1 ? w.k_pad : 0);
   const float* x2 = x0 + (T > 2 ? 2 * w.k_pad : 0);
@@ -177,7 +245,7 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
     const auto cols = kHalves ? hn::BitCast(DI(), NmShiftedWords<kBits>(qw, tab, p))              \
                       : kPerm ? NmPermIndices<kBits>(qw, tab, p)                                 \
                               : NmColumns<kBits>(qw, tab, p, col0);                              \
-    const auto v = LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb);     \
+    const auto v = NmValues<kV>(w, r + q, c * kNmChunk + static_cast<int64_t>(p * L));           \
     SPARQ_NM_TOKEN(q, 0)                                                                         \
     SPARQ_NM_TOKEN(q, 1)                                                                         \
     SPARQ_NM_TOKEN(q, 2)                                                                         \
@@ -210,31 +278,31 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
 // Tokens per pass of the N:M decode: R * T accumulators, plus T two-vector X windows.
 inline constexpr int kNmDecodeTokens = kMaxAcc >= 16 ? 4 : 2;
 
-template <int kBits, bool kBf16, bool kPerm, bool kHalves, int R>
+template <int kBits, int kV, bool kPerm, bool kHalves, int R>
 HWY_INLINE void NmDecodeRowTokens(const NmWeight& w, const NmLaneTables& tab, const float* xpad,
                                   int64_t n, int64_t r, int64_t r0, int64_t r1, float* raw) {
   constexpr int T = kNmDecodeTokens;
   int64_t t = 0;
   for (; t + T <= n; t += T)
-    NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, T>(w, tab, xpad, t, r, r0, r1, raw);
+    NmDecodeRows<kBits, kV, kPerm, kHalves, R, T>(w, tab, xpad, t, r, r0, r1, raw);
   if constexpr (T > 2) {
     for (; t + 2 <= n; t += 2)
-      NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, 2>(w, tab, xpad, t, r, r0, r1, raw);
+      NmDecodeRows<kBits, kV, kPerm, kHalves, R, 2>(w, tab, xpad, t, r, r0, r1, raw);
   }
   for (; t < n; ++t) {
-    NmDecodeRows<kBits, kBf16, kPerm, kHalves, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
+    NmDecodeRows<kBits, kV, kPerm, kHalves, R, 1>(w, tab, xpad, t, r, r0, r1, raw);
   }
 }
 
-template <int kBits, bool kBf16, bool kPerm, bool kHalves>
+template <int kBits, int kV, bool kPerm, bool kHalves>
 HWY_NOINLINE void NmDecodeImpl(const NmWeight& w, const float* xpad, int64_t n, int64_t r0,
                                int64_t r1, float* raw) {
   const NmLaneTables tab(w.n, w.m, w.bits);
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4)
-    NmDecodeRowTokens<kBits, kBf16, kPerm, kHalves, 4>(w, tab, xpad, n, r, r0, r1, raw);
+    NmDecodeRowTokens<kBits, kV, kPerm, kHalves, 4>(w, tab, xpad, n, r, r0, r1, raw);
   for (; r < r1; ++r) {
-    NmDecodeRowTokens<kBits, kBf16, kPerm, kHalves, 1>(w, tab, xpad, n, r, r0, r1, raw);
+    NmDecodeRowTokens<kBits, kV, kPerm, kHalves, 1>(w, tab, xpad, n, r, r0, r1, raw);
   }
 }
 
@@ -248,7 +316,7 @@ struct NmDecoded {
 };
 
 // Decodes chunks [c0, c1) (at most kChunks) of rows r..r+R-1 into d.
-template <int kBits, bool kBf16, int R, int kChunks>
+template <int kBits, int kV, int R, int kChunks>
 HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
                              int64_t c1, int32_t nt, NmDecoded<R, kChunks>& d) {
   const DF df;
@@ -257,19 +325,18 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, int64_t
   const size_t per_chunk = kNmChunk / L;
   const int32_t chunk_cols = (kNmChunk / w.n) * w.m;
   const int words = w.words_per_chunk();
-  const size_t vb = kBf16 ? 2 : 4;
   const int64_t row_vals = w.chunks * kNmChunk;
-  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + r * row_vals * vb;
+  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data()) + ValByte<kV>(r * row_vals);
   const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks * words;
   for (int64_t c = c0; c < c1; ++c) {
     const int64_t at = (c - c0) * R * kNmChunk;
     for (int q = 0; q < R; ++q) {
-      hwy::Prefetch(vals + (q * row_vals + c * kNmChunk) * vb + kPrefetchBytes);
+      hwy::Prefetch(vals + ValByte<kV>(q * row_vals + c * kNmChunk) + kPrefetchBytes);
       for (size_t p = 0; p < per_chunk; ++p) {
         const auto cols = NmColumns<kBits>(meta + (q * w.chunks + c) * words, tab, p,
                                            static_cast<int32_t>(c * chunk_cols));
         hn::Store(hn::Mul(cols, hn::Set(di, nt)), di, d.off + at + q * kNmChunk + p * L);
-        hn::Store(LoadValues<kBf16>(df, vals + (q * row_vals + c * kNmChunk + p * L) * vb), df,
+        hn::Store(NmValues<kV>(w, r + q, c * kNmChunk + static_cast<int64_t>(p * L)), df,
                   d.wv + at + q * kNmChunk + p * L);
       }
     }
@@ -320,7 +387,7 @@ HWY_INLINE void NmComputeRows(int64_t chunks, const ChunkFn& chunk, const float*
 
 // R rows over chunks [c0, c1), each chunk decoded just before its FMAs (any number of chunks: the
 // one-tile whole-k runs).
-template <int kBits, bool kBf16, int NV, int R>
+template <int kBits, int kV, int NV, int R>
 HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
                             int64_t c1, const float* xt, float* scr, bool first) {
   const int32_t NT = static_cast<int32_t>(NV * hn::Lanes(DF()));
@@ -328,14 +395,14 @@ HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t 
   NmComputeRows<NV, R>(
       c1 - c0,
       [&](int64_t c) {
-        NmDecodeRows<kBits, kBf16, R, 1>(w, tab, r, c0 + c, c0 + c + 1, NT, d);
+        NmDecodeRows<kBits, kV, R, 1>(w, tab, r, c0 + c, c0 + c + 1, NT, d);
         return std::pair<const int32_t*, const float*>(d.off, d.wv);
       },
       xt, scr, first);
 }
 
 
-template <int kBits, bool kBf16, int NV>
+template <int kBits, int kV, int NV>
 HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const float* xt,
                               int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
@@ -360,22 +427,22 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
       constexpr int64_t kRowAhead = 4;
       const uint8_t* vbase = static_cast<const uint8_t*>(w.values.data());
       const uint8_t* mbase = static_cast<const uint8_t*>(w.meta.data());
-      const int64_t vb = kBf16 ? 2 : 4, wpc = w.words_per_chunk();
-      const int64_t vrow = w.chunks * kNmChunk * vb, vlen = (c1 - c0) * kNmChunk * vb;
+      const int64_t wpc = w.words_per_chunk();
+      const int64_t vrow = ValByte<kV>(w.chunks * kNmChunk), vlen = ValByte<kV>((c1 - c0) * kNmChunk);
       auto fetch_row = [&](int64_t rr) {
         if (!kWideRowTiles || rr >= r1) return;
-        const uint8_t* v = vbase + rr * vrow + c0 * kNmChunk * vb;
+        const uint8_t* v = vbase + rr * vrow + ValByte<kV>(c0 * kNmChunk);
         for (int64_t b = 0; b < vlen; b += 64) hwy::Prefetch(v + b);
         hwy::Prefetch(mbase + (rr * w.chunks + c0) * wpc * 4);
       };
       if (r + kRows <= r1) {
-        NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
+        NmDecodeRows<kBits, kV, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
       }
       for (; r + kRows <= r1; r += kRows) {
         pf.Step();
         fetch_row(r + kRowAhead);
         if (r + 2 * kRows <= r1) {
-          NmDecodeRows<kBits, kBf16, kRows, kPipeChunks>(w, tab, r + kRows, c0, c1, nt,
+          NmDecodeRows<kBits, kV, kRows, kPipeChunks>(w, tab, r + kRows, c0, c1, nt,
                                                          buf[cur ^ 1]);
         }
         const NmDecoded<kRows, kPipeChunks>& d = buf[cur];
@@ -391,12 +458,12 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
     }
     for (; r + kRows <= r1; r += kRows) {
       pf.Step();
-      NmTiledRows<kBits, kBf16, NV, kRows>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
+      NmTiledRows<kBits, kV, NV, kRows>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
     }
   }
   for (; r < r1; ++r) {
     pf.Step();
-    NmTiledRows<kBits, kBf16, NV, 1>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
+    NmTiledRows<kBits, kV, NV, 1>(w, tab, r, c0, c1, xt, scratch + (r - r0) * NT, c0 == 0);
   }
 }
 

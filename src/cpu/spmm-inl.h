@@ -105,32 +105,38 @@ HWY_INLINE void WithRowNv(int64_t nv, Fn&& fn) {
 // The table's 2:4 decode row of AVX2 (f32_nm24_decode_4xT__avx2): the halves window (NmWindow).
 inline constexpr bool kNmHalvesTarget = HWY_TARGET == HWY_AVX2;
 
+// Calls fn(std::integral_constant<int, kV>()) for w's value kind (nm-inl.h).
+template <class Fn>
+HWY_INLINE void WithNmValues(const NmWeight& w, Fn&& fn) {
+  switch (w.value_dtype) {
+    case DType::kBF16: return fn(std::integral_constant<int, kValBf16>());
+    case DType::kI8: return fn(std::integral_constant<int, kValI8>());
+    case DType::kI4:
+      return w.has_min ? fn(std::integral_constant<int, kValI4Min>())
+                       : fn(std::integral_constant<int, kValI4>());
+    default: return fn(std::integral_constant<int, kValF32>());
+  }
+}
+
 inline void NmDecode(const NmWeight& w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
                      float* raw) {
-  const bool bf = w.value_dtype == DType::kBF16;
   const bool perm = w.m == 2 * w.n && hn::Lanes(DF()) % w.n == 0;
-  if constexpr (kNmHalvesTarget) {
-    if (w.bits == 2 && w.n == 2 && w.m == 4) {
-      bf ? NmDecodeImpl<2, true, true, kNmHalvesTarget>(w, xpad, n, r0, r1, raw)
-         : NmDecodeImpl<2, false, true, kNmHalvesTarget>(w, xpad, n, r0, r1, raw);
-      return;
+  WithNmValues(w, [&](auto kv) {
+    constexpr int kV = decltype(kv)::value;
+    if constexpr (kNmHalvesTarget) {
+      if (w.bits == 2 && w.n == 2 && w.m == 4) {
+        NmDecodeImpl<2, kV, true, kNmHalvesTarget>(w, xpad, n, r0, r1, raw);
+        return;
+      }
     }
-  }
-  if (w.bits == 2) {
-    if (perm) {
-      bf ? NmDecodeImpl<2, true, true, false>(w, xpad, n, r0, r1, raw)
-         : NmDecodeImpl<2, false, true, false>(w, xpad, n, r0, r1, raw);
+    if (w.bits == 2) {
+      perm ? NmDecodeImpl<2, kV, true, false>(w, xpad, n, r0, r1, raw)
+           : NmDecodeImpl<2, kV, false, false>(w, xpad, n, r0, r1, raw);
     } else {
-      bf ? NmDecodeImpl<2, true, false, false>(w, xpad, n, r0, r1, raw)
-         : NmDecodeImpl<2, false, false, false>(w, xpad, n, r0, r1, raw);
+      perm ? NmDecodeImpl<4, kV, true, false>(w, xpad, n, r0, r1, raw)
+           : NmDecodeImpl<4, kV, false, false>(w, xpad, n, r0, r1, raw);
     }
-  } else if (perm) {
-    bf ? NmDecodeImpl<4, true, true, false>(w, xpad, n, r0, r1, raw)
-       : NmDecodeImpl<4, false, true, false>(w, xpad, n, r0, r1, raw);
-  } else {
-    bf ? NmDecodeImpl<4, true, false, false>(w, xpad, n, r0, r1, raw)
-       : NmDecodeImpl<4, false, false, false>(w, xpad, n, r0, r1, raw);
-  }
+  });
 }
 
 inline void ScgDecode(const ScgWeight& w, const float* x, int64_t ldx, int64_t n, int64_t g0,
@@ -234,14 +240,11 @@ inline void ScgTiled(const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1, con
 template <int NV>
 HWY_INLINE void NmTiledN(const NmWeight& w, int64_t r0, int64_t r1, const float* xt, int64_t c0,
                          int64_t c1, float* scratch, const XtNext& next) {
-  const bool bf = w.value_dtype == DType::kBF16;
-  if (w.bits == 2) {
-    bf ? NmTiledImpl<2, true, NV>(w, r0, r1, xt, c0, c1, scratch, next)
-       : NmTiledImpl<2, false, NV>(w, r0, r1, xt, c0, c1, scratch, next);
-  } else {
-    bf ? NmTiledImpl<4, true, NV>(w, r0, r1, xt, c0, c1, scratch, next)
-       : NmTiledImpl<4, false, NV>(w, r0, r1, xt, c0, c1, scratch, next);
-  }
+  WithNmValues(w, [&](auto kv) {
+    constexpr int kV = decltype(kv)::value;
+    w.bits == 2 ? NmTiledImpl<2, kV, NV>(w, r0, r1, xt, c0, c1, scratch, next)
+                : NmTiledImpl<4, kV, NV>(w, r0, r1, xt, c0, c1, scratch, next);
+  });
 }
 
 inline void NmTiled(const NmWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,

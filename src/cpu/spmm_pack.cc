@@ -387,7 +387,63 @@ Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, Packed
   return pw;
 }
 
-Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWeight pw) {
+// Replaces w's f32 / bf16 values by round-to-nearest codes of `spec`, in groups of spec.group values
+// of a row in the chunk layout. The layout's padding zeros are quantized with their group and need
+// not come back as 0 (int4 with a min): padding lanes multiply X padded with zeros (decode's xpad,
+// BuildXt's columns past cols), so they add nothing.
+Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name) {
+  if (spec.group % kNmChunk != 0) {
+    return InvalidInput(name + ": group " + std::to_string(spec.group) + " is not a multiple of " +
+                        std::to_string(kNmChunk));
+  }
+  const int64_t row_vals = w.chunks * kNmChunk;
+  w.group = spec.group;
+  w.group_shift = __builtin_ctz(static_cast<unsigned>(spec.group));
+  if ((1 << w.group_shift) != spec.group) {
+    return InvalidInput(name + ": group " + std::to_string(spec.group) + " is not a power of two");
+  }
+  w.groups_per_row = CeilDiv(row_vals, int64_t{spec.group});
+  w.has_min = spec.has_min();
+  SPARQ_ASSIGN_OR_RETURN(Tensor q, Tensor::TryAlloc(spec.dtype, {w.rows, row_vals}, name + ".values"));
+  w.scales.assign(static_cast<size_t>(w.rows * w.groups_per_row), 0.0f);
+  if (w.has_min) w.mins.assign(w.scales.size(), 0.0f);
+  std::vector<float> v(static_cast<size_t>(spec.group));
+  std::vector<int8_t> codes(v.size());
+  uint8_t* out = q.mutable_data_as<uint8_t>();
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t g = 0; g < w.groups_per_row; ++g) {
+      const int64_t at = r * row_vals + g * spec.group;
+      const int64_t count = std::min<int64_t>(spec.group, row_vals - g * spec.group);
+      for (int64_t i = 0; i < count; ++i) v[i] = ValueAt(w.values, at + i);
+      auto qg = QuantizeGroup(v.data(), count, spec, codes.data());
+      if (!qg.ok()) {
+        return qg.status().WithContext(name + ".values row " + std::to_string(r) + " group " +
+                                       std::to_string(g));
+      }
+      w.scales[r * w.groups_per_row + g] = qg->scale;
+      if (w.has_min) w.mins[r * w.groups_per_row + g] = qg->min;
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t e = at + i;
+        if (spec.dtype == DType::kI8) {
+          out[e] = static_cast<uint8_t>(codes[i]);
+        } else {
+          // Byte b of a chunk: values b and b + 8, so that a vector of the chunk's first or second
+          // half unpacks with one shift (nm-inl.h, Nibbles).
+          const int64_t byte = e / kNmChunk * (kNmChunk / 2) + e % (kNmChunk / 2);
+          const bool hi = e % kNmChunk >= kNmChunk / 2;
+          out[byte] = static_cast<uint8_t>((out[byte] & (hi ? 0x0F : 0xF0)) |
+                                           ((codes[i] & 0x0F) << (hi ? 4 : 0)));
+        }
+      }
+    }
+  }
+  w.values = std::move(q);
+  w.value_dtype = spec.dtype;
+  return Status::Ok();
+}
+
+Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWeight pw,
+                            const ValueSpec& values) {
   if (s.n < 1 || s.m > 16 || s.n >= s.m) {
     return InvalidInput(name + ": N:M " + std::to_string(s.n) + ":" + std::to_string(s.m) +
                         " out of range (1 <= n < m <= 16)");
@@ -454,10 +510,20 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
     }
   }
   const std::string nm = std::to_string(s.n) + ":" + std::to_string(s.m);
+  if (values.quantized() && !chunkable) {
+    return InvalidInput(name + ": " + values.Name() + " values need N:M with n dividing " +
+                        std::to_string(kNmChunk) + " (this " + nm + " packs as CSR rows)");
+  }
   if (chunkable) {
     pw.kind = PackedKind::kNm;
     pw.source = "nm " + nm + " " + std::string(DTypeName(vt));
-    pw.weight_bytes = pw.nm.values.nbytes() + pw.nm.meta.nbytes();
+    if (values.quantized()) {
+      SPARQ_RETURN_IF_ERROR(QuantizeNm(pw.nm, values, name));
+      pw.source = "nm " + nm + " " + values.Name();
+    }
+    // (Scales and mins are streamed as f32.)
+    pw.weight_bytes = pw.nm.values.nbytes() + pw.nm.meta.nbytes() +
+                      4 * (pw.nm.scales.size() + pw.nm.mins.size());
     pw.stored = s.rows * per_row;
     return pw;
   }
@@ -538,6 +604,24 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
 
 }  // namespace
 
+float NmWeight::Value(int64_t r, int64_t j) const {
+  const int64_t e = r * chunks * kNmChunk + j;
+  if (value_dtype != DType::kI8 && value_dtype != DType::kI4) return ValueAt(values, e);
+  ValueSpec spec;
+  spec.dtype = value_dtype;
+  spec.sym = !has_min;
+  QuantGroup g;
+  const size_t gi = static_cast<size_t>(r * groups_per_row + j / group);
+  g.scale = scales[gi];
+  g.min = has_min ? mins[gi] : 0.0f;
+  const uint8_t* b = values.data_as<uint8_t>();
+  // (kI4: byte b of a chunk holds values b and b + 8, NmWeight::values.)
+  const int64_t byte = e / kNmChunk * (kNmChunk / 2) + e % (kNmChunk / 2);
+  const int code = value_dtype == DType::kI8 ? int(static_cast<int8_t>(b[e]))
+                                             : (b[byte] >> (e % kNmChunk >= kNmChunk / 2 ? 4 : 0)) & 0x0F;
+  return Dequantize(code, g, spec);
+}
+
 const int32_t* ExpandTable8() {
   static const std::vector<int32_t> table = [] {
     std::vector<int32_t> t(256 * 8);
@@ -574,13 +658,20 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
   return std::visit(
       [&](const auto& s) -> Result<PackedWeight> {
         using T = std::decay_t<decltype(s)>;
+        if constexpr (!std::is_same_v<T, NmMatrix>) {
+          if (options.values.quantized()) {
+            return InvalidInput(name + ": " + options.values.Name() +
+                                " values are packed for N:M weights only so far (this one is " +
+                                std::string(FormatName(KindOf(matrix))) + ")");
+          }
+        }
         if constexpr (std::is_same_v<T, DenseMatrix>) return PackDense(s, name, std::move(pw));
         if constexpr (std::is_same_v<T, CsrMatrix>) return PackCsr(s, name, std::move(pw), options.csr_layout);
         if constexpr (std::is_same_v<T, CooMatrix>) {
           return PackCoo(s, name, std::move(pw), options.csr_layout);
         }
         if constexpr (std::is_same_v<T, BsrMatrix>) return PackBsr(s, name, std::move(pw));
-        if constexpr (std::is_same_v<T, NmMatrix>) return PackNm(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, NmMatrix>) return PackNm(s, name, std::move(pw), options.values);
         if constexpr (std::is_same_v<T, VnmMatrix>) return PackVnm(s, name, std::move(pw));
       },
       matrix);

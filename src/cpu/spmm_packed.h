@@ -27,6 +27,7 @@
 #include "sparq/dtype.h"
 #include "sparq/format.h"
 #include "sparq/kernel_config.h"
+#include "sparq/quant.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 
@@ -39,13 +40,24 @@ struct NmWeight {
   int64_t rows = 0, cols = 0;
   int n = 0, m = 0;
   int bits = 0;                      // 2 (m <= 4) or 4 (m <= 16): bits per index in `meta`
-  DType value_dtype = DType::kF32;   // kF32 or kBF16
+  DType value_dtype = DType::kF32;   // kF32, kBF16, or quantized: kI8 / kI4 (sparq/quant.h)
   int64_t chunks = 0;                // chunks per row
   int64_t k_pad = 0;                 // chunks * (kNmChunk / n) * m >= cols: X is zero-padded to it
-  Tensor values;                     // [rows, chunks * kNmChunk]
+  Tensor values;                     // [rows, chunks * kNmChunk]; kI4: 8 bytes per chunk, byte b
+                                     // holding value b (low nibble) and value b + 8 (high)
+  // Quantized values: groups of `group` values of a row (a multiple of kNmChunk, so a chunk lies
+  // in one group; the row's last group may be short), each with the f32 value of its f16 scale
+  // (and min), [rows, groups_per_row]. Code q of value j is Dequantize(q, ...) of sparq/quant.h.
+  bool has_min = false;              // kI4: fma(q, scale, min); else symmetric
+  int group = 0;
+  int group_shift = 0;               // log2(group): groups are 32, 64 or 128 values
+  int64_t groups_per_row = 0;
+  std::vector<float> scales, mins;
   Tensor meta;                       // u32 [rows, chunks * bits / 2]; lane j in bits [b*j, b*j+b)
                                      // of word j*b/32 (b = bits)
   int words_per_chunk() const { return bits / 2; }
+  // Value j (0 <= j < chunks * kNmChunk) of row r as f32: stored, or dequantized (sparq/quant.h).
+  float Value(int64_t r, int64_t j) const;
   // Column of value j (0 <= j < kNmChunk) of chunk c of row r.
   int64_t Col(int64_t r, int64_t c, int j) const {
     const uint32_t* w = meta.data_as<uint32_t>() + (r * chunks + c) * words_per_chunk();
@@ -123,11 +135,14 @@ struct PackedWeight {
 
 // How CSR / COO rows are laid out (KernelConfig::csr_layout): by density (kAuto: kMask from
 // kMaskMinDensity up), or forced (tests run both layouts on the same matrices).
+// values: the stored value type; quantized specs (int8 / int4) are quantized round-to-nearest at
+// pack time, for layouts that have quantized kernels (N:M so far; others are an error).
 struct PackOptions {
   CsrLayout csr_layout = CsrLayout::kAuto;
+  ValueSpec values;  // float types keep the source's values (f32, bf16; f16 widened)
 };
 // The packing a configuration asks for.
-inline PackOptions PackOptionsFor(const KernelConfig& cfg) { return PackOptions{cfg.csr_layout}; }
+inline PackOptions PackOptionsFor(const KernelConfig& cfg) { return PackOptions{cfg.csr_layout, {}}; }
 
 // Validates `matrix` (shapes, dtypes, index ranges, N:M metadata) and packs it. Errors name
 // `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").

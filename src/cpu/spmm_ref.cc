@@ -25,7 +25,7 @@ void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* /*pool*
           for (int64_t c = 0; c < nm.chunks; ++c) {
             for (int j = 0; j < kNmChunk; ++j) {
               const int64_t col = nm.Col(r, c, j);
-              const float v = ValueAt(nm.values, (r * nm.chunks + c) * kNmChunk + j);
+              const float v = nm.Value(r, c * kNmChunk + j);
               if (col < w.cols) acc[r] += double(v) * x[col];
             }
           }

@@ -87,5 +87,38 @@ TEST(KernelTableCliTest, ExplainNamesTheChosenKernelAndTheDeclines) {
   EXPECT_THAT(out, HasSubstr("declined f32_csr_decode_1x1: serves n in [0, 16], not 512"));
 }
 
+// --values with quantized specs: the N:M rows run the i8 / i4 kernels (and say so), a spec the
+// parser does not know or a layout without quantized kernels is an error naming it.
+TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
+  std::string out, err;
+  ASSERT_EQ(RunCli("bench kernels --explain --shapes 128x256 --n 1,64 --patterns 2:4 "
+                   "--values int8:g32,int4:g64:sym",
+                   &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("128x256 2:4 int8:g32 n=1 (stored as nm 2:4 int8:g32)"));
+  EXPECT_THAT(out, HasSubstr("chosen: i8_nm_window"));
+  EXPECT_THAT(out, HasSubstr("128x256 2:4 int4:g64:sym n=64 (stored as nm 2:4 int4:g64:sym)"));
+  EXPECT_THAT(out, HasSubstr("chosen: i4_nm_window"));
+  const std::string json_path = testing::TempDir() + "/kt_quant.json";
+  ASSERT_EQ(RunCli("bench kernels --shapes 128x256 --n 1 --patterns 2:4 --values int4:g64 "
+                   "--threads 1 --repeats 1 --py-peers '' --rotate-bytes 0 --json " + json_path,
+                   &out, &err),
+            0)
+      << err;
+  const testing::Bytes jb = testing::ReadFile(json_path);
+  const json rows = json::parse(std::string(jb.begin(), jb.end()));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["values"], "int4:g64");
+  EXPECT_THAT(rows[0]["kernel"].get<std::string>(), HasSubstr("i4_nm_window_decode_4xT"));
+  EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns 2:4 --values int5", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("values 'int5'"));
+  EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns unstructured:0.5 "
+                   "--values int4:g64",
+                   &out, &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("int4:g64 values are packed for N:M weights only"));
+}
+
 }  // namespace
 }  // namespace sparq

@@ -81,7 +81,7 @@ Built Build(const Case& c, int64_t m, int64_t k, uint64_t seed) {
   EXPECT_TRUE(s.ok()) << Name(c) << ": " << s.status().ToString();
   Built b;
   b.dense = testing_cpu::Densify(*s);
-  auto pw = cpu::Pack(*s, "w", cpu::PackOptions{c.layout});
+  auto pw = cpu::Pack(*s, "w", cpu::PackOptions{c.layout, {}});
   EXPECT_TRUE(pw.ok()) << Name(c) << ": " << pw.status().ToString();
   if (pw.ok() && c.layout != CsrLayout::kAuto) {
     EXPECT_EQ(pw->kind, c.layout == CsrLayout::kBitmask ? cpu::PackedKind::kMask

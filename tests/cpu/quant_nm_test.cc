@@ -1,0 +1,208 @@
+// Quantized (int8 / int4) N:M values (tests/quant: the value spec and group quantization): every
+// i8 / i4 row of the kernel table on every compiled target against (a) the f32 row of the same
+// layout on the dequantized weights, bit for bit (the kernels dequantize with the expressions of
+// sparq/quant.h, so the products are those of the dequantized f32 weights), and (b) the double
+// reference of the dequantized weights; bits for 1..3 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "sparq/quant.h"
+#include "src/cpu/kernel_entry.h"
+#include "src/cpu/spmm.h"
+#include "tests/cpu/spmm_testutil.h"
+
+namespace sparq {
+namespace {
+
+using testing_cpu::Cfg;
+using testing_cpu::ForEachTarget;
+using testing_cpu::RandomVector;
+
+struct QCase {
+  std::string pattern;
+  std::string values;
+};
+
+// The packed quantized weight, and the dense f32 of its dequantized values at its kept positions.
+struct QBuilt {
+  cpu::PackedWeight q;     // quantized
+  cpu::PackedWeight f;     // f32 N:M of the dequantized weights (same positions)
+  std::vector<float> dense;
+};
+
+QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
+  const Pattern p = *Pattern::Parse(c.pattern);
+  const std::vector<float> w = testing_cpu::PatternWeights(p, m, k, seed);
+  auto s = Encode(w, m, k, FormatKind::kNM, p, DType::kF32);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  cpu::PackOptions opt;
+  opt.values = *ValueSpec::Parse(c.values);
+  auto q = cpu::Pack(*s, "w", opt);
+  EXPECT_TRUE(q.ok()) << c.pattern << " " << c.values << ": " << q.status().ToString();
+  QBuilt b;
+  b.q = std::move(q).value();
+  const cpu::NmWeight& nm = b.q.nm;
+  EXPECT_EQ(nm.value_dtype, opt.values.dtype);
+  b.dense.assign(size_t(m * k), 0.0f);
+  const float max_w = 1.0f;  // PatternWeights are in [-1, 1)
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t ch = 0; ch < nm.chunks; ++ch) {
+      for (int j = 0; j < cpu::kNmChunk; ++j) {
+        const int64_t col = nm.Col(r, ch, j);
+        if (col >= k) continue;
+        const float d = nm.Value(r, ch * cpu::kNmChunk + j);
+        b.dense[r * k + col] = d;
+        // Within one quantization step of the weight (steps are <= 2 max|w| / 7 for int4).
+        EXPECT_LE(std::fabs(d - w[r * k + col]), 2.0f * max_w / 7.0f);
+      }
+    }
+  }
+  // The mask survives quantization: no weight appears where the pruned matrix has none.
+  for (int64_t i = 0; i < m * k; ++i) {
+    if (w[i] == 0.0f) {
+      EXPECT_EQ(b.dense[i], 0.0f) << "pruned weight " << i << " came back";
+    }
+  }
+  // The f32 twin: the same packed positions (meta) with the dequantized values. (Re-encoding the
+  // dense matrix could move a kept value that quantized to 0 to another lane of its group, which
+  // changes the decode's lane sums by an ulp.)
+  b.f = b.q;
+  cpu::NmWeight& f = b.f.nm;
+  f.values = Tensor::Alloc(DType::kF32, {m, nm.chunks * cpu::kNmChunk});
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < nm.chunks * cpu::kNmChunk; ++j) {
+      f.values.mutable_data_as<float>()[r * nm.chunks * cpu::kNmChunk + j] = nm.Value(r, j);
+    }
+  }
+  f.value_dtype = DType::kF32;
+  f.scales.clear();
+  f.mins.clear();
+  f.has_min = false;
+  return b;
+}
+
+std::vector<float> RunRow(const cpu::KernelRow& kern, const cpu::PackedWeight& w,
+                          const std::vector<float>& x, int64_t m, int64_t k, int64_t n,
+                          ThreadPool* pool) {
+  cpu::SpmmArgs a;
+  a.cfg = &Cfg();
+  a.x = x.data();
+  a.n = n;
+  a.ldx = k;
+  std::vector<float> y(size_t(n * m), -12345.0f);
+  a.y = y.data();
+  a.ldy = m;
+  kern.run(w, a, pool);
+  return y;
+}
+
+const cpu::KernelRow* RowNamed(const std::string& name) {
+  for (const auto& kern : cpu::KernelTable()) {
+    if (name == kern.name) return &kern;
+  }
+  return nullptr;
+}
+
+TEST(QuantNmTest, EveryQuantizedRowHasTheBitsOfF32OnTheDequantizedWeights) {
+  const QCase cases[] = {{"2:4", "int8:g64"},  {"2:4", "int4:g64"},   {"2:4", "int4:g32:sym"},
+                         {"2:4", "int8:g128"}, {"1:4", "int4:g128"},  {"4:8", "int8:g32"},
+                         {"8:16", "int4:g64"}, {"2:4", "int4:g128:sym"}, {"1:4", "int8:g64"}};
+  // k: below / at / past a chunk (16 kept of 2:4 = 32 columns), groups with a short tail (576: 288
+  // kept = 4.5 groups of 64), and one past the k blocks; n: decode, its token blocks, the tiles.
+  const int64_t ms[] = {1, 5, 33};
+  const int64_t ks[] = {7, 64, 65, 300, 576};
+  const int64_t ns[] = {1, 2, 5, 16, 17, 65, 130};
+  ThreadPool pool2(2), pool3(3);
+  int targets = 0;
+  std::set<std::string> rows_run;
+  ForEachTarget([&](const std::string& target) {
+    ++targets;
+    uint64_t seed = 300;
+    for (const QCase& c : cases) {
+      for (int64_t m : ms) {
+        for (int64_t k : ks) {
+          const QBuilt b = BuildQ(c, m, k, seed++);
+          for (const auto& kern : cpu::KernelTable()) {
+            if (!cpu::Declines(kern, b.q, 0, Cfg(), true).empty()) continue;
+            const std::string name = kern.name;
+            const cpu::KernelRow* twin = RowNamed("f32" + name.substr(name.find('_')));
+            ASSERT_NE(twin, nullptr) << name << " has no f32 row";
+            ASSERT_TRUE(cpu::Declines(*twin, b.f, 0, Cfg(), true).empty()) << twin->name;
+            rows_run.insert(target + " " + name);
+            for (int64_t n : ns) {
+              const std::string what = target + " " + c.pattern + " " + c.values + " " + name +
+                                       " m=" + std::to_string(m) + " k=" + std::to_string(k) +
+                                       " n=" + std::to_string(n);
+              const std::vector<float> x = RandomVector(size_t(n * k), 9 + n);
+              const std::vector<float> yq = RunRow(kern, b.q, x, m, k, n, nullptr);
+              const std::vector<float> yf = RunRow(*twin, b.f, x, m, k, n, nullptr);
+              for (size_t i = 0; i < yq.size(); ++i) {
+                if (std::memcmp(&yq[i], &yf[i], 4) != 0) {
+                  ADD_FAILURE() << what << ": y[" << i << "] " << yq[i] << " vs f32 twin " << yf[i];
+                  break;
+                }
+              }
+              for (ThreadPool* p : {&pool2, &pool3}) {
+                const std::vector<float> yt = RunRow(kern, b.q, x, m, k, n, p);
+                ASSERT_EQ(0, std::memcmp(yq.data(), yt.data(), yq.size() * 4)) << what << " threads";
+              }
+              // The double reference of the dequantized weights, tolerance as in spmm_test.cc
+              // (k f32 roundings of partial sums bounded by sum |w x|).
+              std::vector<double> want, abs_sum;
+              testing_cpu::ReferenceForward(b.dense, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
+              const double eps = std::numeric_limits<float>::epsilon();
+              for (int64_t i = 0; i < n * m; ++i) {
+                ASSERT_LE(std::fabs(yq[i] - want[i]), 2.0 * (k + 4) * eps * abs_sum[i] + 1e-30) << what;
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+  EXPECT_GE(targets, 2);
+  // Every i8 / i4 row ran on some target (the __avx2 ones on AVX2, the generic ones elsewhere).
+  for (const auto& kern : cpu::KernelTable()) {
+    const std::string name = kern.name;
+    if (name.rfind("i8_", 0) != 0 && name.rfind("i4_", 0) != 0) continue;
+    bool ran = false;
+    for (const std::string& r : rows_run) {
+      ran = ran || (r.size() > name.size() && r.compare(r.size() - name.size(), name.size(), name) == 0);
+    }
+    EXPECT_TRUE(ran) << name << " never ran";
+  }
+}
+
+TEST(QuantNmTest, LayoutsWithoutQuantizedKernelsAreErrorsNamingTheWeight) {
+  const int64_t m = 8, k = 64;
+  cpu::PackOptions opt;
+  opt.values = *ValueSpec::Parse("int4:g64");
+  for (const char* pat : {"unstructured:0.5", "block:4x4:0.5", "vnm:8:2:4", "3:8", "dense"}) {
+    const Pattern p = *Pattern::Parse(pat);
+    const std::vector<float> w = testing_cpu::PatternWeights(p, m, k, 5);
+    auto s = Encode(w, m, k, PickFormat(p), p, DType::kF32);
+    ASSERT_TRUE(s.ok()) << pat;
+    auto q = cpu::Pack(*s, "layers.0.w", opt);
+    ASSERT_FALSE(q.ok()) << pat << " packed with int4 values";
+    EXPECT_NE(q.status().message().find("layers.0.w"), std::string::npos) << q.status().ToString();
+    EXPECT_NE(q.status().message().find("int4:g64"), std::string::npos) << q.status().ToString();
+  }
+  // A value beyond what an f16 scale holds names the tensor, row and group.
+  const Pattern p = *Pattern::Parse("2:4");
+  std::vector<float> w = testing_cpu::PatternWeights(p, m, k, 6);
+  for (auto& v : w) v *= 1e9f;
+  auto s = Encode(w, m, k, FormatKind::kNM, p, DType::kF32);
+  ASSERT_TRUE(s.ok());
+  auto q = cpu::Pack(*s, "layers.1.w", opt);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("layers.1.w.values row 0 group 0"), std::string::npos)
+      << q.status().ToString();
+}
+
+}  // namespace
+}  // namespace sparq
