@@ -87,30 +87,81 @@ TEST(KernelTableCliTest, ExplainNamesTheChosenKernelAndTheDeclines) {
   EXPECT_THAT(out, HasSubstr("declined f32_csr_decode_1x1: serves n in [0, 16], not 512"));
 }
 
+// The `isa: NAME` line `bench kernels --explain` starts with: the target the capped run chose
+// (the cap itself, or the best below it that this CPU has).
+std::string IsaOf(const std::string& out) {
+  const size_t at = out.find("isa: ");
+  if (at == std::string::npos) return "";
+  return out.substr(at + 5, out.find('\n', at) - at - 5);
+}
+
+// The kernel `--explain` chose for the row headed `header` (the first word after "chosen: " on the
+// line that follows it), or "" when there is no such row.
+std::string ChosenFor(const std::string& out, const std::string& header) {
+  const size_t at = out.find(header + " (stored as");
+  if (at == std::string::npos) return "";
+  const size_t c = out.find("\nchosen: ", at);
+  if (c == std::string::npos || c != out.find('\n', at)) return "";
+  const size_t b = c + 9;
+  return out.substr(b, out.find_first_of(" \n", b) - b);
+}
+
 // --values with quantized specs: the N:M rows run the i8 / i4 kernels (and say so), a spec the
-// parser does not know or a layout without quantized kernels is an error naming it.
+// parser does not know or a layout without quantized kernels is an error naming it. Which i8 / i4
+// row a 2:4 weight gets depends on the target, so every run names its cap (--max-isa) and the
+// expected rows follow from the target it reports: AVX2 has rows of its own (the in-lane 2:4
+// window permute for decode, 1x8 tiles), every other target runs the generic rows. SSE4 exists on
+// every x86-64 CPU the project supports; on a CPU without AVX2 (or AVX-512) the AVX2 (AVX3) run
+// reports the best target below its cap and is checked against that one's rows.
 TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
+  struct Rows {
+    const char* i8_decode;
+    const char* i8_tiled;
+    const char* i4_decode;
+    const char* i4_tiled;
+  };
+  const Rows avx2{"i8_nm24_decode_4xT__avx2", "i8_nm_window_tiled_1x8__avx2",
+                  "i4_nm24_decode_4xT__avx2", "i4_nm_window_tiled_1x8__avx2"};
+  const Rows generic{"i8_nm_window_decode_4xT", "i8_nm_window_tiled_4xNV",
+                     "i4_nm_window_decode_4xT", "i4_nm_window_tiled_4xNV"};
   std::string out, err;
-  ASSERT_EQ(RunCli("bench kernels --explain --shapes 128x256 --n 1,64 --patterns 2:4 "
-                   "--values int8:g32,int4:g64:sym",
-                   &out, &err),
-            0)
-      << err;
-  EXPECT_THAT(out, HasSubstr("128x256 2:4 int8:g32 n=1 (stored as nm 2:4 int8:g32)"));
-  EXPECT_THAT(out, HasSubstr("chosen: i8_nm_window"));
-  EXPECT_THAT(out, HasSubstr("128x256 2:4 int4:g64:sym n=64 (stored as nm 2:4 int4:g64:sym)"));
-  EXPECT_THAT(out, HasSubstr("chosen: i4_nm_window"));
+  for (const std::string cap : {"SSE4", "AVX2", "AVX3"}) {
+    ASSERT_EQ(RunCli("--max-isa " + cap + " bench kernels --explain --shapes 128x256 --n 1,64 "
+                     "--patterns 2:4 --values int8:g32,int4:g64:sym",
+                     &out, &err),
+              0)
+        << err;
+    const std::string isa = IsaOf(out);
+    if (cap == "SSE4") {
+      EXPECT_EQ(isa, "SSE4") << out;
+    }
+    const Rows& want = isa == "AVX2" ? avx2 : generic;
+    SCOPED_TRACE("--max-isa " + cap + " ran on " + isa);
+    EXPECT_EQ(ChosenFor(out, "128x256 2:4 int8:g32 n=1"), want.i8_decode) << out;
+    EXPECT_EQ(ChosenFor(out, "128x256 2:4 int8:g32 n=64"), want.i8_tiled) << out;
+    EXPECT_EQ(ChosenFor(out, "128x256 2:4 int4:g64:sym n=1"), want.i4_decode) << out;
+    EXPECT_EQ(ChosenFor(out, "128x256 2:4 int4:g64:sym n=64"), want.i4_tiled) << out;
+  }
   const std::string json_path = testing::TempDir() + "/kt_quant.json";
-  ASSERT_EQ(RunCli("bench kernels --shapes 128x256 --n 1 --patterns 2:4 --values int4:g64 "
-                   "--threads 1 --repeats 1 --py-peers '' --rotate-bytes 0 --json " + json_path,
-                   &out, &err),
-            0)
-      << err;
-  const testing::Bytes jb = testing::ReadFile(json_path);
-  const json rows = json::parse(std::string(jb.begin(), jb.end()));
-  ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0]["values"], "int4:g64");
-  EXPECT_THAT(rows[0]["kernel"].get<std::string>(), HasSubstr("i4_nm_window_decode_4xT"));
+  for (const std::string cap : {"SSE4", "AVX2"}) {
+    ASSERT_EQ(RunCli("--max-isa " + cap + " bench kernels --shapes 128x256 --n 1 --patterns 2:4 "
+                     "--values int4:g64 --threads 1 --repeats 1 --py-peers '' --rotate-bytes 0 "
+                     "--json " + json_path,
+                     &out, &err),
+              0)
+        << err;
+    const testing::Bytes jb = testing::ReadFile(json_path);
+    const json rows = json::parse(std::string(jb.begin(), jb.end()));
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0]["values"], "int4:g64");
+    const std::string isa = rows[0]["isa"].get<std::string>();
+    if (cap == "SSE4") {
+      EXPECT_EQ(isa, "SSE4") << rows[0];
+    }
+    EXPECT_EQ(rows[0]["kernel"].get<std::string>(),
+              std::string(isa == "AVX2" ? avx2.i4_decode : generic.i4_decode) + "(nm 2:4 int4:g64)")
+        << "--max-isa " << cap << ": " << rows[0];
+  }
   EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns 2:4 --values int5", &out, &err), 1);
   EXPECT_THAT(err, HasSubstr("values 'int5'"));
   EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns unstructured:0.5 "
