@@ -20,6 +20,7 @@ w.reshape(n_head, 2, hd/2, k).swapaxes(1, 2)) with numpy. Then:
      `sparq eval MODEL.gguf` run on the same tokens and their perplexities are printed beside it.
 """
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -33,8 +34,8 @@ from tokenizers import AddedToken, decoders
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_reference import forward, load_gguf, load_weights  # noqa: E402
 
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
-                      "data", "text")
+# The repository's own copy of the texts (data/text/SOURCES.md says where they come from).
+DATA_TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "text")
 CHECK_TOKENS = 512
 PPL_TOKENS, PPL_CTX = 4096, 512
 
@@ -120,11 +121,12 @@ def main():
 
     g = load_gguf(a.model, np.float32)
     write_folder(g, a.out, a.model)
-    print(f"wrote {a.out}")
+    sha = hashlib.sha256(open(a.model, "rb").read()).hexdigest()
+    print(f"wrote {a.out} from {os.path.basename(a.model)} (sha256 {sha})")
 
     from tokenizers import Tokenizer
     from transformers import LlamaForCausalLM
-    text_path = os.path.join(SHARED, "wikitext-2-raw-test.txt")
+    text_path = os.path.join(DATA_TEXT, "wikitext-2-raw-test.txt")
     text = open(text_path, "rb").read().decode("utf-8")
     ids = Tokenizer.from_file(os.path.join(a.out, "tokenizer.json")).encode(
         text, add_special_tokens=False).ids

@@ -9,6 +9,7 @@ independent of sparq) built from the GGUF vocabulary and merges with SmolLM2's p
 bench/peers/llama_cpp_reference.py checks the same ids (and the whole WikiText-2 test text)
 against llama.cpp's own tokenizer.
 """
+import hashlib
 import json
 import os
 import random
@@ -18,7 +19,16 @@ from gguf import GGUFReader
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 WIKITEXT_BYTES = 30000  # cut at the last newline before this many bytes
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "text")
+# The repository's own copy of the texts (data/text/SOURCES.md says where they come from).
+DATA_TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "text")
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def make_tokenizer(path):
@@ -57,7 +67,7 @@ def main():
         os.environ.get("SPARQ_CACHE", os.path.expanduser("~/.cache/sparq")), "models",
         "SmolLM2-135M-Instruct.Q4_1.gguf")
     tk = make_tokenizer(path)
-    raw = open(os.path.join(SHARED, "wikitext-2-raw-test.txt"), "rb").read()
+    raw = open(os.path.join(DATA_TEXT, "wikitext-2-raw-test.txt"), "rb").read()
     cut = raw.rfind(b"\n", 0, WIKITEXT_BYTES) + 1
     wiki = raw[:cut].decode("utf-8")
     texts = ["", " ", "Hello world", "Hello  world", "hello\n\nworld", "  leading", "trailing  ",
@@ -67,10 +77,10 @@ def main():
              stress_text(1, 400), stress_text(2, 400), stress_text(3, 2000)]
     full = {}
     for name in ["wikitext-2-raw-test.txt", "sherlock-holmes-pg1661.txt"]:
-        ids = tk.encode(open(os.path.join(SHARED, name), "rb").read().decode("utf-8"),
+        ids = tk.encode(open(os.path.join(DATA_TEXT, name), "rb").read().decode("utf-8"),
                         add_special_tokens=False).ids
         full[name] = {"count": len(ids), "fnv1a64": fnv1a64(ids)}
-    out = {"model": os.path.basename(path), "wikitext_bytes": cut, "full_texts": full,
+    out = {"model": os.path.basename(path), "model_sha256": sha256_of(path), "wikitext_bytes": cut, "full_texts": full,
            "wikitext_ids": tk.encode(wiki, add_special_tokens=False).ids,
            "cases": [{"text": t, "ids": tk.encode(t, add_special_tokens=False).ids}
                      for t in texts]}
