@@ -3,7 +3,11 @@
 // independence, perplexity on a WikiText slice, and error paths.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -110,25 +114,35 @@ TEST_F(SmolLmTest, DecodeMatchesPrefillAndRerunsAreBitwise) {
   ThreadPool pool1(1), pool2(2);
   const std::vector<float> full = AllLogits(*ids, &pool2);
   EXPECT_EQ(AllLogits(*ids, &pool2), full);  // bitwise, same call twice
-  // 1 vs 2 threads: the runtime's own code is thread-independent, but the dense f32 LinearWeight
-  // kernel currently splits rows into OpenBLAS calls of thread-dependent shapes, which changes
-  // the last bits for 2 <= n < 64 (reported to the kernels owner). Until that is fixed, check
-  // closeness only.
+  // 1 vs 2 threads: the same bits (README.md: "identical bits for any thread count"). The runtime's
+  // own code is thread-independent and the dense f32 LinearWeight kernel runs a fixed grid of
+  // single-threaded OpenBLAS calls whatever the pool's size (since 8b21c92).
   const std::vector<float> one = AllLogits(*ids, &pool1);
-  for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(one[i], full[i], 1e-3) << i;
-  // Prefill 5 tokens, then one at a time: last-token logits agree with the batched pass (the
-  // batched attention sums in another order, hence a tolerance).
+  ASSERT_EQ(one.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(full[i]))
+        << i << ": " << one[i] << " (1 thread) vs " << full[i] << " (2 threads)";
+  }
+  // Prefill 5 tokens, then one at a time: last-token logits agree with the batched pass. The
+  // batched attention and the tiled kernels sum in another order than decode, so the bits differ,
+  // but both are the same forward pass and each is within kLogitTol of the float64 reference
+  // (the README's claim, checked by LogitsMatchNumpyReference), hence
+  //   |decode - prefill| <= |decode - ref| + |ref - prefill| <= 2 * kLogitTol = 1e-4.
   auto cache = KvCache::Create(model_->config(), n);
   ASSERT_TRUE(cache.ok());
   std::vector<float> last(vocab);
   ASSERT_TRUE(model_->Forward(std::span(*ids).first(5), &*cache, last.data(), false, &pool2).ok());
+  double max_diff = 0.0;
   for (int64_t i = 5; i < n; ++i) {
     ASSERT_TRUE(model_->Forward(std::span(*ids).subspan(i, 1), &*cache, last.data(), false, &pool2)
                     .ok());
-    for (int64_t j = 0; j < vocab; j += 97) {
-      ASSERT_NEAR(last[j], full[i * vocab + j], 2e-3) << "position " << i << " vocab " << j;
+    for (int64_t j = 0; j < vocab; ++j) {
+      max_diff = std::max(max_diff, std::abs(double(last[j]) - full[i * vocab + j]));
+      ASSERT_NEAR(last[j], full[i * vocab + j], 2 * kLogitTol)
+          << "position " << i << " vocab " << j;
     }
   }
+  std::printf("max |decode - prefill| = %.2e (bound %.0e)\n", max_diff, 2 * kLogitTol);
   EXPECT_EQ(cache->length(), n);
 }
 
@@ -148,13 +162,18 @@ TEST_F(SmolLmTest, LongContextDecodeMatchesPrefill) {
   ASSERT_TRUE(cache.ok());
   std::vector<float> last(vocab);
   ASSERT_TRUE(model_->Forward(std::span(*ids).first(n - 3), &*cache, last.data(), false, &pool).ok());
+  double max_diff = 0.0;
   for (int64_t i = n - 3; i < n; ++i) {
     ASSERT_TRUE(model_->Forward(std::span(*ids).subspan(i, 1), &*cache, last.data(), false, &pool)
                     .ok());
-    for (int64_t j = 0; j < vocab; j += 97) {
-      ASSERT_NEAR(last[j], full[i * vocab + j], 2e-3) << "position " << i << " vocab " << j;
+    for (int64_t j = 0; j < vocab; ++j) {
+      max_diff = std::max(max_diff, std::abs(double(last[j]) - full[i * vocab + j]));
+      // 2 * kLogitTol, as in DecodeMatchesPrefillAndRerunsAreBitwise.
+      ASSERT_NEAR(last[j], full[i * vocab + j], 2 * kLogitTol)
+          << "position " << i << " vocab " << j;
     }
   }
+  std::printf("max |decode - prefill| = %.2e (bound %.0e)\n", max_diff, 2 * kLogitTol);
 }
 
 TEST_F(SmolLmTest, PerplexityOnWikiTextSlice) {
