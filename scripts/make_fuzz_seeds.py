@@ -99,16 +99,19 @@ def main():
         src = os.path.join(tmp, "m.safetensors")
         with open(src, "wb") as f:
             f.write(model)
-        for pat, fmt in [("2:4", "auto"), ("vnm:2:2:4", "auto"), ("block:2x4:0.5", "auto"),
-                         ("unstructured:0.5", "csr"), ("unstructured:0.5", "coo"), ("1:4", "dense")]:
+        for pat, fmt, values in [("2:4", "auto", "bf16"), ("vnm:2:2:4", "auto", "bf16"),
+                                 ("block:2x4:0.5", "auto", "bf16"), ("unstructured:0.5", "csr", "f32"),
+                                 ("unstructured:0.5", "coo", "f32"), ("2:4", "nm", "int4:g32"),
+                                 ("2:4", "nm", "int8:g32"), ("1:4", "dense", "f32")]:
             out = os.path.join(tmp, "c.sparq")
             subprocess.run([cli, "convert", src, out, "--pattern", pat, "--format", fmt,
-                            "--include", "blk.*", "--dtype", "bf16" if fmt == "auto" else "f32"],
+                            "--include", "blk.*", "--values", values],
                            check=True, stdout=subprocess.DEVNULL)
             with open(out, "rb") as f:
                 data = f.read()
             safe = pat.replace(":", "_").replace(".", "")
-            write("checkpoint", f"{safe}_{fmt}.sparq", data)
+            name = f"{safe}_{fmt}" + ("_" + values.replace(":", "_") if values.startswith("int") else "")
+            write("checkpoint", f"{name}.sparq", data)
         write("checkpoint", "broken_truncated.sparq", data[: len(data) - 3])
 
 

@@ -1,5 +1,5 @@
 // `sparq convert IN OUT --pattern P --format auto|dense|coo|csr|bsr|nm|vnm [--include REGEX]
-//                       [--dtype f32|bf16|f16]`
+//                       [--values f32|bf16|f16|int8[:gN]|int4[:gN][:sym]]` (--dtype: the same)
 //
 // Reads a GGUF, safetensors or sparq file and writes a sparq checkpoint (atomically).
 //   * Selected tensors: 2-D tensors whose full name matches --include (std::regex, ECMAScript,
@@ -7,7 +7,8 @@
 //     containing token_embd, embed_tokens, wte, word_embeddings or lm_head, or named
 //     output.weight): pruning those hurts most and they are not linear layers of a block.
 //     Each selected tensor is read as dense f32, magnitude-masked to --pattern (MagnitudePrune),
-//     and encoded in --format (auto: PickFormat(pattern)) with values in --dtype (default f32).
+//     and encoded in --format (auto: PickFormat(pattern)) with values in --values (default f32;
+//     int8 / int4 round to nearest per group of kept values, nm matrices only: format.h).
 //   * Everything else is copied unchanged where the checkpoint can hold it: plain f32/f16/bf16
 //     tensors keep their type and bits, sparse matrices of a .sparq input keep their encoding,
 //     GGUF quantized tensors (Q4_1, ...) are dequantized to f32. --dtype applies only to the
@@ -36,7 +37,7 @@ constexpr char kDefaultExclude[] =
     ".*(token_embd|embed_tokens|wte|word_embeddings|lm_head).*|output\\.weight";
 
 struct Options {
-  std::string in, out, pattern, format = "auto", include, dtype;
+  std::string in, out, pattern, format = "auto", include, values;
   int threads = 0;
 };
 
@@ -63,12 +64,13 @@ Status Run(const Options& o) {
   } else if (!to_dense) {
     return InvalidInput("convert: --pattern is required unless --format dense");
   }
-  std::optional<DType> dtype;
-  if (!o.dtype.empty()) {
-    dtype = ParseDType(o.dtype);
-    if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kBF16 && *dtype != DType::kF16)) {
-      return InvalidInput("convert: --dtype must be f32, bf16 or f16, not '" + o.dtype + "'");
-    }
+  std::optional<DType> dtype;  // float values of the converted tensors
+  ValueSpec spec;               // or quantized ones
+  if (!o.values.empty()) {
+    auto v = ValueSpec::Parse(o.values);
+    if (!v.ok()) return v.status().WithContext("convert: --values");
+    spec = *v;
+    if (!spec.quantized()) dtype = spec.dtype;
   }
   std::regex include, exclude;
   try {
@@ -78,6 +80,10 @@ Status Run(const Options& o) {
     return InvalidInput("convert: bad --include regex '" + o.include + "': " + e.what());
   }
   const FormatKind fmt = format ? *format : (pattern ? PickFormat(*pattern) : FormatKind::kDense);
+  if (spec.quantized() && (to_dense || fmt != FormatKind::kNM)) {
+    return InvalidInput("convert: " + spec.Name() + " values are stored for nm matrices only, not " +
+                        std::string(to_dense ? "dense" : FormatName(fmt)) + " ones");
+  }
 
   SPARQ_ASSIGN_OR_RETURN(ModelSource src, ModelSource::Open(o.in));
   std::vector<Slot> slots(src.tensors.size());
@@ -104,6 +110,11 @@ Status Run(const Options& o) {
       } else {
         auto enc = Encode(std::span<const float>(wp, w->numel()), m, k, fmt, *pattern, vt);
         if (!enc.ok()) { s.status = enc.status().WithContext("tensor '" + t.name + "'"); return; }
+        if (spec.quantized()) {
+          auto q = NmMatrix::Quantize(std::get<NmMatrix>(*enc), spec, {}, t.name);
+          if (!q.ok()) { s.status = q.status(); return; }
+          *enc = std::move(*q);
+        }
         s.is_matrix = true;
         s.matrix = {t.name, std::move(*enc), *pattern};
       }
@@ -117,7 +128,10 @@ Status Run(const Options& o) {
         return;
       }
       Tensor dense = ToDense(stored->matrix);
-      const DType vt = dtype ? *dtype : ValueDType(stored->matrix);
+      // Quantized codes come back as their dequantized f32 values.
+      const DType vt = dtype                          ? *dtype
+                       : IsQuantized(stored->matrix) ? DType::kF32
+                                                     : ValueDType(stored->matrix);
       auto d = FromF32(dense, vt);
       if (!d.ok()) { s.status = d.status(); return; }
       s.plain = {t.name, std::move(*d)};
@@ -180,7 +194,9 @@ Registrar reg("convert", "Magnitude-prune the selected weights of a model file t
                 sub.add_option("--pattern", o->pattern, "2:4 | 4:8 | unstructured:0.9 | block:16x16 | vnm:8:2:4 | rows:0.3 ...");
                 sub.add_option("--format", o->format, "auto | dense | coo | csr | bsr | nm | vnm (default auto)");
                 sub.add_option("--include", o->include, "regex (whole name) of the 2-D tensors to convert");
-                sub.add_option("--dtype", o->dtype, "value dtype of converted tensors: f32 | bf16 | f16");
+                sub.add_option("--values,--dtype", o->values,
+                               "values of converted tensors: f32 | bf16 | f16 | int8[:gN] | "
+                               "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm format)");
                 sub.add_option("--threads", o->threads, "worker threads");
                 return [o]() { return Run(*o); };
               });

@@ -326,7 +326,7 @@ Status RunModelDemo(DemoOptions o) {
     ModelPruneOptions po;
     po.method = PruneMethod::kSparseGpt;
     SPARQ_ASSIGN_OR_RETURN(po.pattern, Pattern::Parse(kPrunedPatterns[i - kFirstPruned]));
-    po.value_dtype = DType::kBF16;
+    po.values.dtype = DType::kBF16;
     po.calib_samples = o.calib_samples;
     po.calib_len = o.calib_len;
     std::fprintf(stderr, "pruning: %s\n", rows[i].label.c_str());

@@ -1,7 +1,8 @@
 // `sparq inspect FILE [--json [FILE]]`: what a model file holds. For every tensor: shape, dtype,
 // stored format, density, the finest pattern it satisfies (FinestPattern on its dense f32 form; 1-D
 // tensors get their density only, tensors of rank > 2 are viewed as [prod(leading dims), last]),
-// bytes as stored and as dense f32. Every tensor is dequantized / densified on the way, so a
+// bytes as stored and as dense f32, and bits per dense weight as stored (what a quantized sparse
+// file is compared by: Q4_1 is 5). Every tensor is dequantized / densified on the way, so a
 // successful inspect also proves the file reads end to end.
 #include <cmath>
 #include <cstdio>
@@ -137,11 +138,13 @@ Status Run(const std::string& path, const JsonOutput& json, int threads) {
       uint64_t numel = 1;
       for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
       e["dense_f32_bytes"] = numel * 4;
+      e["bits_per_weight"] = numel ? 8.0 * double(t.stored_bytes) / double(numel) : 0.0;
       ts.push_back(std::move(e));
     }
     j["tensors"] = std::move(ts);
     j["totals"] = {{"tensors", rows.size()},    {"params", total_params},
                    {"stored_bytes", total_stored}, {"dense_f32_bytes", total_f32},
+                   {"bits_per_weight", total_params ? 8.0 * double(total_stored) / double(total_params) : 0.0},
                    {"unsupported", unsupported}};
     // Names and values from the file need not be UTF-8: invalid bytes become U+FFFD.
     SPARQ_RETURN_IF_ERROR(json.Write(j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)));
@@ -157,8 +160,11 @@ Status Run(const std::string& path, const JsonOutput& json, int threads) {
   for (const auto& [k, v] : meta) std::printf("  %s = %s\n", k.c_str(), MetaValue(v, 100).c_str());
   size_t w = 4;
   for (const auto& t : src.tensors) w = std::max(w, t.name.size());
-  std::printf("\n%-*s  %-16s %-6s %-6s %8s  %-22s %12s %12s\n", static_cast<int>(w), "name", "shape",
-              "dtype", "format", "density", "finest pattern", "stored", "dense f32");
+  size_t dw = 6;
+  for (const auto& t : src.tensors) dw = std::max(dw, t.dtype.size());
+  std::printf("\n%-*s  %-16s %-*s %-6s %8s  %-22s %12s %6s %12s\n", static_cast<int>(w), "name", "shape",
+              static_cast<int>(dw), "dtype", "format", "density", "finest pattern", "stored", "bits",
+              "dense f32");
   for (size_t i = 0; i < rows.size(); ++i) {
     const SourceTensor& t = src.tensors[i];
     uint64_t numel = 1;
@@ -173,13 +179,15 @@ Status Run(const std::string& path, const JsonOutput& json, int threads) {
       pat = buf;
     }
     if (rows[i].nonfinite) pat += " [" + std::to_string(rows[i].nonfinite) + " non-finite]";
-    std::printf("%-*s  %-16s %-6s %-6s %8s  %-22s %12s %12s\n", static_cast<int>(w), t.name.c_str(),
-                ShapeStr(t.shape).c_str(), t.dtype.c_str(), t.format.c_str(), dens, pat.c_str(),
-                Bytes(t.stored_bytes).c_str(), Bytes(numel * 4).c_str());
+    std::printf("%-*s  %-16s %-*s %-6s %8s  %-22s %12s %6.2f %12s\n", static_cast<int>(w), t.name.c_str(),
+                ShapeStr(t.shape).c_str(), static_cast<int>(dw), t.dtype.c_str(), t.format.c_str(), dens,
+                pat.c_str(), Bytes(t.stored_bytes).c_str(), numel ? 8.0 * double(t.stored_bytes) / double(numel) : 0.0,
+                Bytes(numel * 4).c_str());
   }
-  std::printf("\ntotal: %zu tensors, %llu parameters, stored %s vs dense f32 %s (%.3fx)", rows.size(),
-              static_cast<unsigned long long>(total_params), Bytes(total_stored).c_str(),
-              Bytes(total_f32).c_str(), total_f32 ? double(total_stored) / double(total_f32) : 0.0);
+  std::printf("\ntotal: %zu tensors, %llu parameters, stored %s vs dense f32 %s (%.3fx, %.2f bits per weight)",
+              rows.size(), static_cast<unsigned long long>(total_params), Bytes(total_stored).c_str(),
+              Bytes(total_f32).c_str(), total_f32 ? double(total_stored) / double(total_f32) : 0.0,
+              total_params ? 8.0 * double(total_stored) / double(total_params) : 0.0);
   if (unsupported) std::printf(", %d of unsupported type (not dequantized)", unsupported);
   std::printf("\n");
   return Status::Ok();

@@ -13,7 +13,8 @@ namespace sparq::cli {
 namespace {
 
 struct PruneCliOptions {
-  std::string model, method = "sparsegpt", pattern = "unstructured:0.5", calib, out, dtype = "f32";
+  std::string model, method = "sparsegpt", pattern = "unstructured:0.5", calib, out, values = "f32";
+  std::string quant_method = "gptq";
   std::string include, report;
   int64_t calib_samples = 64, calib_len = 512, blocks = -1, permute_work = kDefaultPermuteWork;
   double damp = 0.01;
@@ -30,12 +31,13 @@ Status RunPrune(const PruneCliOptions& o) {
   ModelPruneOptions opt;
   SPARQ_ASSIGN_OR_RETURN(opt.method, ParsePruneMethod(o.method));
   SPARQ_ASSIGN_OR_RETURN(opt.pattern, Pattern::Parse(o.pattern));
-  if (o.dtype == "f32") {
-    opt.value_dtype = DType::kF32;
-  } else if (o.dtype == "bf16") {
-    opt.value_dtype = DType::kBF16;
+  SPARQ_ASSIGN_OR_RETURN(opt.values, ValueSpec::Parse(o.values));
+  if (o.quant_method == "gptq") {
+    opt.quant_method = ModelPruneOptions::QuantMethod::kGptq;
+  } else if (o.quant_method == "rtn") {
+    opt.quant_method = ModelPruneOptions::QuantMethod::kRtn;
   } else {
-    return InvalidInput("--dtype must be f32 or bf16, not '" + o.dtype + "'");
+    return InvalidInput("--quant-method must be gptq or rtn, not '" + o.quant_method + "'");
   }
   opt.permute = o.permute;
   opt.permute_max_work = o.permute_work;
@@ -59,7 +61,7 @@ Status RunPrune(const PruneCliOptions& o) {
   double err_sum = 0.0;
   for (const LayerPruneResult& l : r.layers) err_sum += l.report.rel_error;
   std::printf("pruned %zu layers (%s, %s, %s values%s) with %lld calibration tokens\n",
-              r.layers.size(), o.method.c_str(), opt.pattern.ToString().c_str(), o.dtype.c_str(),
+              r.layers.size(), o.method.c_str(), opt.pattern.ToString().c_str(), opt.values.Name().c_str(),
               o.permute ? ", permuted" : "", static_cast<long long>(r.calib_tokens));
   std::printf("pruned layers: %.1f MB dense f32 -> %.1f MB stored (%.3fx); mean relative "
               "reconstruction error %.4f\n",
@@ -87,7 +89,12 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option("--calib-len", o->calib_len, "Tokens per segment")
                     ->capture_default_str()
                     ->check(CLI::Range(int64_t{1}, int64_t{8192}));
-                sub.add_option("--dtype", o->dtype, "Stored values: f32 | bf16")
+                sub.add_option("--values,--dtype", o->values,
+                               "Stored values: f32 | bf16 | int8[:gN] | int4[:gN][:sym] (N = 32, "
+                               "64, 128; quantized: N:M patterns)")
+                    ->capture_default_str();
+                sub.add_option("--quant-method", o->quant_method,
+                               "Quantized values: gptq (in SparseGPT's sweep) | rtn (after)")
                     ->capture_default_str();
                 sub.add_flag("--permute", o->permute, "Channel permutation (N:M, V:N:M)");
                 sub.add_option("--permute-work", o->permute_work,

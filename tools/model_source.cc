@@ -68,7 +68,7 @@ Result<ModelSource> ModelSource::Open(const std::string& path) {
     SourceTensor t;
     t.name = m.name;
     t.shape = {Rows(m.matrix), Cols(m.matrix)};
-    t.dtype = std::string(DTypeName(ValueDType(m.matrix)));
+    t.dtype = ValuesName(m.matrix);  // "int4:g64" rather than the codes' u8
     t.format = std::string(FormatName(KindOf(m.matrix)));
     t.stored_bytes = ByteSize(m.matrix);
     t.matrix_index = static_cast<int>(i);

@@ -4,11 +4,14 @@
 //     row_ptr, row_idx, meta); a DenseMatrix is stored plain under `<name>` itself;
 //   * plain tensors of any rank under their own names (embeddings, norms, biases, ...);
 //   * __metadata__: key "sparq" holds a JSON string
-//       {"format_version": 1,
+//       {"format_version": 2,
 //        "tensors": {"<name>": {"format": "nm", "pattern": "2:4", "shape": [m, k],
 //                               "dtype": "bf16", "n": 2, "m": 4}, ...}}
 //     with "bh"/"bw" for bsr and "v"/"n"/"m" for vnm, "n"/"m" for nm; every other __metadata__
 //     entry is free-form (Checkpoint::metadata: model configuration, tokenizer, ...).
+//     Version 2 adds quantized nm values (format.h, QuantParts): "values": "int4:g64" (the spec),
+//     "dtype" the codes' storage (i8 for int8, u8 for int4), and the parts `<name>.scales` (f16)
+//     and, for int4 with a min, `<name>.mins`. Version 1 files read unchanged.
 // A tensor that is not listed under "sparq" is a plain tensor, so a plain safetensors file reads
 // as a checkpoint without matrices.
 //
@@ -31,7 +34,7 @@
 
 namespace sparq {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
 inline constexpr char kCheckpointMetadataKey[] = "sparq";
 
 struct CheckpointTensor {

@@ -6,8 +6,7 @@
 // Validate (rejects malformed parts with a message naming the tensor and the position) and
 // ByteSize (exact bytes of all parts). Values are f32, bf16 or f16; FromDense converts f32 input
 // to `value_dtype` with round-to-nearest-even, so ToDense returns the rounded values.
-// Quantized values (i8 / i4 with scales) come later: `value_dtype` plus optional extra parts
-// (`scales`) leave room for them.
+// N:M matrices can hold quantized values instead (QuantParts below, sparq/quant.h).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +15,7 @@
 #include <variant>
 
 #include "sparq/pattern.h"
+#include "sparq/quant.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 
@@ -72,6 +72,20 @@ struct BsrMatrix {
   int64_t nblocks() const { return static_cast<int64_t>(col_idx.numel()); }
 };
 
+// Quantized values (sparq/quant.h) in place of numbers: `values` then holds codes, in groups of
+// spec.group consecutive stored values of a row (the kept values, in the order of `values`; a
+// row's last group may be shorter), each group with an f16 scale and, for int4 with a min, an
+// f16 min. Codes: int8 as i8 [rows, per_row]; int4 as u8 [rows, ceil(per_row / 2)], code 2i of a
+// row in the low nibble of its byte i, code 2i+1 in the high one. The value of a code is
+// Dequantize() of quant.h; a stored slot that points into the padded tail group stands for
+// nothing (its code is ignored).
+struct QuantParts {
+  ValueSpec spec;  // spec.quantized() for a quantized matrix; otherwise unused
+  Tensor scales;   // f16 [rows, groups_per_row]
+  Tensor mins;     // f16 [rows, groups_per_row] for int4 with a min, else empty
+  bool quantized() const { return spec.quantized(); }
+};
+
 // N:M compressed along k. groups = ceil(cols / m); the tail group (cols % m) is padded with zeros.
 // values: [rows, groups * n], the kept values of each group in ascending position order (a group
 // with fewer than n nonzeros stores zeros at unused positions, still with distinct ascending
@@ -83,11 +97,24 @@ struct BsrMatrix {
 struct NmMatrix {
   int64_t rows = 0, cols = 0;
   int n = 0, m = 0;
-  Tensor values;  // f32/bf16/f16 [rows, groups * n]
+  Tensor values;  // f32/bf16/f16 [rows, groups * n], or codes (QuantParts)
   Tensor meta;    // u8 [rows, meta_row_bytes]
+  QuantParts quant;
 
   static Result<NmMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols, int n,
                                     int m, DType value_dtype = DType::kF32);
+  // The same matrix with quantized values (same meta, so the same positions): each group's
+  // parameters are fitted by round to nearest, or taken from `fitted` (rows * quant_groups(spec)
+  // entries, row-major; e.g. GPTQ's), and each value gets its nearest code. `src` holds numbers.
+  // Errors name the row and group whose scale does not fit f16.
+  static Result<NmMatrix> Quantize(const NmMatrix& src, const ValueSpec& spec,
+                                   std::span<const QuantGroup> fitted = {},
+                                   const std::string& name = "weight");
+  // Quantization groups per row under `spec`: ceil(groups * n / spec.group).
+  int64_t quant_groups(const ValueSpec& spec) const;
+  // The stored values as f32 [rows, groups * n]: the numbers, or the codes dequantized (slots in
+  // the padded tail as 0). Precondition: a valid matrix.
+  Tensor StoredValuesF32() const;
   Tensor ToDense() const;
   Status Validate(const std::string& name) const;
   uint64_t ByteSize() const;
@@ -138,7 +165,10 @@ using SparseMatrix =
 FormatKind KindOf(const SparseMatrix& s);
 int64_t Rows(const SparseMatrix& s);
 int64_t Cols(const SparseMatrix& s);
-DType ValueDType(const SparseMatrix& s);
+DType ValueDType(const SparseMatrix& s);  // the dtype of `values` (codes: i8 or u8)
+// What the values are: "f32", "bf16", "f16", or a quantized spec name ("int4:g64").
+std::string ValuesName(const SparseMatrix& s);
+bool IsQuantized(const SparseMatrix& s);
 Tensor ToDense(const SparseMatrix& s);
 Status Validate(const SparseMatrix& s, const std::string& name);
 uint64_t ByteSize(const SparseMatrix& s);

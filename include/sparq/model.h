@@ -26,6 +26,7 @@
 #include "sparq/checkpoint.h"
 #include "sparq/linear.h"
 #include "sparq/prune.h"
+#include "sparq/quant.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 #include "sparq/thread_pool.h"
@@ -235,7 +236,12 @@ inline constexpr int64_t kDefaultPermuteWork = 50'000'000;
 struct ModelPruneOptions {
   PruneMethod method = PruneMethod::kSparseGpt;
   Pattern pattern = Pattern::Unstructured(0.5);
-  DType value_dtype = DType::kF32;   // values of the stored sparse matrices: f32 or bf16
+  // Values of the pruned matrices: f32, bf16, or quantized (int8 / int4, N:M patterns; the
+  // embedding is then stored in bf16). Quantized values come from GPTQ in the same sweep as
+  // SparseGPT (quantization error fed to the columns not yet fixed; magnitude and Wanda fit each
+  // group once after masking), or from round to nearest after pruning (kRtn).
+  ValueSpec values;
+  enum class QuantMethod { kGptq, kRtn } quant_method = QuantMethod::kGptq;
   bool permute = false;              // channel permutation for N:M / V:N:M
   // Bounds of the permutation search per layer (see PermuteOptions). Work bounds, not a clock,
   // so that pruning twice with the same flags gives byte-identical checkpoints on any machine.

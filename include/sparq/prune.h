@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "sparq/pattern.h"
+#include "sparq/quant.h"
 #include "sparq/status.h"
 #include "sparq/thread_pool.h"
 
@@ -93,17 +94,49 @@ double ReconstructionError(std::span<const float> w, std::span<const float> w_pr
 //
 // Rows are processed in parallel, so the callbacks must be safe to call concurrently for different
 // rows; within one row, calls come in increasing column order. For group-wise scales (GPTQ's
-// groups along k) return group_size() > 0: before the first column of each group, FitGroup(row,
-// col, w, len) receives the row's current (error-compensated) weights of that group (pruned ones
-// included, as GPTQ's reference does), so the scale can be fitted lazily as GPTQ does. SparseGPT rounds its block size up
-// to a multiple of group_size() so a group never straddles two blocks.
+// groups along k) return group_size() > 0 (dense columns per group): before the first column of
+// each group, FitGroup(row, col, w, keep, len) receives the row's current (error-compensated)
+// weights of that group and which of them are kept, so the scale can be fitted lazily as GPTQ does.
+// When the group is a multiple of M, SparseGPT passes the N:M / V:N:M masks the group's weights
+// would choose at its start (the final masks are chosen M columns at a time as usual, so a few
+// may differ); it rounds its block size up to a multiple of group_size() so a group never
+// straddles two blocks.
 class Quantizer {
  public:
   virtual ~Quantizer() = default;
   // Grid value for weight w at (row, col).
   virtual float Quantize(int64_t row, int64_t col, float w) const = 0;
   virtual int64_t group_size() const { return 0; }
-  virtual void FitGroup(int64_t row, int64_t col, const float* w, int64_t len) {}
+  virtual void FitGroup(int64_t row, int64_t col, const float* w, const uint8_t* keep,
+                        int64_t len) {}
+};
+
+// The quantizer of sparq's stored values (sparq/quant.h): groups of spec.group kept values of a
+// row, i.e. spec.group * M / N dense columns of an N:M pattern (spec.group columns when dense);
+// each group's f16 scale (and min) is fitted by round to nearest on its kept weights when the
+// sweep reaches it, and Quantize returns the nearest value of that grid. The fitted groups are
+// what NmMatrix::Quantize takes, so the stored codes reproduce the swept weights exactly.
+class GroupQuantizer : public Quantizer {
+ public:
+  // An error if spec is not quantized or the pattern is not dense, N:M or V:N:M with N dividing
+  // spec.group.
+  static Result<GroupQuantizer> Make(const ValueSpec& spec, const Pattern& p, int64_t rows,
+                                     int64_t cols);
+  float Quantize(int64_t row, int64_t col, float w) const override;
+  int64_t group_size() const override { return dense_group_; }
+  void FitGroup(int64_t row, int64_t col, const float* w, const uint8_t* keep,
+                int64_t len) override;
+  // [rows * groups_per_row()], row-major; groups never reached keep scale 0.
+  const std::vector<QuantGroup>& groups() const { return groups_; }
+  int64_t groups_per_row() const { return per_row_; }
+  // The first fit that failed (a scale beyond f16), naming its row and group; ok otherwise.
+  Status status() const;
+
+ private:
+  ValueSpec spec_;
+  int64_t dense_group_ = 0, per_row_ = 0;
+  std::vector<QuantGroup> groups_;
+  std::vector<std::string> errors_;  // per row, empty if fine
 };
 
 // ---- one-layer pruning -------------------------------------------------------------------------

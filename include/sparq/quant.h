@@ -9,6 +9,14 @@
 //   int4 with min:   fma(q, scale, min), q in [0, 15]
 // Kernels compute exactly these expressions, so a quantized product has the bits of the f32 product
 // with the dequantized weights.
+//
+// Scales are amax / 127 (int8), amax / 7 (symmetric int4) or (max - min) / 15 (int4 with a min,
+// min rounded down to f16), rounded *up* to f16 so no value needs a code past the last: every value
+// comes back within half a step (half its group's scale) at any magnitude, subnormal scales
+// included. Zero: int8 and symmetric int4 give 0 back exactly (codes 0 and 8). With a min, 0 is a
+// value like any other: it comes back as the grid value nearest it, within half a step but not 0
+// (as in llama.cpp's Q4_1). This matters for a kept N:M slot that holds 0 (a group with fewer than
+// N nonzeros): it stays a slot of the pattern, and its value is within half a step of 0.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +47,23 @@ struct QuantGroup {
   uint16_t scale_f16 = 0, min_f16 = 0;
   float scale = 0, min = 0;
 };
+
+// The parameters round-to-nearest gives a group of `count` finite values v[0..count) under `spec`
+// (quantized). An error if a value is not finite or a scale or min does not fit f16.
+Result<QuantGroup> FitQuantGroup(const float* v, int64_t count, const ValueSpec& spec);
+
+// A group's parameters from their stored f16 bits (min ignored unless spec.has_min()).
+QuantGroup QuantGroupFromF16(uint16_t scale_f16, uint16_t min_f16, const ValueSpec& spec);
+
+// The code of `spec` whose value in group g (Dequantize) is nearest to v, clamped to the codes
+// spec allows.
+int NearestCode(float v, const QuantGroup& g, const ValueSpec& spec);
+
+// The codes spec allows: int8 -127..127, int4 with a min 0..15, symmetric int4 1..15.
+inline int MinCode(const ValueSpec& spec) {
+  return spec.dtype == DType::kI8 ? -127 : spec.has_min() ? 0 : 1;
+}
+inline int MaxCode(const ValueSpec& spec) { return spec.dtype == DType::kI8 ? 127 : 15; }
 
 // Round-to-nearest codes of `count` finite values v[0..count) under `spec` (quantized): writes
 // codes[i] (int8: -127..127; int4: the 4-bit code 0..15 as above) and returns the group's scale

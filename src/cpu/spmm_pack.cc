@@ -387,11 +387,13 @@ Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, Packed
   return pw;
 }
 
-// Replaces w's f32 / bf16 values by round-to-nearest codes of `spec`, in groups of spec.group values
-// of a row in the chunk layout. The layout's padding zeros are quantized with their group and need
-// not come back as 0 (int4 with a min): padding lanes multiply X padded with zeros (decode's xpad,
-// BuildXt's columns past cols), so they add nothing.
-Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name) {
+// Replaces w's f32 / bf16 values by codes of `spec`, in groups of spec.group values of a row in
+// the chunk layout: round to nearest, or the codes and scales of `stored` (a quantized NmMatrix
+// whose value j of a row is the chunk layout's value j). The layout's padding zeros are quantized
+// with their group and need not come back as 0 (int4 with a min): padding lanes multiply X padded
+// with zeros (decode's xpad, BuildXt's columns past cols), so they add nothing.
+Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
+                  const NmMatrix* stored = nullptr) {
   if (spec.group % kNmChunk != 0) {
     return InvalidInput(name + ": group " + std::to_string(spec.group) + " is not a multiple of " +
                         std::to_string(kNmChunk));
@@ -404,24 +406,52 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name) {
   }
   w.groups_per_row = CeilDiv(row_vals, int64_t{spec.group});
   w.has_min = spec.has_min();
+  // Stored codes: per_row values of a row; the chunk layout pads the row to row_vals (no new group:
+  // the group size is a multiple of the chunk).
+  const int64_t per_row = stored ? stored->groups() * stored->n : 0;
+  const int64_t stored_groups = stored ? stored->quant_groups(spec) : 0;
+  if (stored && stored_groups != w.groups_per_row) {
+    return InvalidInput(name + ": " + std::to_string(stored_groups) + " groups per row stored, the "
+                        "layout has " + std::to_string(w.groups_per_row));
+  }
   SPARQ_ASSIGN_OR_RETURN(Tensor q, Tensor::TryAlloc(spec.dtype, {w.rows, row_vals}, name + ".values"));
   w.scales.assign(static_cast<size_t>(w.rows * w.groups_per_row), 0.0f);
   if (w.has_min) w.mins.assign(w.scales.size(), 0.0f);
   std::vector<float> v(static_cast<size_t>(spec.group));
   std::vector<int8_t> codes(v.size());
   uint8_t* out = q.mutable_data_as<uint8_t>();
+  const int64_t code_row_bytes = spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t g = 0; g < w.groups_per_row; ++g) {
       const int64_t at = r * row_vals + g * spec.group;
       const int64_t count = std::min<int64_t>(spec.group, row_vals - g * spec.group);
-      for (int64_t i = 0; i < count; ++i) v[i] = ValueAt(w.values, at + i);
-      auto qg = QuantizeGroup(v.data(), count, spec, codes.data());
-      if (!qg.ok()) {
-        return qg.status().WithContext(name + ".values row " + std::to_string(r) + " group " +
-                                       std::to_string(g));
+      QuantGroup qg;
+      if (stored) {
+        const int64_t gi = r * stored_groups + g;
+        qg = QuantGroupFromF16(stored->quant.scales.data_as<uint16_t>()[gi],
+                               w.has_min ? stored->quant.mins.data_as<uint16_t>()[gi] : 0, spec);
+        const uint8_t* src = stored->values.data_as<uint8_t>() + r * code_row_bytes;
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t j = g * spec.group + i;
+          // Padding lanes: the code of 0 where there is one (its value is never used).
+          int c = spec.dtype == DType::kI4 && spec.sym ? 8 : 0;
+          if (j < per_row) {
+            c = spec.dtype == DType::kI8 ? static_cast<int8_t>(src[j])
+                                         : (src[j / 2] >> (j % 2 ? 4 : 0)) & 0x0F;
+          }
+          codes[i] = static_cast<int8_t>(c);
+        }
+      } else {
+        for (int64_t i = 0; i < count; ++i) v[i] = ValueAt(w.values, at + i);
+        auto fit = QuantizeGroup(v.data(), count, spec, codes.data());
+        if (!fit.ok()) {
+          return fit.status().WithContext(name + ".values row " + std::to_string(r) + " group " +
+                                          std::to_string(g));
+        }
+        qg = *fit;
       }
-      w.scales[r * w.groups_per_row + g] = qg->scale;
-      if (w.has_min) w.mins[r * w.groups_per_row + g] = qg->min;
+      w.scales[r * w.groups_per_row + g] = qg.scale;
+      if (w.has_min) w.mins[r * w.groups_per_row + g] = qg.min;
       for (int64_t i = 0; i < count; ++i) {
         const int64_t e = at + i;
         if (spec.dtype == DType::kI8) {
@@ -444,6 +474,28 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name) {
 
 Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWeight pw,
                             const ValueSpec& values) {
+  if (s.quant.quantized()) {
+    // Stored codes run as they are: pack the positions through the f32 twin (the dequantized
+    // values), then put the codes and scales in the value slots.
+    const ValueSpec& spec = s.quant.spec;
+    if (values.quantized() && values.Name() != spec.Name()) {
+      return InvalidInput(name + ": values are stored as " + spec.Name() + ", not " + values.Name());
+    }
+    if (kNmChunk % s.n != 0) {
+      return InvalidInput(name + ": " + spec.Name() + " values need N:M with n dividing " +
+                          std::to_string(kNmChunk));
+    }
+    NmMatrix twin;
+    twin.rows = s.rows, twin.cols = s.cols, twin.n = s.n, twin.m = s.m;
+    twin.values = s.StoredValuesF32();
+    twin.meta = s.meta;
+    SPARQ_ASSIGN_OR_RETURN(pw, PackNm(twin, name, std::move(pw), ValueSpec{}));
+    SPARQ_RETURN_IF_ERROR(QuantizeNm(pw.nm, spec, name, &s));
+    pw.source = "nm " + std::to_string(s.n) + ":" + std::to_string(s.m) + " " + spec.Name();
+    pw.weight_bytes = pw.nm.values.nbytes() + pw.nm.meta.nbytes() +
+                      4 * (pw.nm.scales.size() + pw.nm.mins.size());
+    return pw;
+  }
   if (s.n < 1 || s.m > 16 || s.n >= s.m) {
     return InvalidInput(name + ": N:M " + std::to_string(s.n) + ":" + std::to_string(s.m) +
                         " out of range (1 <= n < m <= 16)");

@@ -43,6 +43,12 @@ Tensor NmMatrix::ToDense() const {
   Tensor out = ZeroDense(rows, cols);
   if (!ValidateNmParams(1, n, m, "").ok()) return out;
   const NmLayout l = MakeNmLayout(rows, cols, 1, n, m);
+  if (quant.quantized()) {
+    if (!ValidateQuantParts(*this, "").ok()) return out;
+    const Tensor v = StoredValuesF32();
+    DecodeNm<F32Codec>(v.data_as<float>(), meta.data_as<uint8_t>(), l, out.mutable_data_as<float>());
+    return out;
+  }
   // Precondition is a valid matrix; mismatched parts give zeros rather than a bad read.
   if (!ValidateNmParts(values, meta, l, "").ok()) return out;
   DispatchValue(values.dtype(), [&](auto codec) {
@@ -57,6 +63,13 @@ Status NmMatrix::Validate(const std::string& name) const {
   SPARQ_RETURN_IF_ERROR(CheckDims(rows, cols, name));
   SPARQ_RETURN_IF_ERROR(ValidateNmParams(1, n, m, name));
   const NmLayout l = MakeNmLayout(rows, cols, 1, n, m);
+  if (quant.quantized()) {
+    SPARQ_RETURN_IF_ERROR(ValidateQuantParts(*this, name));
+    // Codes are checked by ValidateQuantParts; the indices are checked on the dequantized values
+    // (padding slots as 0: their codes stand for nothing).
+    const Tensor v = StoredValuesF32();
+    return ValidateNmIndices<F32Codec>(v.data_as<float>(), meta.data_as<uint8_t>(), l, name);
+  }
   SPARQ_RETURN_IF_ERROR(ValidateNmParts(values, meta, l, name));
   return DispatchValue(values.dtype(), [&](auto codec) {
     using C = decltype(codec);
@@ -65,6 +78,8 @@ Status NmMatrix::Validate(const std::string& name) const {
   });
 }
 
-uint64_t NmMatrix::ByteSize() const { return values.nbytes() + meta.nbytes(); }
+uint64_t NmMatrix::ByteSize() const {
+  return values.nbytes() + meta.nbytes() + quant.scales.nbytes() + quant.mins.nbytes();
+}
 
 }  // namespace sparq

@@ -46,6 +46,18 @@ DType ValueDType(const SparseMatrix& s) {
   return std::visit([](const auto& x) { return x.values.dtype(); }, s);
 }
 
+bool IsQuantized(const SparseMatrix& s) {
+  const auto* nm = std::get_if<NmMatrix>(&s);
+  return nm != nullptr && nm->quant.quantized();
+}
+
+std::string ValuesName(const SparseMatrix& s) {
+  if (const auto* nm = std::get_if<NmMatrix>(&s); nm != nullptr && nm->quant.quantized()) {
+    return nm->quant.spec.Name();
+  }
+  return std::string(DTypeName(ValueDType(s)));
+}
+
 Tensor ToDense(const SparseMatrix& s) {
   return std::visit([](const auto& x) { return x.ToDense(); }, s);
 }

@@ -33,7 +33,11 @@ std::vector<std::pair<std::string, const Tensor*>> PartsOf(const SparseMatrix& s
       return {{"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const NmMatrix& x) const {
-      return {{"values", &x.values}, {"meta", &x.meta}};
+      if (!x.quant.quantized()) return {{"values", &x.values}, {"meta", &x.meta}};
+      std::vector<std::pair<std::string, const Tensor*>> p = {
+          {"values", &x.values}, {"meta", &x.meta}, {"scales", &x.quant.scales}};
+      if (x.quant.spec.has_min()) p.push_back({"mins", &x.quant.mins});
+      return p;
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const VnmMatrix& x) const {
       return {{"values", &x.values}, {"meta", &x.meta}};
@@ -52,6 +56,7 @@ json MatrixJson(const CheckpointTensor& t) {
   j["pattern"] = t.pattern.ToString();
   j["shape"] = {Rows(t.matrix), Cols(t.matrix)};
   j["dtype"] = std::string(DTypeName(ValueDType(t.matrix)));
+  if (IsQuantized(t.matrix)) j["values"] = ValuesName(t.matrix);
   if (const auto* b = std::get_if<BsrMatrix>(&t.matrix)) {
     j["bh"] = b->bh;
     j["bw"] = b->bw;
@@ -184,7 +189,30 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       auto pattern = Pattern::Parse(pat_it->get<std::string>());
       if (!pattern.ok()) return pattern.status().WithContext(what);
       const auto dtype = ParseDType(dt_it->get<std::string>());
-      if (!dtype || (*dtype != DType::kF32 && *dtype != DType::kBF16 && *dtype != DType::kF16)) {
+      // Quantized values (format version 2): "values" names the spec, "dtype" the codes' storage.
+      ValueSpec qspec;
+      if (auto vit = e.find("values"); vit != e.end()) {
+        if (!vit->is_string()) return InvalidInput(what + ": \"values\" is not a string");
+        auto spec = ValueSpec::Parse(vit->get<std::string>());
+        if (!spec.ok()) return spec.status().WithContext(what);
+        if (!spec->quantized()) {
+          return InvalidInput(what + ": \"values\" " + Quote(spec->Name()) +
+                              " is not a quantized type (float values are named by \"dtype\")");
+        }
+        if (*kind != FormatKind::kNM) {
+          return InvalidInput(what + ": quantized values (" + spec->Name() +
+                              ") are stored for nm matrices only, not " +
+                              Quote(fmt_it->get<std::string>()));
+        }
+        const DType want = spec->dtype == DType::kI8 ? DType::kI8 : DType::kU8;
+        if (!dtype || *dtype != want) {
+          return InvalidInput(what + ": " + spec->Name() + " codes are stored as " +
+                              std::string(DTypeName(want)) + ", the metadata says dtype " +
+                              Quote(dt_it->get<std::string>()));
+        }
+        qspec = *spec;
+      } else if (!dtype ||
+                 (*dtype != DType::kF32 && *dtype != DType::kBF16 && *dtype != DType::kF16)) {
         return InvalidInput(what + ": value dtype " + Quote(dt_it->get<std::string>()) +
                             " is not f32, bf16 or f16");
       }
@@ -255,6 +283,13 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           SPARQ_ASSIGN_OR_RETURN(x.m, IntField(e, "m", what));
           SPARQ_ASSIGN_OR_RETURN(x.values, part("values"));
           SPARQ_ASSIGN_OR_RETURN(x.meta, part("meta"));
+          if (qspec.quantized()) {
+            x.quant.spec = qspec;
+            SPARQ_ASSIGN_OR_RETURN(x.quant.scales, part("scales"));
+            if (qspec.has_min()) {
+              SPARQ_ASSIGN_OR_RETURN(x.quant.mins, part("mins"));
+            }
+          }
           mat = std::move(x);
           break;
         }

@@ -1,5 +1,6 @@
 // Sequential calibration and pruning of a Llama model (SparseGPT's procedure), writing a .sparq.
 #include <chrono>
+#include <optional>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -85,8 +86,18 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   po.permute_max_work = opt.permute_max_work;
   po.pool = pool;
   po.what = job.name;
+  const bool quantized = opt.values.quantized();
+  std::optional<GroupQuantizer> gq;
+  if (quantized && opt.quant_method == ModelPruneOptions::QuantMethod::kGptq) {
+    SPARQ_ASSIGN_OR_RETURN(GroupQuantizer q, GroupQuantizer::Make(opt.values, opt.pattern, job.m, job.k));
+    gq.emplace(std::move(q));
+    po.quantizer = &*gq;
+  }
   SPARQ_ASSIGN_OR_RETURN(PruneReport rep,
                          Prune(w, job.m, job.k, *job.acc, opt.pattern, po));
+  if (gq) {
+    SPARQ_RETURN_IF_ERROR(gq->status().WithContext(job.name));
+  }
   PrunedLayer out;
   std::vector<float> to_store;
   if (!rep.permutation.empty()) {
@@ -100,7 +111,18 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   }
   const FormatKind fmt = PickFormat(opt.pattern);
   SPARQ_ASSIGN_OR_RETURN(out.stored, Encode(to_store, job.m, job.k, fmt, opt.pattern,
-                                            opt.value_dtype));
+                                            quantized ? DType::kF32 : opt.values.dtype));
+  if (quantized) {
+    // GPTQ's swept weights lie on the grids it fitted: their nearest codes give them back exactly
+    // (stored order = swept order, permuted or not). RTN fits each group of the stored values.
+    const auto& nm = std::get<NmMatrix>(out.stored);
+    SPARQ_ASSIGN_OR_RETURN(NmMatrix q, NmMatrix::Quantize(
+                                           nm, opt.values,
+                                           gq ? std::span<const QuantGroup>(gq->groups())
+                                              : std::span<const QuantGroup>(),
+                                           job.name));
+    out.stored = std::move(q);
+  }
   SparseMatrix copy = out.stored;  // LinearWeight takes its matrix; the checkpoint keeps ours
   SPARQ_ASSIGN_OR_RETURN(out.linear, LinearWeight::FromMatrix(std::move(copy), job.name));
   out.result.name = job.name;
@@ -145,8 +167,14 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                                     ThreadPool* pool) {
   const auto t_start = Clock::now();
   SPARQ_RETURN_IF_ERROR(opt.pattern.Validate());
-  if (opt.value_dtype != DType::kF32 && opt.value_dtype != DType::kBF16) {
-    return InvalidInput("prune: --dtype must be f32 or bf16");
+  if (!opt.values.quantized() && opt.values.dtype != DType::kF32 &&
+      opt.values.dtype != DType::kBF16) {
+    return InvalidInput("prune: --values must be f32, bf16, int8[:gN] or int4[:gN][:sym], not " +
+                        opt.values.Name());
+  }
+  if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM) {
+    return InvalidInput("prune: " + opt.values.Name() + " values are stored for N:M patterns only "
+                        "so far, not " + opt.pattern.ToString());
   }
   std::regex include;
   try {
@@ -155,6 +183,8 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     return InvalidInput("prune: --include '" + opt.include + "' is not a valid regex: " + e.what());
   }
   const bool prune_head = std::regex_match(std::string("output.weight"), include);
+  // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
+  const DType small_dtype = opt.values.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path));
   LlamaConfig c = model.config();
   LlamaWeights& w = model.mutable_weights();
@@ -264,12 +294,13 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
                            DenseWeights(w.output, model_path, "output.weight"));
     SPARQ_ASSIGN_OR_RETURN(SparseMatrix dm, Encode(dense, c.n_vocab, d, FormatKind::kDense,
-                                                   Pattern::Dense(), opt.value_dtype));
+                                                   Pattern::Dense(), small_dtype));
     ck.matrices.push_back({"output.weight", std::move(dm), Pattern::Dense()});
   }
-  // --dtype bf16 stores the embedding in bf16 too; a tied head then runs as a dense bf16 product
-  // (half the bytes per generated token of the f32 head, the largest matrix of a small model).
-  if (opt.value_dtype == DType::kBF16) {
+  // --values bf16 (or quantized) stores the embedding in bf16; a tied head then runs as a dense
+  // bf16 product (half the bytes per generated token of the f32 head, the largest matrix of a
+  // small model). Quantized embeddings and heads are not stored yet.
+  if (small_dtype == DType::kBF16) {
     SPARQ_ASSIGN_OR_RETURN(Tensor te, FromF32(w.token_embd, DType::kBF16));
     ck.tensors.push_back({"token_embd.weight", std::move(te)});
   } else {
@@ -284,13 +315,16 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   nlohmann::json how = {{"source", source},
                         {"method", std::string(PruneMethodName(opt.method))},
                         {"pattern", opt.pattern.ToString()},
-                        {"dtype", opt.value_dtype == DType::kBF16 ? "bf16" : "f32"},
+                        {"values", opt.values.Name()},
                         {"permute", opt.permute},
                         {"calib_samples", S},
                         {"calib_len", L},
                         {"seed", opt.seed},
                         {"damp", opt.damp},
                         {"summary", nlohmann::json::parse(result.ToJson(false))}};
+  if (opt.values.quantized()) {
+    how["quant_method"] = opt.quant_method == ModelPruneOptions::QuantMethod::kGptq ? "gptq" : "rtn";
+  }
   ck.metadata["sparq.prune"] = how.dump();
   SPARQ_RETURN_IF_ERROR(WriteCheckpoint(out_path, ck));
   result.seconds = Since(t_start);

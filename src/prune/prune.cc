@@ -34,7 +34,7 @@ void QuantizeKept(std::span<float> w, std::span<const uint8_t> keep, int64_t m, 
   auto row = [&](int64_t r, int) {
     float* wr = w.data() + r * k;
     for (int64_t j = 0; j < k; ++j) {
-      if (g > 0 && j % g == 0) q->FitGroup(r, j, wr + j, std::min(g, k - j));
+      if (g > 0 && j % g == 0) q->FitGroup(r, j, wr + j, &keep[r * k + j], std::min(g, k - j));
       if (keep[r * k + j]) wr[j] = q->Quantize(r, j, wr[j]);
     }
   };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -66,8 +67,20 @@ Result<ValueSpec> ValueSpec::Parse(const std::string& text) {
   return s;
 }
 
-Result<QuantGroup> QuantizeGroup(const float* v, int64_t count, const ValueSpec& spec,
-                                 int8_t* codes) {
+namespace {
+
+// The f16 bits of the least f16 >= x (x >= 0; past the largest f16: infinity).
+uint16_t F16AtLeast(double x) {
+  float f = static_cast<float>(x);
+  if (static_cast<double>(f) < x) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+  uint16_t h = F32ToF16(f);
+  if (F16ToF32(h) < f) ++h;  // positive: the next bit pattern is the next f16 up (0x7bff -> inf)
+  return h;
+}
+
+}  // namespace
+
+Result<QuantGroup> FitQuantGroup(const float* v, int64_t count, const ValueSpec& spec) {
   QuantGroup g;
   float lo = 0, hi = 0, amax = 0;
   for (int64_t i = 0; i < count; ++i) {
@@ -95,37 +108,63 @@ Result<QuantGroup> QuantizeGroup(const float* v, int64_t count, const ValueSpec&
     }
     g.min = F16ToF32(g.min_f16);
   }
-  const float range = with_min ? hi - g.min : amax;
-  g.scale_f16 = F32ToF16(range / steps);
+  // The scale is rounded *up* to f16: rounded down, the group's extreme value would need a code
+  // past the last one and be clamped, by several half-steps where f16 is subnormal (an int8 group
+  // with amax below ~8e-3; a scale of 2^-24 has one significant bit). Rounded up, every value is
+  // within half a step of its code at any magnitude, and the extreme code is reached wherever the
+  // scale is a normal f16 (amax / 127 >= 2^-14).
+  const double step = (with_min ? double(hi) - double(g.min) : double(amax)) / steps;
+  g.scale_f16 = F16AtLeast(step);
   g.scale = F16ToF32(g.scale_f16);
   if (!std::isfinite(g.scale) || !std::isfinite(g.min)) {
     return InvalidInput("values up to " + std::to_string(amax) + " do not fit an f16 group scale");
   }
-  const int qmin = spec.dtype == DType::kI8 ? -127 : with_min ? 0 : 1;
-  const int qmax = spec.dtype == DType::kI8 ? 127 : 15;
-  for (int64_t i = 0; i < count; ++i) {
-    int q = 0;
-    if (g.scale > 0) {
-      const float t = with_min ? (v[i] - g.min) / g.scale : v[i] / g.scale;
-      q = static_cast<int>(std::nearbyint(t)) + (spec.dtype == DType::kI4 && !with_min ? 8 : 0);
-    } else {
-      q = spec.dtype == DType::kI4 && !with_min ? 8 : 0;
-    }
-    q = std::clamp(q, qmin, qmax);
-    // Round to the nearer of the neighbouring codes by the dequantized value itself (the f16 scale
-    // and the fma/mul rounding can move a value across a rounding boundary).
-    float best = std::fabs(Dequantize(q, g, spec) - v[i]);
-    for (int d : {-1, 1}) {
-      const int c = q + d;
-      if (c < qmin || c > qmax) continue;
-      const float e = std::fabs(Dequantize(c, g, spec) - v[i]);
-      if (e < best) {
-        best = e;
-        q = c;
-      }
-    }
-    codes[i] = static_cast<int8_t>(q);
+  return g;
+}
+
+QuantGroup QuantGroupFromF16(uint16_t scale_f16, uint16_t min_f16, const ValueSpec& spec) {
+  QuantGroup g;
+  g.scale_f16 = scale_f16;
+  g.scale = F16ToF32(scale_f16);
+  if (spec.has_min()) {
+    g.min_f16 = min_f16;
+    g.min = F16ToF32(min_f16);
   }
+  return g;
+}
+
+int NearestCode(float v, const QuantGroup& g, const ValueSpec& spec) {
+  const bool with_min = spec.has_min();
+  const int qmin = MinCode(spec), qmax = MaxCode(spec);
+  int q = 0;
+  if (g.scale > 0) {
+    const float t = with_min ? (v - g.min) / g.scale : v / g.scale;
+    // Clamp before converting: a value far off the grid must not overflow the int.
+    q = static_cast<int>(std::nearbyint(std::clamp(t, -256.0f, 256.0f))) +
+        (spec.dtype == DType::kI4 && !with_min ? 8 : 0);
+  } else {
+    q = spec.dtype == DType::kI4 && !with_min ? 8 : 0;
+  }
+  q = std::clamp(q, qmin, qmax);
+  // Round to the nearer of the neighbouring codes by the dequantized value itself (the f16 scale
+  // and the fma/mul rounding can move a value across a rounding boundary).
+  float best = std::fabs(Dequantize(q, g, spec) - v);
+  for (int d : {-1, 1}) {
+    const int c = q + d;
+    if (c < qmin || c > qmax) continue;
+    const float e = std::fabs(Dequantize(c, g, spec) - v);
+    if (e < best) {
+      best = e;
+      q = c;
+    }
+  }
+  return q;
+}
+
+Result<QuantGroup> QuantizeGroup(const float* v, int64_t count, const ValueSpec& spec,
+                                 int8_t* codes) {
+  SPARQ_ASSIGN_OR_RETURN(QuantGroup g, FitQuantGroup(v, count, spec));
+  for (int64_t i = 0; i < count; ++i) codes[i] = static_cast<int8_t>(NearestCode(v[i], g, spec));
   return g;
 }
 

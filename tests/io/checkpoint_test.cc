@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <random>
 
 #include "io/io_testutil.h"
@@ -113,6 +114,55 @@ TEST(CheckpointTest, EveryFormatRoundTripsThroughAFile) {
   EXPECT_EQ(e["shape"], nlohmann::json({m, k}));
   EXPECT_EQ(e["n"], 2);
   EXPECT_EQ(e["m"], 4);
+}
+
+// Quantized nm values (format version 2): codes, scales and mins round-trip bit for bit as views,
+// and the metadata names the spec and the codes' storage.
+TEST(CheckpointTest, QuantizedNmValuesRoundTripThroughAFile) {
+  const int64_t m = 6, k = 70;  // 36 stored values per row: short last groups of 32 and 64
+  Checkpoint ck;
+  const char* specs[] = {"int8:g32", "int4:g64", "int4:g32:sym"};
+  for (const char* s : specs) {
+    auto w = MaskedWeights(Pattern::NM(2, 4), m, k, 21);
+    auto nm = NmMatrix::FromDense(w, m, k, 2, 4);
+    ASSERT_TRUE(nm.ok());
+    auto q = NmMatrix::Quantize(*nm, *ValueSpec::Parse(s));
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    ck.matrices.push_back({std::string("q.") + s, std::move(*q), Pattern::NM(2, 4)});
+  }
+  const std::string path = testing::TempDir() + "/q.sparq";
+  ASSERT_TRUE(WriteCheckpoint(path, ck).ok());
+  auto r = ReadCheckpoint(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& want : ck.matrices) {
+    const CheckpointTensor* got = r->FindMatrix(want.name);
+    ASSERT_NE(got, nullptr) << want.name;
+    const auto& a = std::get<NmMatrix>(want.matrix);
+    const auto* b = std::get_if<NmMatrix>(&got->matrix);
+    ASSERT_NE(b, nullptr) << want.name;
+    EXPECT_EQ(ValuesName(got->matrix), ValuesName(want.matrix));
+    EXPECT_EQ(ByteSize(got->matrix), ByteSize(want.matrix)) << want.name;
+    for (auto [x, y] : {std::pair{&a.values, &b->values}, std::pair{&a.meta, &b->meta},
+                        std::pair{&a.quant.scales, &b->quant.scales}, std::pair{&a.quant.mins, &b->quant.mins}}) {
+      ASSERT_EQ(x->nbytes(), y->nbytes()) << want.name;
+      if (x->nbytes()) {
+        EXPECT_EQ(std::memcmp(x->data(), y->data(), x->nbytes()), 0) << want.name;
+      }
+    }
+    EXPECT_FALSE(b->values.owned() || b->quant.scales.owned()) << "parts should be views";
+    Tensor da = ToDense(want.matrix), db = ToDense(got->matrix);
+    EXPECT_EQ(std::memcmp(da.data(), db.data(), da.nbytes()), 0) << want.name;
+  }
+  auto st = SafetensorsFile::Open(path);
+  ASSERT_TRUE(st.ok());
+  EXPECT_NE(st->Find("q.int4:g64.scales"), nullptr);
+  EXPECT_NE(st->Find("q.int4:g64.mins"), nullptr);
+  EXPECT_EQ(st->Find("q.int4:g32:sym.mins"), nullptr);
+  auto doc = nlohmann::json::parse(st->metadata().at("sparq"));
+  EXPECT_EQ(doc["format_version"], 2);
+  EXPECT_EQ(doc["tensors"]["q.int4:g64"]["values"], "int4:g64");
+  EXPECT_EQ(doc["tensors"]["q.int4:g64"]["dtype"], "u8");
+  EXPECT_EQ(doc["tensors"]["q.int8:g32"]["dtype"], "i8");
 }
 
 TEST(CheckpointTest, DeterministicBytes) {
@@ -270,6 +320,53 @@ TEST(CheckpointMalformedTest, BadMetadataDocument) {
   auto gr = ReadCheckpointFromMemory(gb->data(), gb->size(), "c.sparq");
   ASSERT_FALSE(gr.ok());
   EXPECT_THAT(gr.status().message(), HasSubstr("c.sparq: metadata 'sparq' is not valid JSON"));
+}
+
+Checkpoint OneQuantizedNm(const char* spec) {
+  Checkpoint ck;
+  auto w = MaskedWeights(Pattern::NM(2, 4), 4, 72, 7);
+  auto q = NmMatrix::Quantize(*NmMatrix::FromDense(w, 4, 72, 2, 4), *ValueSpec::Parse(spec));
+  EXPECT_TRUE(q.ok());
+  ck.matrices.push_back({"w", std::move(*q), Pattern::NM(2, 4)});
+  return ck;
+}
+
+TEST(CheckpointMalformedTest, QuantizedValues) {
+  Flat f = FlatOf(OneQuantizedNm("int4:g32"));
+  std::erase_if(f.tensors, [](const NamedTensor& t) { return t.name == "w.scales"; });
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.sparq: matrix 'w': part 'w.scales' is missing"));
+  f = FlatOf(OneQuantizedNm("int4:g32"));
+  std::erase_if(f.tensors, [](const NamedTensor& t) { return t.name == "w.mins"; });
+  EXPECT_THAT(ErrorOf(f), HasSubstr("part 'w.mins' is missing"));
+  f = FlatOf(OneQuantizedNm("int4:g32"));
+  for (auto& t : f.tensors) {
+    if (t.name == "w.scales") {
+      Tensor bad = t.tensor.Clone();
+      bad.mutable_data_as<uint16_t>()[3] = F32ToF16(std::numeric_limits<float>::quiet_NaN());
+      t.tensor = bad;
+    }
+  }
+  EXPECT_THAT(ErrorOf(f), HasSubstr("w.scales: row 1 group 1 has scale"));
+  f = FlatOf(OneQuantizedNm("int8:g64"));
+  f.doc["tensors"]["w"]["dtype"] = "u8";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w': int8:g64 codes are stored as i8, the metadata says dtype 'u8'"));
+  f = FlatOf(OneQuantizedNm("int8:g64"));
+  f.doc["tensors"]["w"]["values"] = "bf16";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("is not a quantized type"));
+  f = FlatOf(OneQuantizedNm("int8:g64"));
+  f.doc["tensors"]["w"]["values"] = "int5";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w'"));
+  f = FlatOf(OneQuantizedNm("int8:g64"));
+  f.doc["tensors"]["w"]["values"] = "int8:g32";  // 36 values per row: 2 groups, the file has 1
+  EXPECT_THAT(ErrorOf(f), HasSubstr("w.scales"));
+  f = FlatOf(OneQuantizedNm("int8:g64"));
+  f.doc["tensors"]["w"].erase("values");  // i8 codes read as numbers
+  EXPECT_THAT(ErrorOf(f), HasSubstr("value dtype 'i8' is not f32, bf16 or f16"));
+  f = FlatOf(OneNm());
+  f.doc["tensors"]["w"]["format"] = "csr";
+  f.doc["tensors"]["w"]["values"] = "int8:g64";
+  f.doc["tensors"]["w"]["dtype"] = "i8";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("stored for nm matrices only"));
 }
 
 TEST(CheckpointMalformedTest, PartClaimedTwice) {

@@ -30,7 +30,7 @@ TEST_F(PruneModelTest, PermutedTwoFourStoresPermutationAndRuns) {
   o.max_blocks = 1;
   o.permute = true;
   o.permute_max_rounds = 4;
-  o.value_dtype = DType::kBF16;
+  o.values.dtype = DType::kBF16;
   const std::string out = Out("perm.sparq");
   auto r = PruneLlama(path_, calib_, o, out, &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();

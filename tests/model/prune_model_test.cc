@@ -3,6 +3,7 @@
 // reruns and perplexity of the result. The slow tier (prune_model_slowtest.cc) compares methods
 // and checks channel permutation.
 
+#include <cmath>
 #include "model/prune_model_fixture.h"
 
 namespace sparq {
@@ -85,6 +86,76 @@ TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
   for (const auto& p : {out1, out2}) std::remove(p.c_str());
 }
 
+// Issue 27's path end to end: SparseGPT 2:4 with int4:g64 values fitted in its sweep (GPTQ) ->
+// a .sparq of codes, scales and mins -> LlamaModel::Load runs the stored codes with the i4 rows.
+TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.values = *ValueSpec::Parse("int4:g64");
+  const std::string out = Out("sgpt_int4.sparq"), rtn_out = Out("sgpt_int4_rtn.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->layers.size(), 14u);
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  auto m = LlamaModel::Load(out);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  int quantized = 0;
+  for (const CheckpointTensor& ct : ck->matrices) {
+    if (ct.name.rfind("blk.0.", 0) != 0 && ct.name.rfind("blk.1.", 0) != 0) continue;
+    ++quantized;
+    const auto* nm = std::get_if<NmMatrix>(&ct.matrix);
+    ASSERT_NE(nm, nullptr) << ct.name;
+    EXPECT_EQ(ValuesName(ct.matrix), "int4:g64") << ct.name;
+    // 2:4 int4:g64 per dense weight: 4 bits x 1/2 kept, a 2-bit index per kept value, an f16 scale
+    // and min per 64 kept: 2 + 1 + 0.25 = 3.25 bits (k = 576 and 1536 are whole groups of 128).
+    const int64_t rows = Rows(ct.matrix), cols = Cols(ct.matrix);
+    EXPECT_EQ(ByteSize(ct.matrix), uint64_t(rows * cols * 325 / 800)) << ct.name;
+    const Tensor d = ToDense(ct.matrix);
+    EXPECT_TRUE(Satisfies(Pattern::NM(2, 4), std::span(d.data_as<float>(), d.numel()), rows, cols))
+        << ct.name;
+  }
+  EXPECT_EQ(quantized, 14);
+  // The loaded weight runs the i4 rows on the stored codes: one product against the double
+  // reference of the checkpoint's dequantized matrix (tolerance: k f32 roundings of partial sums,
+  // bounded by sum |w x|).
+  const LinearWeight& q = m->weights().blocks[0].at(LinearSlot::kQ);
+  EXPECT_NE(q.format().find("int4:g64"), std::string::npos) << q.format();
+  EXPECT_EQ(q.kernel_name(1).rfind("i4_", 0), 0u) << q.kernel_name(1);
+  const CheckpointTensor* qt = ck->FindMatrix("blk.0.attn_q.weight");
+  ASSERT_NE(qt, nullptr);
+  const Tensor wd = ToDense(qt->matrix);
+  const int64_t rows = q.rows(), cols = q.cols();
+  for (int64_t n : {int64_t{1}, int64_t{37}}) {
+    std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.37 * double(i)));
+    q.Forward(x.data(), n, y.data(), &pool);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < rows; ++i) {
+        double want = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double p = double(wd.data_as<float>()[i * cols + c]) * x[t * cols + c];
+          want += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(y[t * rows + i], want, 2.0 * (cols + 4) * 1.2e-7 * mag + 1e-30)
+            << "n=" << n << " row " << i;
+      }
+    }
+  }
+  // GPTQ in the sweep against rounding to nearest after pruning, and against f32 values.
+  o.quant_method = ModelPruneOptions::QuantMethod::kRtn;
+  ASSERT_TRUE(PruneLlama(path_, calib_, o, rtn_out, &pool).ok());
+  auto m_rtn = LlamaModel::Load(rtn_out);
+  ASSERT_TRUE(m_rtn.ok()) << m_rtn.status().ToString();
+  const double dense = Ppl(*dense_), gptq = Ppl(*m), rtn = Ppl(*m_rtn);
+  std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 int4:g64 (2 blocks): "
+              "gptq %.3f, rtn %.3f\n",
+              dense, gptq, rtn);
+  EXPECT_LT(gptq, rtn);
+  for (const auto& p : {out, rtn_out}) std::remove(p.c_str());
+}
+
 TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "unstructured:0.5");
@@ -122,7 +193,7 @@ TEST_F(PruneModelTest, Bf16CheckpointHasABf16HeadAndCanBePruned) {
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
   o.max_blocks = 0;  // nothing pruned: the dense model with a bf16 embedding and head
-  o.value_dtype = DType::kBF16;
+  o.values.dtype = DType::kBF16;
   const std::string out16 = Out("dense16.sparq"), again = Out("again.sparq");
   ASSERT_TRUE(PruneLlama(path_, calib_, o, out16, &pool).ok());
   auto m16 = LlamaModel::Load(out16);

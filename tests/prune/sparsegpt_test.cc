@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "prune/prune_testutil.h"
+#include "sparq/format.h"
 #include "sparq/prune.h"
 #include "src/prune/prune_internal.h"
 #include "sparq/synthetic.h"
@@ -434,7 +435,7 @@ class GridQuantizer : public Quantizer {
   explicit GridQuantizer(int64_t m, int64_t g) : g_(g), fits_(static_cast<size_t>(m), 0) {}
   float Quantize(int64_t, int64_t, float w) const override { return std::nearbyint(w * 32) / 32; }
   int64_t group_size() const override { return g_; }
-  void FitGroup(int64_t row, int64_t col, const float*, int64_t len) override {
+  void FitGroup(int64_t row, int64_t col, const float*, const uint8_t*, int64_t len) override {
     if (col != fits_[row] * g_ || len <= 0) bad_ = true;
     ++fits_[row];
   }
@@ -466,6 +467,74 @@ TEST(PruneSparseGpt, QuantizeWhilePruningBeatsQuantizeAfter) {
       EXPECT_LT(e_joint, e_after);
     }
   }
+}
+
+// Joint SparseGPT + GPTQ on sparq's stored grid (GroupQuantizer): SmolLM2's k = 576 under 2:4
+// keeps 288 values a row, 4.5 groups of 64 (a short last group of 32). The swept weights must be
+// exactly what the quantized N:M matrix stores with the fitted groups, keep the 2:4 mask, and
+// reconstruct better than pruning first and rounding to nearest after.
+TEST(PruneSparseGpt, JointGroupQuantizerStoresExactlyWhatItSwept) {
+  Problem pr = MakeProblem(32, 576, 1024, 13);
+  const Pattern p = Pattern::NM(2, 4);
+  std::vector<float> pruned;
+  ASSERT_TRUE(RunMethod(pr, PruneMethod::kSparseGpt, p, &pruned).ok());
+  const NmMatrix pruned_nm = *NmMatrix::FromDense(pruned, pr.m, pr.k, 2, 4);
+  for (const char* text : {"int4:g64", "int4:g64:sym", "int4:g32", "int8:g64"}) {
+    SCOPED_TRACE(text);
+    const ValueSpec spec = *ValueSpec::Parse(text);
+    auto q = GroupQuantizer::Make(spec, p, pr.m, pr.k);
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    EXPECT_EQ(q->group_size(), spec.group * 2);
+    EXPECT_EQ(q->groups_per_row(), (288 + spec.group - 1) / spec.group);
+    std::vector<float> joint;
+    PruneOptions opt;
+    opt.quantizer = &*q;
+    ASSERT_TRUE(RunMethod(pr, PruneMethod::kSparseGpt, p, &joint, opt).ok());
+    ASSERT_TRUE(q->status().ok()) << q->status().ToString();
+    EXPECT_TRUE(Satisfies(p, joint, pr.m, pr.k));
+    for (const QuantGroup& g : q->groups()) EXPECT_GT(g.scale, 0.0f) << "a group was never fitted";
+
+    auto nm = NmMatrix::FromDense(joint, pr.m, pr.k, 2, 4);
+    ASSERT_TRUE(nm.ok());
+    auto stored = NmMatrix::Quantize(*nm, spec, q->groups());
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    const Tensor back = stored->ToDense();
+    EXPECT_EQ(std::memcmp(back.data_as<float>(), joint.data(), joint.size() * 4), 0)
+        << "the stored codes do not reproduce the swept weights";
+
+    auto rtn = NmMatrix::Quantize(pruned_nm, spec);
+    ASSERT_TRUE(rtn.ok());
+    const Tensor after = rtn->ToDense();
+    const double e_joint = testing::DirectError(pr, joint);
+    const double e_after = testing::DirectError(
+        pr, std::vector<float>(after.data_as<float>(), after.data_as<float>() + joint.size()));
+    const double e_f32 = testing::DirectError(pr, pruned);
+    std::printf("2:4 %s: f32 %.5f, joint %.5f, round to nearest after %.5f\n", text, e_f32,
+                e_joint, e_after);
+    if (spec.dtype == DType::kI4) {
+      EXPECT_LT(e_joint, e_after);
+    } else {
+      // int8's rounding adds under 1% to the pruning error here (0.00533 after vs 0.00530 f32):
+      // GPTQ has nothing to win back, and the two differ by the sweep's noise (measured 0.4%).
+      EXPECT_LT(e_joint, 1.01 * e_after);
+    }
+  }
+}
+
+TEST(PruneSparseGpt, GroupQuantizerRefusesPatternsItCannotGroup) {
+  const ValueSpec spec = *ValueSpec::Parse("int4:g64");
+  auto odd = GroupQuantizer::Make(spec, Pattern::NM(3, 8), 4, 64);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("not a whole number of 3:8 groups"), std::string::npos);
+  auto csr = GroupQuantizer::Make(spec, Pattern::Unstructured(0.5), 4, 64);
+  ASSERT_FALSE(csr.ok());
+  EXPECT_NE(csr.status().message().find("need a dense, N:M or V:N:M pattern"), std::string::npos);
+  auto f32 = GroupQuantizer::Make(*ValueSpec::Parse("bf16"), Pattern::NM(2, 4), 4, 64);
+  EXPECT_FALSE(f32.ok());
+  auto dense = GroupQuantizer::Make(spec, Pattern::Dense(), 4, 100);
+  ASSERT_TRUE(dense.ok());
+  EXPECT_EQ(dense->group_size(), 64);
+  EXPECT_EQ(dense->groups_per_row(), 2);
 }
 
 }  // namespace

@@ -1,0 +1,186 @@
+// Quantized values of an NmMatrix (format.h, QuantParts): quantizing, checking and dequantizing.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "sparq/format.h"
+#include "src/formats/format_util.h"
+#include "src/formats/nm_codec.h"
+
+namespace sparq {
+
+using namespace formats_internal;  // NOLINT: the codecs and checks of this room
+
+namespace {
+
+// Code j of row r (int8: signed byte; int4: the nibble).
+int CodeAt(const NmMatrix& s, int64_t row_bytes, int64_t r, int64_t j) {
+  const uint8_t* row = s.values.data_as<uint8_t>() + r * row_bytes;
+  if (s.quant.spec.dtype == DType::kI8) return static_cast<int8_t>(row[j]);
+  return (row[j / 2] >> (j % 2 ? 4 : 0)) & 0x0F;
+}
+
+int64_t CodeRowBytes(const ValueSpec& spec, int64_t per_row) {
+  return spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
+}
+
+bool SpecOk(const ValueSpec& spec) {
+  return spec.quantized() && (spec.group == 32 || spec.group == 64 || spec.group == 128) &&
+         (spec.dtype == DType::kI4 || spec.sym);
+}
+
+}  // namespace
+
+namespace formats_internal {
+
+Status ValidateQuantParts(const NmMatrix& s, const std::string& name) {
+  const ValueSpec& spec = s.quant.spec;
+  if (!SpecOk(spec)) {
+    return InvalidInput(name + ": quantized values with an unsupported spec (" + spec.Name() + ")");
+  }
+  const NmLayout l = MakeNmLayout(s.rows, s.cols, 1, s.n, s.m);
+  const int64_t per_row = l.values_row(), qg = s.quant_groups(spec);
+  const int64_t row_bytes = CodeRowBytes(spec, per_row);
+  const DType code_dtype = spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8;
+  SPARQ_RETURN_IF_ERROR(CheckPart(s.values, name + ".values", {code_dtype}, {s.rows, row_bytes}));
+  SPARQ_RETURN_IF_ERROR(CheckPart(s.meta, name + ".meta", {DType::kU8}, {l.slabs, l.meta_row_bytes}));
+  SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.scales, name + ".scales", {DType::kF16}, {s.rows, qg}));
+  if (spec.has_min()) {
+    SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.mins, name + ".mins", {DType::kF16}, {s.rows, qg}));
+  } else if (s.quant.mins.numel() != 0) {
+    return InvalidInput(name + ".mins: present, but " + spec.Name() + " values have no min");
+  }
+  const uint16_t* sc = s.quant.scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? s.quant.mins.data_as<uint16_t>() : nullptr;
+  for (int64_t i = 0; i < s.rows * qg; ++i) {
+    const float v = F16ToF32(sc[i]);
+    if (!std::isfinite(v) || std::signbit(v)) {
+      return InvalidInput(name + ".scales: row " + std::to_string(i / qg) + " group " +
+                          std::to_string(i % qg) + " has scale " + std::to_string(v) +
+                          " (scales must be finite and >= 0)");
+    }
+    if (mn != nullptr && !std::isfinite(F16ToF32(mn[i]))) {
+      return InvalidInput(name + ".mins: row " + std::to_string(i / qg) + " group " +
+                          std::to_string(i % qg) + " has a non-finite min");
+    }
+  }
+  const int lo = MinCode(spec), hi = MaxCode(spec);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t j = 0; j < per_row; ++j) {
+      const int q = CodeAt(s, row_bytes, r, j);
+      if (q < lo || q > hi) {
+        return InvalidInput(name + ".values: row " + std::to_string(r) + " value " +
+                            std::to_string(j) + " has code " + std::to_string(q) + ", outside " +
+                            spec.Name() + "'s " + std::to_string(lo) + ".." + std::to_string(hi));
+      }
+    }
+    // int4 rows of odd length: the unused high nibble of the last byte must be 0.
+    if (spec.dtype == DType::kI4 && per_row % 2 == 1 &&
+        (s.values.data_as<uint8_t>()[r * row_bytes + row_bytes - 1] >> 4) != 0) {
+      return InvalidInput(name + ".values: row " + std::to_string(r) +
+                          " has bits in the unused high nibble of its last byte");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace formats_internal
+
+int64_t NmMatrix::quant_groups(const ValueSpec& spec) const {
+  return spec.group > 0 ? CeilDiv(groups() * n, int64_t{spec.group}) : 0;
+}
+
+Tensor NmMatrix::StoredValuesF32() const {
+  const NmLayout l = MakeNmLayout(rows, cols, 1, n, m);
+  const int64_t per_row = l.values_row();
+  if (!quant.quantized()) {
+    Tensor out = Tensor::Alloc(DType::kF32, {rows, per_row});
+    float* o = out.mutable_data_as<float>();
+    DispatchValue(values.dtype(), [&](auto codec) {
+      using C = decltype(codec);
+      const auto* v = values.data_as<typename C::Storage>();
+      for (int64_t i = 0; i < rows * per_row; ++i) o[i] = C::Dec(v[i]);
+    });
+    return out;
+  }
+  const ValueSpec& spec = quant.spec;
+  const int64_t qg = quant_groups(spec), row_bytes = CodeRowBytes(spec, per_row);
+  Tensor out = Tensor::Alloc(DType::kF32, {rows, per_row});
+  float* o = out.mutable_data_as<float>();
+  const uint16_t* sc = quant.scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? quant.mins.data_as<uint16_t>() : nullptr;
+  const uint8_t* mrow0 = meta.data_as<uint8_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < per_row; ++j) {
+      const int64_t gi = r * qg + j / spec.group;
+      const QuantGroup g = QuantGroupFromF16(sc[gi], mn ? mn[gi] : 0, spec);
+      const int64_t col = (j / n) * m +
+                          ReadBits(mrow0 + r * l.meta_row_bytes, j * l.bits, l.bits);
+      o[r * per_row + j] = col < cols ? Dequantize(CodeAt(*this, row_bytes, r, j), g, spec) : 0.0f;
+    }
+  }
+  return out;
+}
+
+Result<NmMatrix> NmMatrix::Quantize(const NmMatrix& src, const ValueSpec& spec,
+                                    std::span<const QuantGroup> fitted, const std::string& name) {
+  if (!SpecOk(spec)) return InvalidInput(name + ": '" + spec.Name() + "' is not a quantized spec");
+  if (src.quant.quantized()) return InvalidInput(name + ": values are quantized already");
+  SPARQ_RETURN_IF_ERROR(src.Validate(name));
+  const NmLayout l = MakeNmLayout(src.rows, src.cols, 1, src.n, src.m);
+  const int64_t per_row = l.values_row(), qg = src.quant_groups(spec);
+  if (!fitted.empty() && fitted.size() != static_cast<size_t>(src.rows * qg)) {
+    return InvalidInput(name + ": " + std::to_string(fitted.size()) + " fitted groups, want " +
+                        std::to_string(src.rows * qg));
+  }
+  const Tensor v = src.StoredValuesF32();
+  const float* vv = v.data_as<float>();
+  NmMatrix out;
+  out.rows = src.rows;
+  out.cols = src.cols;
+  out.n = src.n;
+  out.m = src.m;
+  out.meta = src.meta;
+  out.quant.spec = spec;
+  const int64_t row_bytes = CodeRowBytes(spec, per_row);
+  out.values = Tensor::Alloc(spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8,
+                             {src.rows, row_bytes});
+  std::memset(out.values.mutable_data(), 0, out.values.nbytes());
+  out.quant.scales = Tensor::Alloc(DType::kF16, {src.rows, qg});
+  if (spec.has_min()) out.quant.mins = Tensor::Alloc(DType::kF16, {src.rows, qg});
+  uint8_t* codes = out.values.mutable_data_as<uint8_t>();
+  for (int64_t r = 0; r < src.rows; ++r) {
+    for (int64_t g = 0; g < qg; ++g) {
+      const int64_t j0 = g * spec.group, cnt = std::min<int64_t>(spec.group, per_row - j0);
+      const float* x = vv + r * per_row + j0;
+      QuantGroup p;
+      if (fitted.empty()) {
+        auto f = FitQuantGroup(x, cnt, spec);
+        if (!f.ok()) {
+          return f.status().WithContext(name + ".values row " + std::to_string(r) + " group " +
+                                        std::to_string(g));
+        }
+        p = *f;
+      } else {
+        const QuantGroup& in = fitted[r * qg + g];
+        p = QuantGroupFromF16(in.scale_f16, in.min_f16, spec);
+      }
+      out.quant.scales.mutable_data_as<uint16_t>()[r * qg + g] = p.scale_f16;
+      if (spec.has_min()) out.quant.mins.mutable_data_as<uint16_t>()[r * qg + g] = p.min_f16;
+      for (int64_t i = 0; i < cnt; ++i) {
+        const int q = NearestCode(x[i], p, spec);
+        const int64_t j = j0 + i;
+        uint8_t* row = codes + r * row_bytes;
+        if (spec.dtype == DType::kI8) {
+          row[j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        } else {
+          row[j / 2] |= static_cast<uint8_t>(q << (j % 2 ? 4 : 0));
+        }
+      }
+    }
+  }
+  SPARQ_RETURN_IF_ERROR(out.Validate(name));
+  return out;
+}
+
+}  // namespace sparq
