@@ -35,48 +35,121 @@ struct QBuilt {
   std::vector<float> dense;
 };
 
+// Code of value j of row r, read from the packed bytes as spmm_packed.h documents them (int8: one
+// byte per value; int4: 8 bytes per chunk of 16, byte b holding value b low and value b + 8 high).
+int PackedCode(const cpu::NmWeight& nm, int64_t r, int64_t j) {
+  const int64_t row_vals = nm.chunks * cpu::kNmChunk;
+  if (nm.value_dtype == DType::kI8) return nm.values.data_as<int8_t>()[r * row_vals + j];
+  const uint8_t byte = nm.values.data_as<uint8_t>()[r * row_vals / 2 + (j / 16) * 8 + (j % 8)];
+  return (j % 16) < 8 ? (byte & 0x0F) : (byte >> 4);
+}
+
+// The value of a code, computed here from quant.h's formulas (not through NmWeight::Value).
+float Dequantized(const cpu::NmWeight& nm, int64_t r, int64_t j) {
+  const int q = PackedCode(nm, r, j);
+  const int64_t g = r * nm.groups_per_row + j / nm.group;
+  if (nm.value_dtype == DType::kI8) return float(q) * nm.scales[g];
+  if (!nm.has_min) return float(q - 8) * nm.scales[g];
+  return std::fma(float(q), nm.scales[g], nm.mins[g]);
+}
+
+// Test weights with what real ones have and uniform ones lack: group magnitudes spread over 2^0..
+// 2^6 by quantization group (a neighbouring group's scale, wherever misapplied, is off by 2x or
+// more), and exact zeros in kept slots (an N:M group with fewer than N nonzeros).
+std::vector<float> QuantTestWeights(const Pattern& p, const ValueSpec& spec, int64_t m, int64_t k,
+                                    uint64_t seed) {
+  std::vector<float> w = testing_cpu::PatternWeights(p, m, k, seed);
+  const int64_t cols_per_group = int64_t{spec.group} / p.n * p.m;  // every m-group keeps n slots
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < k; ++c) w[r * k + c] = std::ldexp(w[r * k + c], int((c / cols_per_group) % 7));
+    // In every third group of m (shifted by row), the first nonzero becomes 0; it stays a kept slot.
+    for (int64_t g0 = (r % 3) * p.m; g0 < k; g0 += 3 * p.m) {
+      for (int64_t c = g0; c < std::min(k, g0 + p.m); ++c) {
+        if (w[r * k + c] != 0.0f) {
+          w[r * k + c] = 0.0f;
+          break;
+        }
+      }
+    }
+  }
+  return w;
+}
+
 QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
   const Pattern p = *Pattern::Parse(c.pattern);
-  const std::vector<float> w = testing_cpu::PatternWeights(p, m, k, seed);
+  const ValueSpec spec = *ValueSpec::Parse(c.values);
+  const std::vector<float> w = QuantTestWeights(p, spec, m, k, seed);
   auto s = Encode(w, m, k, FormatKind::kNM, p, DType::kF32);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   cpu::PackOptions opt;
-  opt.values = *ValueSpec::Parse(c.values);
+  opt.values = spec;
   auto q = cpu::Pack(*s, "w", opt);
   EXPECT_TRUE(q.ok()) << c.pattern << " " << c.values << ": " << q.status().ToString();
   QBuilt b;
   b.q = std::move(q).value();
   const cpu::NmWeight& nm = b.q.nm;
-  EXPECT_EQ(nm.value_dtype, opt.values.dtype);
+  EXPECT_EQ(nm.value_dtype, spec.dtype);
+  EXPECT_EQ(nm.group, spec.group);
   b.dense.assign(size_t(m * k), 0.0f);
-  const float max_w = 1.0f;  // PatternWeights are in [-1, 1)
+  std::vector<uint8_t> slot(size_t(m * k), 0);
+  int kept_zeros = 0;
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t ch = 0; ch < nm.chunks; ++ch) {
       for (int j = 0; j < cpu::kNmChunk; ++j) {
         const int64_t col = nm.Col(r, ch, j);
         if (col >= k) continue;
-        const float d = nm.Value(r, ch * cpu::kNmChunk + j);
+        const int64_t vj = ch * cpu::kNmChunk + j;
+        const float d = Dequantized(nm, r, vj);
+        // NmWeight::Value (what the kernels' tests and --explain read) agrees bit for bit.
+        EXPECT_EQ(nm.Value(r, vj), d) << c.pattern << " " << c.values << " row " << r;
         b.dense[r * k + col] = d;
-        // Within one quantization step of the weight (steps are <= 2 max|w| / 7 for int4).
-        EXPECT_LE(std::fabs(d - w[r * k + col]), 2.0f * max_w / 7.0f);
+        slot[r * k + col] = 1;
+        const float scale = nm.scales[r * nm.groups_per_row + vj / nm.group];
+        // Round to nearest on the group's grid: within half a step (plus one f32 rounding of the
+        // dequantization, an ulp of the value).
+        EXPECT_LE(std::fabs(double(d) - w[r * k + col]),
+                  0.5 * double(scale) + std::ldexp(std::fabs(double(d)), -23))
+            << c.pattern << " " << c.values << " row " << r << " col " << col;
+        if (w[r * k + col] == 0.0f) {
+          ++kept_zeros;
+          // quant.h: exact 0 on symmetric grids; with a min, the grid value nearest 0.
+          if (!nm.has_min) {
+            EXPECT_EQ(d, 0.0f) << c.values << " row " << r << " col " << col;
+          } else {
+            const float mn = nm.mins[r * nm.groups_per_row + vj / nm.group];
+            float best = std::numeric_limits<float>::infinity();
+            for (int code = 0; code <= 15; ++code) {
+              best = std::min(best, std::fabs(std::fma(float(code), scale, mn)));
+            }
+            EXPECT_EQ(std::fabs(d), best) << c.values << " row " << r << " col " << col;
+          }
+        }
       }
     }
   }
-  // The mask survives quantization: no weight appears where the pruned matrix has none.
-  for (int64_t i = 0; i < m * k; ++i) {
-    if (w[i] == 0.0f) {
-      EXPECT_EQ(b.dense[i], 0.0f) << "pruned weight " << i << " came back";
+  EXPECT_GT(kept_zeros, 0) << "no kept slot held 0: the zero semantics went unchecked";
+  // The mask survives: every nonzero weight has a slot, and no m-group has more than n slots.
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t g0 = 0; g0 < k; g0 += p.m) {
+      int slots = 0;
+      for (int64_t col = g0; col < std::min(k, g0 + p.m); ++col) {
+        slots += slot[r * k + col];
+        if (w[r * k + col] != 0.0f) EXPECT_TRUE(slot[r * k + col]) << "row " << r << " col " << col;
+        if (!slot[r * k + col]) EXPECT_EQ(b.dense[r * k + col], 0.0f);
+      }
+      EXPECT_LE(slots, p.n) << "row " << r << " group at " << g0;
     }
   }
   // The f32 twin: the same packed positions (meta) with the dequantized values. (Re-encoding the
   // dense matrix could move a kept value that quantized to 0 to another lane of its group, which
-  // changes the decode's lane sums by an ulp.)
+  // changes the decode's lane sums by an ulp.) Padding lanes (col >= k) keep their dequantized
+  // values: they multiply X's zero padding.
   b.f = b.q;
   cpu::NmWeight& f = b.f.nm;
   f.values = Tensor::Alloc(DType::kF32, {m, nm.chunks * cpu::kNmChunk});
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t j = 0; j < nm.chunks * cpu::kNmChunk; ++j) {
-      f.values.mutable_data_as<float>()[r * nm.chunks * cpu::kNmChunk + j] = nm.Value(r, j);
+      f.values.mutable_data_as<float>()[r * nm.chunks * cpu::kNmChunk + j] = Dequantized(nm, r, j);
     }
   }
   f.value_dtype = DType::kF32;

@@ -89,5 +89,114 @@ TEST(ValueSpecTest, QuantizeGroupIsRoundToNearestOnItsGrid) {
   EXPECT_FALSE(QuantizeGroup(big.data(), 32, spec, q.data()).ok());
 }
 
+// The least f16 whose value is >= x (x >= 0), by bisection over the positive f16 bit patterns,
+// which are ordered like their values: independent of the library's rounding helpers.
+uint16_t LeastF16AtLeast(double x) {
+  uint32_t lo = 0, hi = 0x7c00;  // 0x7c00: infinity
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (double(F16ToF32(uint16_t(mid))) >= x) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return uint16_t(lo);
+}
+
+// The scale each spec promises (quant.h): amax / 127, amax / 7, (max - min) / 15 with min the f16
+// at or below the smallest value, rounded up to f16; the extreme code reached wherever the scale is
+// a normal f16; every value within half a step (half the scale) of its code, at magnitudes from
+// 2^-40 to 2^12, across the subnormal scales (int8 groups with amax below ~8e-3), where a scale
+// rounded to nearest clamps the largest values by several half-steps.
+TEST(ValueSpecTest, ScaleIsTheDocumentedFormulaAndEveryValueIsWithinHalfAStep) {
+  int groups = 0, subnormal = 0;
+  for (const char* text : {"int8:g64", "int4:g64:sym", "int4:g32"}) {
+    const ValueSpec spec = *ValueSpec::Parse(text);
+    const double steps = spec.dtype == DType::kI8 ? 127 : spec.sym ? 7 : 15;
+    for (int e = -40; e <= 12; ++e) {
+      for (uint64_t seed = 1; seed <= 3; ++seed) {
+        std::vector<float> v = Wave(size_t(spec.group), seed * 31 + uint64_t(e + 40));
+        for (auto& x : v) x = std::ldexp(x, e);
+        std::vector<int8_t> q(v.size());
+        auto g = QuantizeGroup(v.data(), int64_t(v.size()), spec, q.data());
+        ASSERT_TRUE(g.ok()) << text << " 2^" << e << ": " << g.status().ToString();
+        double lo = 0, hi = 0, amax = 0;
+        for (float x : v) {
+          lo = std::min(lo, double(x));
+          hi = std::max(hi, double(x));
+          amax = std::max(amax, std::fabs(double(x)));
+        }
+        double range = amax;
+        if (spec.has_min()) {
+          // The min: the largest f16 <= the smallest value (lo <= 0 here, so the f16 at or below).
+          const uint16_t up = LeastF16AtLeast(-lo);  // |min| rounded up
+          EXPECT_EQ(g->min, -F16ToF32(up)) << text << " 2^" << e;
+          range = hi - double(g->min);
+        }
+        EXPECT_EQ(g->scale_f16, LeastF16AtLeast(range / steps)) << text << " 2^" << e;
+        const bool normal = g->scale >= std::ldexp(1.0f, -14);
+        subnormal += !normal;
+        int qmin = 127, qmax = -127;
+        for (size_t i = 0; i < v.size(); ++i) {
+          qmin = std::min<int>(qmin, q[i]);
+          qmax = std::max<int>(qmax, q[i]);
+          const double d = Dequantize(q[i], *g, spec);
+          // Half a step, plus the f32 rounding of the dequantization (one ulp of the value).
+          const double tol = 0.5 * double(g->scale) + std::ldexp(std::fabs(d), -23) + 1e-45;
+          ASSERT_LE(std::fabs(d - double(v[i])), tol)
+              << text << " 2^" << e << " seed " << seed << " value " << i << " " << v[i]
+              << " code " << int(q[i]) << " scale " << g->scale;
+        }
+        if (normal) {
+          // The extreme code: +-127 / 1 or 15 for the symmetric ones, 15 (at max) with a min.
+          if (spec.has_min()) {
+            EXPECT_EQ(qmax, 15) << text << " 2^" << e;
+          } else {
+            const int top = spec.dtype == DType::kI8 ? 127 : 15, bottom = spec.dtype == DType::kI8 ? -127 : 1;
+            EXPECT_TRUE(qmax == top || qmin == bottom) << text << " 2^" << e << " codes " << qmin << ".." << qmax;
+          }
+        }
+        ++groups;
+      }
+    }
+  }
+  EXPECT_EQ(groups, 3 * 53 * 3);
+  EXPECT_GT(subnormal, 20);  // the subnormal side was reached
+}
+
+// Exact zeros (a kept N:M slot of a group with fewer than N nonzeros): int8 and symmetric int4
+// give 0 back bit for bit; int4 with a min gives the grid value nearest 0, within half a step.
+TEST(ValueSpecTest, ZerosComeBackExactlyOnSymmetricGridsAndNearestWithAMin) {
+  for (const char* text : {"int8:g32", "int4:g32:sym", "int4:g32"}) {
+    const ValueSpec spec = *ValueSpec::Parse(text);
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+      std::vector<float> v = Wave(32, seed);
+      for (size_t i = seed % 3; i < v.size(); i += 3 + seed % 4) v[i] = 0.0f;
+      if (seed % 5 == 0) {
+        for (auto& x : v) x = std::fabs(x) + 0.5f;  // all positive, then zeros: the min is 0
+        v[seed % 32] = 0.0f;
+      }
+      std::vector<int8_t> q(v.size());
+      auto g = QuantizeGroup(v.data(), 32, spec, q.data());
+      ASSERT_TRUE(g.ok());
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] != 0.0f) continue;
+        const float d = Dequantize(q[i], *g, spec);
+        if (!spec.has_min()) {
+          EXPECT_EQ(d, 0.0f) << text << " seed " << seed;
+          EXPECT_FALSE(std::signbit(d) && d != 0.0f);
+          continue;
+        }
+        // The nearest of all 16 grid values (ties: either).
+        float best = std::numeric_limits<float>::infinity();
+        for (int c = 0; c <= 15; ++c) best = std::min(best, std::fabs(Dequantize(c, *g, spec)));
+        EXPECT_EQ(std::fabs(d), best) << text << " seed " << seed;
+        EXPECT_LE(std::fabs(d), 0.5f * g->scale);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sparq
