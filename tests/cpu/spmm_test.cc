@@ -230,11 +230,15 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
     for (const std::string& r : all_rows) std::printf(" %s", r.c_str());
     std::printf("\n");
     EXPECT_GT(tr.calls, 0) << tr.name << ": no kernel call";
-    // Every case through a decode and a tiled row (dense f32: OpenBLAS) on every target.
+    // Every case through a decode and a tiled row on every target (dense f32 and f16, widened to
+    // f32, run OpenBLAS).
     for (const Case& c : cases) {
       const std::set<std::string>& rows = tr.rows.at(Name(c));
       EXPECT_FALSE(rows.empty()) << tr.name << " " << Name(c) << ": no row ran";
-      if (c.format == FormatKind::kDense && c.dtype == DType::kF32) continue;
+      if (c.format == FormatKind::kDense && c.dtype != DType::kBF16) {
+        EXPECT_EQ(rows, std::set<std::string>{"f32_dense_blas"}) << tr.name << " " << Name(c);
+        continue;
+      }
       for (cpu::KernelMode mode : {cpu::KernelMode::kDecode, cpu::KernelMode::kTiled}) {
         bool ran = false;
         for (const std::string& r : rows) ran = ran || mode_of(r) == mode;
