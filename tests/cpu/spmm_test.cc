@@ -69,6 +69,7 @@ std::vector<Case> AllCases() {
     }
     cases.push_back({FormatKind::kCoo, "unstructured:0.6", dt, CsrLayout::kBitmask});
   }
+  for (DType dt : {DType::kF32, DType::kBF16}) cases.push_back({FormatKind::kBsr, "block:2x2:0.5", dt});
   return cases;
 }
 
@@ -179,6 +180,7 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
     int64_t calls = 0;  // kernel calls checked against the reference
     double seconds = 0;
     std::map<std::string, std::set<std::string>> rows;  // case -> rows that ran it
+    std::map<std::string, std::string> groups;          // shared-column case -> "g=<rows> u16|u32"
   };
   std::vector<TargetRun> runs;
   ForEachTarget([&](const std::string& target) {
@@ -192,6 +194,10 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
       for (int64_t m : ms) {
         for (int64_t k : ks) {
           const Built b = Build(c, m, k, seed++);
+          if (b.packed.kind == cpu::PackedKind::kScg && !b.packed.scg.implicit_cols) {
+            tr.groups[Name(c)] = "g=" + std::to_string(b.packed.scg.g) +
+                                 (b.packed.scg.idx16 ? " u16" : " u32");
+          }
           for (const auto& kern : cpu::KernelTable()) {
             if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
             rows.insert(kern.name);
@@ -255,8 +261,25 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
     }
     // The bodies issue 43 found unreached off the default target, by the case and row that reach
     // them (the layout picks the body: gather N:M decode for 1:4 and, on 4-lane targets, 8:16;
-    // 2-row groups of u16 indices for BSR 2x3 and V:N:M 2:2:4; AVX2's 4x3 tile for 3-row groups
-    // from 48 tokens, n = 65).
+    // 2-row groups of u16 indices for BSR 2x2 / 2x3 and V:N:M 2:2:4; AVX2's 4x3 tile for 3-row
+    // blocks, packed as groups of 4, from 48 tokens: n = 65).
+    auto groups_of = [&](const Case& c) {
+      const auto it = tr.groups.find(Name(c));
+      return it == tr.groups.end() ? std::string("not row groups") : it->second;
+    };
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (const Case& c : {Case{FormatKind::kBsr, "block:2x2:0.5", dt},
+                            Case{FormatKind::kBsr, "block:2x3:0.5", dt},
+                            Case{FormatKind::kVNM, "vnm:2:2:4", dt}}) {
+        EXPECT_EQ(groups_of(c), "g=2 u16") << tr.name << " " << Name(c);
+      }
+      EXPECT_EQ(groups_of({FormatKind::kBsr, "block:3x2:0.5", dt}), "g=4 u16") << tr.name;
+    }
+    if (&tr == &runs.front()) {  // the packing does not depend on the target
+      std::printf("[ coverage ] row groups:");
+      for (const auto& [name, g] : tr.groups) std::printf(" [%s: %s]", name.c_str(), g.c_str());
+      std::printf("\n");
+    }
     struct Want {
       Case c;
       const char* row;
@@ -273,10 +296,19 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
         {{FormatKind::kVNM, "vnm:2:2:4", DType::kBF16}, "bf16_rowgroups_decode_Gx1"},
         {{FormatKind::kBsr, "block:3x2:0.5", DType::kF32}, "f32_rowgroups_tiled_GxNV"},
         {{FormatKind::kBsr, "block:3x2:0.5", DType::kBF16}, "bf16_rowgroups_tiled_GxNV"},
+        {{FormatKind::kBsr, "block:2x2:0.5", DType::kF32}, "f32_rowgroups_decode_Gx1"},
+        {{FormatKind::kBsr, "block:2x2:0.5", DType::kBF16}, "bf16_rowgroups_tiled_GxNV"},
     };
     for (const Want& w : wants) {
       EXPECT_TRUE(tr.rows.at(Name(w.c)).count(w.row)) << tr.name << " " << Name(w.c) << ": " << w.row
                                                       << " did not run";
+    }
+    if (tr.target == HWY_AVX2) {
+      for (const char* row : {"f32_rowgroups_tiled_4x3__avx2", "bf16_rowgroups_tiled_4x3__avx2"}) {
+        const DType dt = row[0] == 'f' ? DType::kF32 : DType::kBF16;
+        EXPECT_TRUE(tr.rows.at(Name({FormatKind::kBsr, "block:3x2:0.5", dt})).count(row))
+            << "AVX2 block:3x2: " << row << " did not run";
+      }
     }
   }
 }
