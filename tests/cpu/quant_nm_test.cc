@@ -4,7 +4,9 @@
 // sparq/quant.h, so the products are those of the dequantized f32 weights), and (b) the double
 // reference of the dequantized weights; bits for 1..3 threads.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -239,6 +241,11 @@ TEST(QuantNmTest, EveryQuantizedRowHasTheBitsOfF32OnTheDequantizedWeights) {
     }
   });
   EXPECT_GE(targets, 2);
+  for (int64_t t : KernelConfig::SupportedTargets()) {  // each target ran quantized rows
+    const std::string tn = std::string(hwy::TargetName(t)) + " ";
+    EXPECT_TRUE(std::any_of(rows_run.begin(), rows_run.end(),
+                            [&](const std::string& r) { return r.rfind(tn, 0) == 0; })) << tn << "ran no row";
+  }
   // Every i8 / i4 row ran on some target (the __avx2 ones on AVX2, the generic ones elsewhere).
   for (const auto& kern : cpu::KernelTable()) {
     const std::string name = kern.name;

@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "src/cpu/kernel_entry.h"
 #include "src/cpu/spmm.h"
@@ -65,6 +69,7 @@ std::vector<Case> AllCases() {
     }
     cases.push_back({FormatKind::kCoo, "unstructured:0.6", dt, CsrLayout::kBitmask});
   }
+  for (DType dt : {DType::kF32, DType::kBF16}) cases.push_back({FormatKind::kBsr, "block:2x2:0.5", dt});
   return cases;
 }
 
@@ -157,29 +162,152 @@ void RunAndCheck(const cpu::KernelRow& kern, const Built& b, int64_t m, int64_t 
   for (size_t i = 17 + n * ldy; i < ybuf.size(); ++i) ASSERT_EQ(ybuf[i], kGuard) << what << ": write after Y";
 }
 
+// The full case list on every compiled target this CPU supports (ForEachTarget): each target
+// runs its own kernel bodies (the gather N:M decode's 1:4 and 4-lane 8:16 paths, bf16 4:8,
+// 2-row groups with u16 indices, AVX2's 4x3 group tile...), which the default target never
+// reaches. The test records which rows ran per case and target, prints the counts, and fails when
+// a target ran no row for a case, a case ran no decode or no tiled row on a target, or a row
+// (except the quantized ones: quant_nm_test.cc) never ran on a target its range includes.
 TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
   const int64_t ms[] = {1, 5, 33};
   const int64_t ks[] = {1, 7, 64, 65, 300};
   const int64_t ns[] = {1, 2, 17, 65};
   ThreadPool pool(2);
-  uint64_t seed = 1;
-  for (const Case& c : AllCases()) {
-    for (int64_t m : ms) {
-      for (int64_t k : ks) {
-        const Built b = Build(c, m, k, seed++);
-        for (const auto& kern : cpu::KernelTable()) {
-          if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
-          for (int64_t n : ns) {
-            const std::string what = Name(c) + " " + kern.name + " m=" + std::to_string(m) +
-                                     " k=" + std::to_string(k) + " n=" + std::to_string(n);
-            RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool, what);
+  const std::vector<Case> cases = AllCases();
+  struct TargetRun {
+    std::string name;
+    int64_t target = 0;
+    int64_t calls = 0;  // kernel calls checked against the reference
+    double seconds = 0;
+    std::map<std::string, std::set<std::string>> rows;  // case -> rows that ran it
+    std::map<std::string, std::string> groups;          // shared-column case -> "g=<rows> u16|u32"
+  };
+  std::vector<TargetRun> runs;
+  ForEachTarget([&](const std::string& target) {
+    TargetRun tr;
+    tr.name = target;
+    tr.target = Cfg().target;
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t seed = 1;
+    for (const Case& c : cases) {
+      std::set<std::string>& rows = tr.rows[Name(c)];
+      for (int64_t m : ms) {
+        for (int64_t k : ks) {
+          const Built b = Build(c, m, k, seed++);
+          if (b.packed.kind == cpu::PackedKind::kScg && !b.packed.scg.implicit_cols) {
+            tr.groups[Name(c)] = "g=" + std::to_string(b.packed.scg.g) +
+                                 (b.packed.scg.idx16 ? " u16" : " u32");
           }
+          for (const auto& kern : cpu::KernelTable()) {
+            if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+            rows.insert(kern.name);
+            for (int64_t n : ns) {
+              const std::string what = target + " " + Name(c) + " " + kern.name +
+                                       " m=" + std::to_string(m) + " k=" + std::to_string(k) +
+                                       " n=" + std::to_string(n);
+              RunAndCheck(kern, b, m, k, n, Epilogue{}, &pool, what);
+              ++tr.calls;
+            }
+          }
+          // The reference walks the packed layout: checks packing independently of the kernels.
+          const cpu::KernelRow reference{"reference", cpu::LayoutOf(b.packed), DType::kF32,
+                                         cpu::KernelMode::kBlas, "", 0, 0, 0, 0,
+                                         cpu::SpmmReference};
+          RunAndCheck(reference, b, m, k, 3, Epilogue{}, nullptr, target + " " + Name(c) + " reference");
         }
-        // The reference walks the packed layout: checks packing independently of the kernels.
-        const cpu::KernelRow reference{"reference", cpu::LayoutOf(b.packed), DType::kF32,
-                                       cpu::KernelMode::kBlas, "", 0, 0, 0, 0,
-                                       cpu::SpmmReference};
-        RunAndCheck(reference, b, m, k, 3, Epilogue{}, nullptr, Name(c) + " reference");
+      }
+    }
+    tr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    runs.push_back(std::move(tr));
+  });
+  ASSERT_GE(runs.size(), 2u) << "at least one SIMD target and the emulated/scalar one";
+
+  auto mode_of = [](const std::string& row) {
+    for (const auto& kern : cpu::KernelTable()) {
+      if (row == kern.name) return kern.mode;
+    }
+    return cpu::KernelMode::kBlas;
+  };
+  for (const TargetRun& tr : runs) {
+    std::set<std::string> all_rows;
+    for (const auto& [name, rows] : tr.rows) all_rows.insert(rows.begin(), rows.end());
+    std::printf("[ coverage ] %-8s %zu cases, %lld kernel calls, %zu rows, %.1f s:", tr.name.c_str(),
+                tr.rows.size(), static_cast<long long>(tr.calls), all_rows.size(), tr.seconds);
+    for (const std::string& r : all_rows) std::printf(" %s", r.c_str());
+    std::printf("\n");
+    EXPECT_GT(tr.calls, 0) << tr.name << ": no kernel call";
+    // Every case through a decode and a tiled row on every target (dense f32 and f16, widened to
+    // f32, run OpenBLAS).
+    for (const Case& c : cases) {
+      const std::set<std::string>& rows = tr.rows.at(Name(c));
+      EXPECT_FALSE(rows.empty()) << tr.name << " " << Name(c) << ": no row ran";
+      if (c.format == FormatKind::kDense && c.dtype != DType::kBF16) {
+        EXPECT_EQ(rows, std::set<std::string>{"f32_dense_blas"}) << tr.name << " " << Name(c);
+        continue;
+      }
+      for (cpu::KernelMode mode : {cpu::KernelMode::kDecode, cpu::KernelMode::kTiled}) {
+        bool ran = false;
+        for (const std::string& r : rows) ran = ran || mode_of(r) == mode;
+        EXPECT_TRUE(ran) << tr.name << " " << Name(c) << ": no "
+                         << (mode == cpu::KernelMode::kDecode ? "decode" : "tiled") << " row ran";
+      }
+    }
+    // Every row ran on every target of its range (the quantized rows need quantized values).
+    for (const auto& kern : cpu::KernelTable()) {
+      const std::string name = kern.name;
+      if (name.rfind("i8_", 0) == 0 || name.rfind("i4_", 0) == 0) continue;
+      if (tr.target < kern.best || tr.target > kern.worst) continue;
+      EXPECT_TRUE(all_rows.count(name)) << tr.name << ": " << name << " never ran";
+    }
+    // The bodies issue 43 found unreached off the default target, by the case and row that reach
+    // them (the layout picks the body: gather N:M decode for 1:4 and, on 4-lane targets, 8:16;
+    // 2-row groups of u16 indices for BSR 2x2 / 2x3 and V:N:M 2:2:4; AVX2's 4x3 tile for 3-row
+    // blocks, packed as groups of 4, from 48 tokens: n = 65).
+    auto groups_of = [&](const Case& c) {
+      const auto it = tr.groups.find(Name(c));
+      return it == tr.groups.end() ? std::string("not row groups") : it->second;
+    };
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (const Case& c : {Case{FormatKind::kBsr, "block:2x2:0.5", dt},
+                            Case{FormatKind::kBsr, "block:2x3:0.5", dt},
+                            Case{FormatKind::kVNM, "vnm:2:2:4", dt}}) {
+        EXPECT_EQ(groups_of(c), "g=2 u16") << tr.name << " " << Name(c);
+      }
+      EXPECT_EQ(groups_of({FormatKind::kBsr, "block:3x2:0.5", dt}), "g=4 u16") << tr.name;
+    }
+    if (&tr == &runs.front()) {  // the packing does not depend on the target
+      std::printf("[ coverage ] row groups:");
+      for (const auto& [name, g] : tr.groups) std::printf(" [%s: %s]", name.c_str(), g.c_str());
+      std::printf("\n");
+    }
+    struct Want {
+      Case c;
+      const char* row;
+    };
+    const Want wants[] = {
+        {{FormatKind::kNM, "1:4", DType::kF32}, "f32_nm_gather_decode_4xT"},
+        {{FormatKind::kNM, "1:4", DType::kBF16}, "bf16_nm_gather_decode_4xT"},
+        {{FormatKind::kNM, "8:16", DType::kF32}, "f32_nm_window_decode_4xT"},
+        {{FormatKind::kNM, "8:16", DType::kBF16}, "bf16_nm_window_decode_4xT"},
+        {{FormatKind::kNM, "4:8", DType::kBF16}, "bf16_nm_window_decode_4xT"},
+        {{FormatKind::kBsr, "block:2x3:0.5", DType::kF32}, "f32_rowgroups_decode_Gx1"},
+        {{FormatKind::kBsr, "block:2x3:0.5", DType::kBF16}, "bf16_rowgroups_tiled_GxNV"},
+        {{FormatKind::kVNM, "vnm:2:2:4", DType::kF32}, "f32_rowgroups_tiled_GxNV"},
+        {{FormatKind::kVNM, "vnm:2:2:4", DType::kBF16}, "bf16_rowgroups_decode_Gx1"},
+        {{FormatKind::kBsr, "block:3x2:0.5", DType::kF32}, "f32_rowgroups_tiled_GxNV"},
+        {{FormatKind::kBsr, "block:3x2:0.5", DType::kBF16}, "bf16_rowgroups_tiled_GxNV"},
+        {{FormatKind::kBsr, "block:2x2:0.5", DType::kF32}, "f32_rowgroups_decode_Gx1"},
+        {{FormatKind::kBsr, "block:2x2:0.5", DType::kBF16}, "bf16_rowgroups_tiled_GxNV"},
+    };
+    for (const Want& w : wants) {
+      EXPECT_TRUE(tr.rows.at(Name(w.c)).count(w.row)) << tr.name << " " << Name(w.c) << ": " << w.row
+                                                      << " did not run";
+    }
+    if (tr.target == HWY_AVX2) {
+      for (const char* row : {"f32_rowgroups_tiled_4x3__avx2", "bf16_rowgroups_tiled_4x3__avx2"}) {
+        const DType dt = row[0] == 'f' ? DType::kF32 : DType::kBF16;
+        EXPECT_TRUE(tr.rows.at(Name({FormatKind::kBsr, "block:3x2:0.5", dt})).count(row))
+            << "AVX2 block:3x2: " << row << " did not run";
       }
     }
   }
@@ -210,12 +338,14 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
     ++targets_run;
     uint64_t seed = 100;
     for (const Case& c : cases) {
+      int64_t calls = 0;  // kernel calls of this case on this target
       for (int64_t m : ms) {
         for (int64_t k : ks) {
           const Built b = Build(c, m, k, seed++);
           for (const auto& kern : cpu::KernelTable()) {
             if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty() || kern.mode == cpu::KernelMode::kBlas) continue;
             for (int64_t n : ns) {
+              ++calls;
               RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
                           target + " " + Name(c) + " " + kern.name + " m=" + std::to_string(m) +
                               " k=" + std::to_string(k) + " n=" + std::to_string(n));
@@ -223,6 +353,7 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
           }
         }
       }
+      EXPECT_GT(calls, 0) << target << " " << Name(c) << ": no kernel ran";
     }
   });
   EXPECT_GE(targets_run, 2);  // at least one SIMD target and the emulated/scalar one
@@ -232,24 +363,28 @@ TEST(SpmmTest, AllTargetsAroundTileSizes) {
 // 2.1 KiB of bf16 values, 4.2 KiB of f32), linearly otherwise; its prefetch positions index
 // row_ptr up to the last row (m = 9: two blocks of 4 rows and a single row). Every target.
 TEST(SpmmTest, MaskDecodeLongRowsMatchReference) {
-  ForEachTarget([&](const std::string& target) {
+  const int targets = ForEachTarget([&](const std::string& target) {
     uint64_t seed = 300;
     for (const Case& c :
          {Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},
           Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask}}) {
+      int decode_calls = 0;
       for (int64_t k : {2100, 4200}) {
         const Built b = Build(c, 9, k, seed++);
         for (const auto& kern : cpu::KernelTable()) {
           if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
           for (int64_t n : {1, 2, 3, 5, 12}) {
+            decode_calls += kern.mode == cpu::KernelMode::kDecode;
             RunAndCheck(kern, b, 9, k, n, Epilogue{}, nullptr,
                         target + " " + Name(c) + " " + kern.name + " k=" + std::to_string(k) +
                             " n=" + std::to_string(n));
           }
         }
       }
+      EXPECT_GT(decode_calls, 0) << target << " " << Name(c) << ": the mask decode never ran";
     }
   });
+  EXPECT_GE(targets, 2);
 }
 
 TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
@@ -275,8 +410,10 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
                         Case{FormatKind::kCsr, "unstructured:0.9", DType::kF32, CsrLayout::kColumns},
                         Case{FormatKind::kCsr, "unstructured:0.99", DType::kBF16, CsrLayout::kColumns}}) {
     const Built b = Build(c, m, k, 21);
+    int tiled_rows = 0;
     for (const auto& kern : cpu::KernelTable()) {
       if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+      tiled_rows += kern.mode == cpu::KernelMode::kTiled;
       for (int64_t n : {70, 130}) {
         const std::vector<float> x = RandomVector(size_t(n * k), 5 + n);
         std::vector<std::vector<float>> ys;
@@ -309,6 +446,7 @@ TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
         }
       }
     }
+    EXPECT_GT(tiled_rows, 0) << Name(c) << ": no tiled row ran";
   }
 }
 
@@ -334,8 +472,10 @@ TEST(SpmmTest, KBlockSizeChangesNoBits) {
                         Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
                         Case{FormatKind::kBsr, "block:16x16:0.5", DType::kBF16}}) {
     const Built b = Build(c, m, k, 33);
+    int tiled_rows = 0;
     for (const auto& kern : cpu::KernelTable()) {
       if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+      tiled_rows += kern.mode == cpu::KernelMode::kTiled;
       for (int64_t n : {70, 200}) {
         const std::vector<float> x = RandomVector(size_t(n * k), 9 + n);
         std::vector<float> first;
@@ -356,6 +496,7 @@ TEST(SpmmTest, KBlockSizeChangesNoBits) {
         }
       }
     }
+    EXPECT_GT(tiled_rows, 0) << Name(c) << ": no tiled row ran";
   }
 }
 
@@ -370,7 +511,7 @@ TEST(SpmmTest, TiledStreamedYKeepsBitsAndGuards) {
   } reset;
   const int64_t k = 200, ldy = 320;
   ThreadPool pool(2);
-  ForEachTarget([&](const std::string& target) {
+  const int targets = ForEachTarget([&](const std::string& target) {
     for (const Case& c :
          {Case{FormatKind::kNM, "2:4", DType::kF32},
           Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask},
@@ -379,12 +520,14 @@ TEST(SpmmTest, TiledStreamedYKeepsBitsAndGuards) {
           Case{FormatKind::kBsr, "block:8x1:0.7", DType::kBF16},
           Case{FormatKind::kBsr, "block:32x32:0.5", DType::kF32},
           Case{FormatKind::kDense, "dense", DType::kBF16}}) {
+      int calls = 0;
       for (int64_t m : {300, 320}) {
         const Built b = Build(c, m, k, 31 + m);
         for (const auto& kern : cpu::KernelTable()) {
           if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty() || kern.min_n > 130) continue;
           for (int64_t n : {70, 130}) {
             if (n < kern.min_n || n > kern.max_n) continue;
+            ++calls;
             const std::vector<float> x = RandomVector(size_t(n * k), 7 + n);
             for (int64_t off : {0, 1, 4, 8, 13}) {
               for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
@@ -422,8 +565,10 @@ TEST(SpmmTest, TiledStreamedYKeepsBitsAndGuards) {
           }
         }
       }
+      EXPECT_GT(calls, 0) << target << " " << Name(c) << ": no kernel ran";
     }
   });
+  EXPECT_GE(targets, 2);
 }
 
 TEST(SpmmTest, EpilogueBiasActivationResidual) {
@@ -437,6 +582,7 @@ TEST(SpmmTest, EpilogueBiasActivationResidual) {
                         Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},
                         Case{FormatKind::kBsr, "block:2x2:0.5", DType::kF32}}) {
     const Built b = Build(c, m, k, 9);
+    int calls = 0;
     for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu, Activation::kSilu}) {
       for (bool with_bias : {false, true}) {
         for (bool with_res : {false, true}) {
@@ -448,6 +594,7 @@ TEST(SpmmTest, EpilogueBiasActivationResidual) {
           for (const auto& kern : cpu::KernelTable()) {
             if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
             for (int64_t n : {1, 5, 70}) {
+              ++calls;
               RunAndCheck(kern, b, m, k, n, ep, nullptr,
                           Name(c) + " " + kern.name + " act=" + std::to_string(int(act)) +
                               " bias=" + std::to_string(with_bias) + " res=" + std::to_string(with_res));
@@ -456,6 +603,7 @@ TEST(SpmmTest, EpilogueBiasActivationResidual) {
         }
       }
     }
+    EXPECT_GT(calls, 0) << Name(c) << ": no kernel ran";
   }
 }
 
@@ -473,7 +621,7 @@ TEST(SpmmTest, VectorEpilogueMatchesDoubleOnEveryTarget) {
   const auto m = static_cast<int64_t>(v.size());
   const std::vector<float> bias = RandomVector(m, 5);
   const std::vector<float> residual = RandomVector(m, 6);
-  ForEachTarget([&](const std::string& target) {
+  const int targets = ForEachTarget([&](const std::string& target) {
     Epilogue silu;
     silu.act = Activation::kSilu;
     std::vector<float> y = v;
@@ -514,6 +662,7 @@ TEST(SpmmTest, VectorEpilogueMatchesDoubleOnEveryTarget) {
       }
     }
   });
+  EXPECT_GE(targets, 2);
 }
 
 TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
@@ -527,8 +676,10 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
                         Case{FormatKind::kVNM, "vnm:16:2:4", DType::kF32},
                         Case{FormatKind::kDense, "dense", DType::kBF16}}) {
     const Built b = Build(c, m, k, 11);
+    int rows_run = 0;
     for (const auto& kern : cpu::KernelTable()) {
       if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+      ++rows_run;
       for (int64_t n : {1, 8, 100}) {
         const std::vector<float> x = RandomVector(n * k, 12);
         std::vector<float> ys[4];
@@ -550,6 +701,7 @@ TEST(SpmmTest, SameBitsForOneTwoThreeThreadsAndRepeatedCalls) {
         }
       }
     }
+    EXPECT_GT(rows_run, 0) << Name(c) << ": no kernel ran";
   }
 }
 
@@ -601,18 +753,20 @@ TEST(SpmmTest, DenseF32SameBitsForOneTwoThreeThreads) {
 // those of 72 + 128. Checked on every compiled target; k = 1000 spans many k blocks.
 TEST(SpmmTest, RowTiledOutputsKeepTheirBitsAcrossTileWidthsAndKBlocks) {
   const int64_t m = 40, k = 1000;
-  ForEachTarget([&](const std::string& target) {
+  const int targets = ForEachTarget([&](const std::string& target) {
     for (const Case& c :
          {Case{FormatKind::kNM, "2:4", DType::kF32}, Case{FormatKind::kNM, "2:4", DType::kBF16},
           Case{FormatKind::kNM, "4:8", DType::kF32},
           Case{FormatKind::kCsr, "unstructured:0.5", DType::kF32, CsrLayout::kBitmask},
           Case{FormatKind::kCsr, "unstructured:0.5", DType::kBF16, CsrLayout::kBitmask}}) {
       const Built b = Build(c, m, k, 31);
+      int tiled_rows = 0;
       for (const auto& kern : cpu::KernelTable()) {
         if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty() ||
             std::string(kern.name).find("tiled") == std::string::npos) {
           continue;
         }
+        ++tiled_rows;
         for (const auto& [n, split] :
              {std::pair<int64_t, int64_t>{128, 64}, {100, 37}, {90, 41}, {200, 72}}) {
           const std::vector<float> x = RandomVector(n * k, 32);
@@ -636,8 +790,10 @@ TEST(SpmmTest, RowTiledOutputsKeepTheirBitsAcrossTileWidthsAndKBlocks) {
               << target << " " << Name(c) << " " << kern.name << " n=" << n;
         }
       }
+      EXPECT_GT(tiled_rows, 0) << target << " " << Name(c) << ": no tiled row ran";
     }
   });
+  EXPECT_GE(targets, 2);
 }
 
 TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
@@ -926,7 +1082,7 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
     std::vector<LinearWeight> lw;
     std::vector<std::vector<float>> dense;
     ASSERT_NO_FATAL_FAILURE(BuildLinears(g.c, rows, cols, 50, g.what, &lw, &dense));
-    ForEachTarget([&](const std::string& target) {
+    const int targets = ForEachTarget([&](const std::string& target) {
       for (int64_t n : {1, 12, 17, 40, 129, 300}) {
         const std::vector<float> x = RandomVector(n * d, 60 + n);
         const std::vector<float> res = RandomVector(n * d, 70 + n);
@@ -1000,6 +1156,7 @@ TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
         }
       }
     });
+    EXPECT_GE(targets, 2) << g.what;
   }
 }
 
@@ -1082,15 +1239,19 @@ TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
   b.packed = std::move(pw).value();
   ASSERT_EQ(b.packed.kind, cpu::PackedKind::kScg);
   ASSERT_FALSE(b.packed.scg.idx16);
-  ForEachTarget([&](const std::string& target) {
+  const int targets = ForEachTarget([&](const std::string& target) {
+    int rows_run = 0;
     for (const auto& kern : cpu::KernelTable()) {
       if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+      ++rows_run;
       for (int64_t n : {1, 3, 5, 12, 17}) {
         RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
                     target + " " + kern.name + " csr u32 n=" + std::to_string(n));
       }
     }
+    EXPECT_GE(rows_run, 2) << target << ": the decode and the tiled row should both run";
   });
+  EXPECT_GE(targets, 2);
 }
 
 TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
@@ -1111,15 +1272,19 @@ TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
     b.packed = std::move(pw).value();
     ASSERT_FALSE(b.packed.scg.idx16) << pat;
     ASSERT_GE(b.packed.scg.g, 2) << pat;
-    ForEachTarget([&](const std::string& target) {
+    const int targets = ForEachTarget([&](const std::string& target) {
+      int rows_run = 0;
       for (const auto& kern : cpu::KernelTable()) {
         if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
+        ++rows_run;
         for (int64_t n : {1, 2, 5}) {
           RunAndCheck(kern, b, m, k, n, Epilogue{}, nullptr,
                       target + " " + pat + " " + kern.name + " n=" + std::to_string(n));
         }
       }
+      EXPECT_GE(rows_run, 2) << target << " " << pat << ": the decode and the tiled row should both run";
     });
+    EXPECT_GE(targets, 2) << pat;
   }
 }
 

@@ -72,16 +72,19 @@ KernelConfig& CfgSlot() {
 const KernelConfig& Cfg() { return CfgSlot(); }
 KernelConfig& MutableCfg() { return CfgSlot(); }
 
-void ForEachTarget(const std::function<void(const std::string&)>& fn) {
+int ForEachTarget(const std::function<void(const std::string&)>& fn) {
   const KernelConfig saved = CfgSlot();
+  int ran = 0;
   for (int64_t t : KernelConfig::SupportedTargets()) {
     CfgSlot() = saved.WithTarget(t);
     // Code that still dispatches through Highway's own table (attention's helpers) follows too.
     hwy::SetSupportedTargetsForTest(t);
     fn(hwy::TargetName(t));
+    ++ran;
   }
   hwy::SetSupportedTargetsForTest(0);
   CfgSlot() = saved;
+  return ran;
 }
 
 }  // namespace sparq::testing_cpu

@@ -25,10 +25,11 @@ std::vector<float> Densify(const SparseMatrix& s);
 void ReferenceForward(const std::vector<float>& w, int64_t m, int64_t k, const float* x,
                       int64_t n, int64_t ldx, const Epilogue& ep, std::vector<double>& y,
                       std::vector<double>& abs_sum);
-// Runs fn once per compiled and supported Highway target (mocking the supported set), then
-// restores the real set. fn receives the target's name.
-// Runs fn once per compiled target this CPU supports (Cfg() is then that target's KernelConfig).
-void ForEachTarget(const std::function<void(const std::string&)>& fn);
+// Runs fn once per compiled target this CPU supports (Cfg() is then that target's KernelConfig,
+// and Highway's supported set is mocked to it), then restores both. fn receives the target's
+// name. Returns how many targets ran: callers check it (at least a SIMD target and the
+// emulated / scalar one), so a loop that silently ran nothing fails.
+int ForEachTarget(const std::function<void(const std::string&)>& fn);
 // The configuration the tests run kernels with: the target ForEachTarget is on, else the
 // machine's default. MutableCfg: for a test that forces a knob (reset it after).
 const KernelConfig& Cfg();
