@@ -4,7 +4,6 @@
 // linear layers stored dense bf16 (StoreLinearsAsBf16), so that what bf16 storage buys is not
 // credited to sparsity; optionally llama.cpp's figures (bench/peers/llama_cpp_bench.py). The rows'
 // keys are in docs/bench-json.md.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -48,7 +47,6 @@ struct BenchRow {
 };
 
 Status RunBenchModel(const BenchModelOptions& o) {
-  openblas_set_num_threads(o.threads);
   ThreadPool pool(o.threads);
   const MachineInfo machine = DescribeMachine();
   std::vector<LlamaModel> models;

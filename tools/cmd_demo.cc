@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include <cblas.h>
 #include <sys/stat.h>
 
 #include "sparq/format.h"
@@ -280,7 +279,6 @@ Status RunModelDemo(DemoOptions o) {
                         ">= 2");
   }
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
-  openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   std::string model = o.model;
   if (model.empty()) {

@@ -1,6 +1,5 @@
 // `sparq eval MODEL --text FILE [--ctx 512] [--max-tokens N] [--json [FILE]]`: perplexity over
 // non-overlapping windows (see Perplexity in sparq/model.h).
-#include <cblas.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -33,7 +32,6 @@ Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
 
 Status RunEval(const EvalOptions& o) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
-  openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.text));
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));

@@ -4,7 +4,6 @@
 // that template, unless --raw; a template sparq does not recognise means the raw prompt, with a
 // warning. stdout holds only the generated text; which template was applied and the speed go to
 // stderr, after it.
-#include <cblas.h>
 
 #include <cstdio>
 
@@ -58,7 +57,6 @@ Result<PromptIds> PromptTokens(const GenOptions& o, const Tokenizer& tok) {
 
 Status RunGenerate(const GenOptions& o) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
-  openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));
   const Tokenizer& tok = model.tokenizer();

@@ -1,6 +1,5 @@
 // `sparq prune MODEL --method ... --pattern ... --calib TEXT -o OUT.sparq`: sequential calibration
 // and one-shot pruning of a whole Llama model (PruneLlama in sparq/model.h).
-#include <cblas.h>
 
 #include <cstdio>
 
@@ -26,7 +25,6 @@ struct PruneCliOptions {
 
 Status RunPrune(const PruneCliOptions& o) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
-  openblas_set_num_threads(threads);
   ThreadPool pool(threads);
   ModelPruneOptions opt;
   SPARQ_ASSIGN_OR_RETURN(opt.method, ParsePruneMethod(o.method));

@@ -1,7 +1,6 @@
 // `sparq prune-layer`: prune one linear layer given as .npy files (for users with their own
 // framework, and for our tests). Also the hidden `sparq prune-layer-synth`, which writes the
 // synthetic correlated layer used by docs/pruning.md.
-#include <cblas.h>
 
 #include <chrono>
 #include <cstdio>
@@ -45,7 +44,6 @@ Status Run(const Flags& f) {
   SPARQ_ASSIGN_OR_RETURN(PruneMethod method, ParsePruneMethod(f.method));
   SPARQ_ASSIGN_OR_RETURN(Pattern pattern, Pattern::Parse(f.pattern));
   const int threads = f.threads > 0 ? f.threads : DefaultThreads();
-  openblas_set_num_threads(threads);
   ThreadPool pool(threads);
 
   SPARQ_ASSIGN_OR_RETURN(Tensor w, ReadNpyF32(f.weight));

@@ -42,7 +42,7 @@ void GemmTiled(int64_t m, int64_t n, int64_t kk, T alpha, const T* a, int64_t ld
                bool trans_b = false, int64_t tile_rows = kGemmTileRows,
                int64_t tile_cols = kGemmTileCols) {
   if (m <= 0 || n <= 0) return;
-  OpenBlasSingleThread pin;
+  OpenBlasThreads pin(1);
   const int64_t tr = Tiles(m, tile_rows), tc = Tiles(n, tile_cols);
   Run(tr * tc, pool, [&](int64_t t, int) {
     const int64_t r0 = (t / tc) * tile_rows, c0 = (t % tc) * tile_cols;
@@ -56,10 +56,12 @@ void GemmTiled(int64_t m, int64_t n, int64_t kk, T alpha, const T* a, int64_t ld
 
 }  // namespace
 
-OpenBlasSingleThread::OpenBlasSingleThread() : saved_(openblas_get_num_threads()) {
-  openblas_set_num_threads(1);
+OpenBlasThreads::OpenBlasThreads(int threads) : saved_(openblas_get_num_threads()) {
+  if (threads != saved_) openblas_set_num_threads(threads);
 }
-OpenBlasSingleThread::~OpenBlasSingleThread() { openblas_set_num_threads(saved_); }
+OpenBlasThreads::~OpenBlasThreads() {
+  if (openblas_get_num_threads() != saved_) openblas_set_num_threads(saved_);
+}
 
 void SgemmTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool* pool) {
@@ -75,7 +77,7 @@ void SgemmNTTiled(int64_t m, int64_t n, int64_t kk, const float* a, int64_t lda,
 void SgemvTiled(int64_t m, int64_t kk, const float* a, int64_t lda, const float* x, float* y,
                 ThreadPool* pool) {
   if (m <= 0) return;
-  OpenBlasSingleThread pin;
+  OpenBlasThreads pin(1);
   Run(Tiles(m, kGemvTileRows), pool, [&](int64_t t, int) {
     const int64_t r0 = t * kGemvTileRows, rn = std::min(kGemvTileRows, m - r0);
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rn), static_cast<int>(kk), 1.0f,
@@ -92,7 +94,7 @@ void DgemmTiled(int64_t m, int64_t n, int64_t kk, double alpha, const double* a,
 void SyrkUpperTransTiled(int64_t k, int64_t rows, const double* x, int64_t ldx, double* c,
                          int64_t ldc, ThreadPool* pool) {
   if (k <= 0 || rows <= 0) return;
-  OpenBlasSingleThread pin;
+  OpenBlasThreads pin(1);
   // Tiles (I, J) with I <= J, numbered row by row of the upper triangle of the tile grid.
   const int64_t nt = Tiles(k, kSyrkTile);
   std::vector<std::pair<int64_t, int64_t>> tiles;

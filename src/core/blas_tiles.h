@@ -20,13 +20,20 @@
 
 namespace sparq::blas {
 
-// Pins OpenBLAS to one thread for its lifetime and restores the previous count after.
-class OpenBlasSingleThread {
+// sparq's one OpenBLAS thread policy: every OpenBLAS / LAPACKE call in the library runs inside one
+// of these guards, which sets OpenBLAS's (process-wide) thread count to `threads` for the guard's
+// lifetime and restores the previous count on destruction, so no call leaves it changed for the
+// code after it. The library's calls all use 1 (the tiled products above, SparseGPT's
+// factorization, the model's prefill attention): their parallelism comes from sparq's pool, and
+// OpenBLAS's own threading changes bits. The commands set no count of their own; only the
+// OpenBLAS peer of `sparq bench` sets one, since its thread count is what it measures.
+// Guards nest; do not create them concurrently from several threads.
+class OpenBlasThreads {
  public:
-  OpenBlasSingleThread();
-  ~OpenBlasSingleThread();
-  OpenBlasSingleThread(const OpenBlasSingleThread&) = delete;
-  OpenBlasSingleThread& operator=(const OpenBlasSingleThread&) = delete;
+  explicit OpenBlasThreads(int threads);
+  ~OpenBlasThreads();
+  OpenBlasThreads(const OpenBlasThreads&) = delete;
+  OpenBlasThreads& operator=(const OpenBlasThreads&) = delete;
 
  private:
   int saved_;

@@ -106,6 +106,9 @@ void SoftmaxRowT(float* s, int64_t len) {
   for (; j < len; ++j) s[j] *= hn::GetLane(inv);
 }
 
+// The target this copy was compiled for (AttentionTarget).
+int64_t CompiledTargetT() { return HWY_TARGET; }
+
 }  // namespace sparq::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -113,20 +116,27 @@ HWY_AFTER_NAMESPACE();
 namespace sparq::cpu {
 HWY_EXPORT(AttendPartialT);
 HWY_EXPORT(SoftmaxRowT);
+HWY_EXPORT(CompiledTargetT);
 
-void SoftmaxRow(float* s, int64_t len) {
-  if (len > 0) HWY_DYNAMIC_DISPATCH(SoftmaxRowT)(s, len);
+void SoftmaxRow(const KernelConfig& cfg, float* s, int64_t len) {
+  if (len > 0) HWY_DISPATCH_TABLE(SoftmaxRowT)[cfg.dispatch_index](s, len);
 }
 
-void AttendRange(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
-                 int64_t hd, float scale, float* scores, AttendPartial* part) {
+int64_t AttentionTarget(const KernelConfig& cfg) {
+  return HWY_DISPATCH_TABLE(CompiledTargetT)[cfg.dispatch_index]();
+}
+
+void AttendRange(const KernelConfig& cfg, const float* q, const float* k, const float* v,
+                 int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
+                 AttendPartial* part) {
   if (len <= 0) {
     part->max = -INFINITY;
     part->sum = 0.0;
     std::fill(part->out, part->out + hd, 0.0f);
     return;
   }
-  HWY_DYNAMIC_DISPATCH(AttendPartialT)(q, k, v, len, stride, hd, scale, scores, part);
+  HWY_DISPATCH_TABLE(AttendPartialT)[cfg.dispatch_index](q, k, v, len, stride, hd, scale, scores,
+                                                         part);
 }
 
 void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out) {

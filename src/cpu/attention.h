@@ -6,6 +6,10 @@
 
 #include <cstdint>
 
+#include "sparq/kernel_config.h"
+
+// Every entry runs the body compiled for cfg.target (cfg.dispatch_index into the per-target
+// table), so `--max-isa` caps attention like the kernels; never Highway's own best-target choice.
 namespace sparq::cpu {
 
 struct AttendPartial {
@@ -17,13 +21,18 @@ struct AttendPartial {
 // Over the len keys k_j = k + j * stride and values v_j = v + j * stride (rows of a KV cache):
 // scores s_j = scale * q . k_j; part->max = max_j s_j, part->sum = sum_j exp(s_j - max) and
 // part->out = sum_j exp(s_j - max) v_j. scores: room for len floats. len may be 0.
-void AttendRange(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
-                 int64_t hd, float scale, float* scores, AttendPartial* part);
+void AttendRange(const KernelConfig& cfg, const float* q, const float* k, const float* v,
+                 int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
+                 AttendPartial* part);
 
 // out[0, hd) = the softmax-weighted sum over the union of the ranges, merged in order.
 void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out);
 
 // In-place softmax of s[0, len) (len >= 1 to do anything), vectorized.
-void SoftmaxRow(float* s, int64_t len);
+void SoftmaxRow(const KernelConfig& cfg, float* s, int64_t len);
+
+// The Highway target whose attention bodies run under cfg (HWY_TARGET as compiled into the body
+// the table gives for cfg): cfg.target, which tests check for every supported target.
+int64_t AttentionTarget(const KernelConfig& cfg);
 
 }  // namespace sparq::cpu

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sparq/checked.h"
+#include "src/core/blas_tiles.h"
 #include "src/cpu/attention.h"
 #include "src/model/llama_internal.h"
 
@@ -65,9 +66,10 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, cons
 }
 
 // Causal grouped-query attention. q [n, n_head*hd], kc/vc [T, kv_dim] with T = pos0 + n,
-// out [n, n_head*hd].
-void Attention(const LlamaConfig& c, const float* q, const float* kc, const float* vc, int64_t n,
-               int64_t pos0, float* out, BlockScratch* s, ThreadPool* pool) {
+// out [n, n_head*hd]. cfg: the target of the vectorized parts (the block's linear layers' own).
+void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, const float* kc,
+               const float* vc, int64_t n, int64_t pos0, float* out, BlockScratch* s,
+               ThreadPool* pool) {
   const int64_t hd = c.head_dim(), nh = c.n_head, kvd = c.kv_dim(), d = c.n_embd;
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t total = pos0 + n;
@@ -82,7 +84,7 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
     const int64_t blocks = CeilDiv(n, kRows);
     const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
     s->scores.resize(static_cast<size_t>(threads * kRows * total));  // one block per thread
-    openblas_set_num_threads(1);  // process-global; the dense kernel's calls are single-threaded too
+    blas::OpenBlasThreads pin(1);  // restored on return, like the dense kernel's calls
     auto task = [&](int64_t t, int thread) {
       const int64_t h = t / blocks, g = h / group;
       const int64_t i0 = (t % blocks) * kRows, i1 = std::min(n, i0 + kRows);
@@ -93,7 +95,7 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
       for (int64_t i = i0; i < i1; ++i) {
         float* row = sc + (i - i0) * keys;
         const int64_t len = pos0 + i + 1;
-        cpu::SoftmaxRow(row, len);
+        cpu::SoftmaxRow(cfg, row, len);
         std::fill(row + len, row + keys, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hd, keys, 1.0f, sc, keys,
@@ -126,8 +128,9 @@ void Attention(const LlamaConfig& c, const float* q, const float* kc, const floa
       const int64_t h = g * group + hh;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t len = std::clamp<int64_t>(pos0 + i + 1 - j0, 0, chunk);
-        cpu::AttendRange(q + i * d + h * hd, kc + j0 * kvd + g * hd, vc + j0 * kvd + g * hd, len,
-                         kvd, hd, scale, sc, &parts[static_cast<size_t>((t * group + hh) * n + i)]);
+        cpu::AttendRange(cfg, q + i * d + h * hd, kc + j0 * kvd + g * hd, vc + j0 * kvd + g * hd,
+                         len, kvd, hd, scale, sc,
+                         &parts[static_cast<size_t>((t * group + hh) * n + i)]);
       }
     }
   };
@@ -306,7 +309,9 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   Rope(s->k.data(), n, c.n_head_kv, c.head_dim(), c.rope_dim, *s);
   std::memcpy(kc + pos0 * kvd, s->k.data(), sizeof(float) * n * kvd);
   std::memcpy(vc + pos0 * kvd, s->v.data(), sizeof(float) * n * kvd);
-  Attention(c, s->q.data(), kc, vc, n, pos0, s->att.data(), s, pool);
+  // Attention runs on the target of the block's layers (their KernelConfig: --max-isa caps both).
+  Attention(c, b.linear[static_cast<int>(LinearSlot::kQ)].config(), s->q.data(), kc, vc, n, pos0,
+            s->att.data(), s, pool);
   // hidden = x + Wo att
   Epilogue res;
   res.residual = x;

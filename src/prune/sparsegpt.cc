@@ -58,7 +58,7 @@ constexpr double kIndefiniteTolerance = 1e-9;
 
 double SmallestEigenvalue(std::span<const double> h, int64_t k) {
   // dsyevr is threaded too; keep the decision independent of threads.
-  blas::OpenBlasSingleThread pin;
+  blas::OpenBlasThreads pin(1);
   std::vector<double> a(h.begin(), h.end()), w(static_cast<size_t>(k));
   lapack_int found = 0;
   std::vector<lapack_int> isuppz(2);
@@ -80,7 +80,7 @@ bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,
   // U = P L^-1 P, which is upper triangular with a positive diagonal: the same factor as
   // cholesky(cholesky_inverse(cholesky(H)), upper=True) in the reference, for one factorization
   // and one triangular inverse instead of two factorizations and a full inverse.
-  blas::OpenBlasSingleThread pin;
+  blas::OpenBlasThreads pin(1);
   std::vector<double> a(static_cast<size_t>(k * k));
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t j = 0; j <= i; ++j) {

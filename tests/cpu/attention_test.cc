@@ -2,6 +2,8 @@
 // every compiled Highway target: any split of the keys merges to the same weighted sum.
 #include <gtest/gtest.h>
 
+#include <hwy/targets.h>
+
 #include <cmath>
 #include <vector>
 
@@ -41,8 +43,8 @@ TEST(AttentionTest, RangesMergeToTheSoftmaxWeightedSum) {
         for (int64_t r = 0; r < ranges; ++r) {
           parts[r].out = outs.data() + r * hd;
           const int64_t j0 = r * chunk, n = std::min(chunk, len - j0);
-          cpu::AttendRange(q.data(), k.data() + j0 * stride, v.data() + j0 * stride, n, stride, hd,
-                           scale, scores.data(), &parts[r]);
+          cpu::AttendRange(testing_cpu::Cfg(), q.data(), k.data() + j0 * stride,
+                           v.data() + j0 * stride, n, stride, hd, scale, scores.data(), &parts[r]);
         }
         cpu::MergeAttend(parts.data(), ranges, hd, out.data());
         // Each output is a convex combination of |v| <= 1 values: errors of a few f32 ulps of the
@@ -57,12 +59,33 @@ TEST(AttentionTest, RangesMergeToTheSoftmaxWeightedSum) {
       cpu::AttendPartial parts[2];
       parts[0].out = o0.data();
       parts[1].out = o1.data();
-      cpu::AttendRange(q.data(), k.data(), v.data(), len, stride, hd, scale, scores.data(), &parts[0]);
-      cpu::AttendRange(q.data(), k.data(), v.data(), 0, stride, hd, scale, scores.data(), &parts[1]);
+      const KernelConfig& cfg = testing_cpu::Cfg();
+      cpu::AttendRange(cfg, q.data(), k.data(), v.data(), len, stride, hd, scale, scores.data(),
+                       &parts[0]);
+      cpu::AttendRange(cfg, q.data(), k.data(), v.data(), 0, stride, hd, scale, scores.data(),
+                       &parts[1]);
       cpu::MergeAttend(parts, 2, hd, out.data());
       for (int64_t e = 0; e < hd; ++e) ASSERT_NEAR(out[e], want[e], 2e-5) << target << " empty range";
     });
     EXPECT_GE(targets, 2) << "hd=" << hd;
+  }
+}
+
+// --max-isa caps attention: its bodies run on the config's target, not on the best one Highway
+// would pick for this host (Highway's supported set is left alone here, so a fallback to its own
+// dispatch would show up as the host's best target). The host's default config runs the best
+// supported target, the body HWY_DYNAMIC_DISPATCH used to run, so the default bits are unchanged.
+TEST(AttentionTest, RunsOnTheConfiguredTarget) {
+  const KernelConfig machine = KernelConfig::FromMachine().value();
+  const std::vector<int64_t> targets = KernelConfig::SupportedTargets();
+  ASSERT_FALSE(targets.empty());
+  EXPECT_EQ(cpu::AttentionTarget(machine), targets.front()) << hwy::TargetName(machine.target);
+  for (int64_t t : targets) {
+    EXPECT_EQ(cpu::AttentionTarget(machine.WithTarget(t)), t) << hwy::TargetName(t);
+  }
+  if (hwy::SupportedTargets() & HWY_AVX2) {
+    const KernelConfig avx2 = KernelConfig::FromMachine("AVX2").value();
+    EXPECT_EQ(cpu::AttentionTarget(avx2), HWY_AVX2);
   }
 }
 

@@ -77,7 +77,7 @@ int ForEachTarget(const std::function<void(const std::string&)>& fn) {
   int ran = 0;
   for (int64_t t : KernelConfig::SupportedTargets()) {
     CfgSlot() = saved.WithTarget(t);
-    // Code that still dispatches through Highway's own table (attention's helpers) follows too.
+    // Code that still dispatches through Highway's own table (the machine probes) follows too.
     hwy::SetSupportedTargetsForTest(t);
     fn(hwy::TargetName(t));
     ++ran;

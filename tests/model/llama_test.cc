@@ -1,6 +1,7 @@
 // Llama runtime tests on SmolLM2-135M: configuration facts, logits against an independent NumPy
 // forward pass (tests/model/make_reference.py), incremental decode vs batched prefill, thread
 // independence, perplexity on a WikiText slice, and error paths.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -310,6 +311,48 @@ TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
       EXPECT_NE(out[1], x0);
     }
   }
+}
+
+// The prefill attention runs OpenBLAS on one thread (its tasks go to sparq's pool) and used to
+// leave the process-wide count at 1, so every later OpenBLAS call of the process ran on one thread
+// whatever --threads said. Its guard restores the count (blas::OpenBlasThreads).
+TEST(LlamaBlockTest, PrefillRestoresTheOpenBlasThreadCount) {
+  LlamaConfig c;
+  c.n_vocab = 10, c.n_embd = 64, c.n_layer = 1, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 104;
+  c.n_ctx_train = 512, c.rope_dim = 16;
+  ASSERT_TRUE(c.Validate("test").ok());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = u(rng);
+    return v;
+  };
+  LlamaBlock b;
+  b.attn_norm = random(64);
+  b.ffn_norm = random(64);
+  for (int i = 0; i < kNumSlots; ++i) {
+    const auto [m, k] = SlotShape(c, static_cast<LinearSlot>(i));
+    auto mat = Encode(random(static_cast<size_t>(m * k)), m, k, FormatKind::kDense,
+                      Pattern::Dense(), DType::kF32);
+    ASSERT_TRUE(mat.ok()) << mat.status().ToString();
+    auto lw = LinearWeight::FromMatrix(std::move(mat).value(), "w");
+    ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+    b.linear[i] = std::move(lw).value();
+  }
+  const int saved = openblas_get_num_threads();
+  const int64_t n = 16;  // >= 4 tokens: the batched (OpenBLAS) attention
+  ThreadPool pool(2);
+  for (int count : {2, 3}) {
+    openblas_set_num_threads(count);
+    const int want = openblas_get_num_threads();  // OpenBLAS may cap it
+    std::vector<float> x = random(static_cast<size_t>(n * 64));
+    std::vector<float> kc(static_cast<size_t>(n * c.kv_dim())), vc(kc.size());
+    BlockScratch s;
+    RunBlock(c, b, x.data(), n, 0, kc.data(), vc.data(), &s, &pool);
+    EXPECT_EQ(openblas_get_num_threads(), want) << "set to " << count << " before the block";
+  }
+  openblas_set_num_threads(saved);
 }
 
 TEST(LlamaConfigTest, ValidateNamesTheProblem) {
