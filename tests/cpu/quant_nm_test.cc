@@ -136,8 +136,12 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
       int slots = 0;
       for (int64_t col = g0; col < std::min(k, g0 + p.m); ++col) {
         slots += slot[r * k + col];
-        if (w[r * k + col] != 0.0f) EXPECT_TRUE(slot[r * k + col]) << "row " << r << " col " << col;
-        if (!slot[r * k + col]) EXPECT_EQ(b.dense[r * k + col], 0.0f);
+        if (w[r * k + col] != 0.0f) {
+          EXPECT_TRUE(slot[r * k + col]) << "row " << r << " col " << col;
+        }
+        if (!slot[r * k + col]) {
+          EXPECT_EQ(b.dense[r * k + col], 0.0f);
+        }
       }
       EXPECT_LE(slots, p.n) << "row " << r << " group at " << g0;
     }
