@@ -174,7 +174,9 @@ TEST(ConvertCliTest, QuantizedValuesAndBackToDense) {
   ASSERT_EQ(testing::RunCommand(Cli() + " inspect " + q + " --json", &out), 0) << out;
   const json j = json::parse(out);
   for (const auto& t : j["tensors"]) {
-    if (t["name"] == "blk.0.attn_q.weight") EXPECT_EQ(t["dtype"], "int4:g32");
+    if (t["name"] == "blk.0.attn_q.weight") {
+      EXPECT_EQ(t["dtype"], "int4:g32");
+    }
   }
   ASSERT_EQ(RunCli("convert " + q + " " + d + " --format dense", &out), 0) << out;
   auto back = SafetensorsFile::Open(d);

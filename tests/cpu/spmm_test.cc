@@ -933,7 +933,9 @@ TEST(SpmmTest, Avx2RowGroupTilesOfFourFrom48Tokens) {
         const bool want = avx2 && g == 4 && n >= 48;
         EXPECT_EQ(name.find("_tiled_4x3__avx2") != std::string::npos, want)
             << target << " " << Name(c) << " n=" << n << ": " << name;
-        if (want) EXPECT_EQ(cpu::TileWidthAt(Cfg(), g, n), 24) << target << " " << Name(c);
+        if (want) {
+          EXPECT_EQ(cpu::TileWidthAt(Cfg(), g, n), 24) << target << " " << Name(c);
+        }
       }
     }
   });
