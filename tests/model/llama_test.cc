@@ -230,24 +230,27 @@ TEST_F(SmolLmTest, ForwardRejectsBadTokensAndFullCache) {
 // (one shared, or each its own) and on down's, for N:M and bit-mask weights and a width (104) that
 // leaves padded X^T rows. The fused run must also really be fused: it never writes the down input
 // (act).
-TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
+// The one-block config of the block tests: 4 heads sharing 2 KV heads, n_ff 104.
+LlamaConfig TinyBlockConfig() {
   LlamaConfig c;
-  c.n_vocab = 10;
-  c.n_embd = 64;
-  c.n_layer = 1;
-  c.n_head = 4;
-  c.n_head_kv = 2;
-  c.n_ff = 104;
-  c.n_ctx_train = 512;
-  c.rope_dim = 16;
+  c.n_vocab = 10, c.n_embd = 64, c.n_layer = 1, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 104;
+  c.n_ctx_train = 512, c.rope_dim = 16;
+  return c;
+}
+
+// n values uniform in [-1, 1) from rng.
+std::vector<float> RandomValues(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
+  const LlamaConfig c = TinyBlockConfig();
   ASSERT_TRUE(c.Validate("test").ok());
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto random = [&](size_t n) {
-    std::vector<float> v(n);
-    for (float& f : v) f = u(rng);
-    return v;
-  };
+  auto random = [&](size_t n) { return RandomValues(rng, n); };
   auto permutation = [&](int64_t k) {
     std::vector<int32_t> p(static_cast<size_t>(k));
     for (int64_t i = 0; i < k; ++i) p[i] = static_cast<int32_t>(i);
@@ -317,17 +320,10 @@ TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
 // leave the process-wide count at 1, so every later OpenBLAS call of the process ran on one thread
 // whatever --threads said. Its guard restores the count (blas::OpenBlasThreads).
 TEST(LlamaBlockTest, PrefillRestoresTheOpenBlasThreadCount) {
-  LlamaConfig c;
-  c.n_vocab = 10, c.n_embd = 64, c.n_layer = 1, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 104;
-  c.n_ctx_train = 512, c.rope_dim = 16;
+  const LlamaConfig c = TinyBlockConfig();
   ASSERT_TRUE(c.Validate("test").ok());
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto random = [&](size_t n) {
-    std::vector<float> v(n);
-    for (float& f : v) f = u(rng);
-    return v;
-  };
+  auto random = [&](size_t n) { return RandomValues(rng, n); };
   LlamaBlock b;
   b.attn_norm = random(64);
   b.ffn_norm = random(64);
