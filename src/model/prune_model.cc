@@ -93,6 +93,11 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
     gq.emplace(std::move(q));
     po.quantizer = &*gq;
   }
+  // Rounding to nearest after pruning changes the weights after Prune measured its error: keep
+  // the dense weights to measure the stored ones again.
+  const bool rtn = quantized && !gq;
+  std::vector<float> orig;
+  if (rtn && po.compute_error) orig = w;
   SPARQ_ASSIGN_OR_RETURN(PruneReport rep,
                          Prune(w, job.m, job.k, *job.acc, opt.pattern, po));
   if (gq) {
@@ -122,6 +127,19 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
                                               : std::span<const QuantGroup>(),
                                            job.name));
     out.stored = std::move(q);
+    if (!orig.empty()) {
+      // The report's error is that of what is stored: the dequantized values, in the original
+      // column order.
+      const Tensor d = ToDense(out.stored);
+      std::span<const float> stored(d.data_as<float>(), static_cast<size_t>(d.numel()));
+      std::vector<float> unperm;
+      if (!out.perm.empty()) {
+        unperm.resize(stored.size());
+        UnpermuteColumns(stored, unperm, job.m, job.k, out.perm);
+        stored = unperm;
+      }
+      rep.rel_error = ReconstructionError(orig, stored, job.m, job.k, job.acc->Hessian(), pool);
+    }
   }
   SparseMatrix copy = out.stored;  // LinearWeight takes its matrix; the checkpoint keeps ours
   SPARQ_ASSIGN_OR_RETURN(out.linear, LinearWeight::FromMatrix(std::move(copy), job.name));
