@@ -8,9 +8,8 @@
 // kernel for the stored format and packs the weight into that kernel's internal layout; packing
 // cost is paid here, not per call. X and Y are dense f32, row-major with leading dimensions.
 // Forward is thread-safe for concurrent calls on the same LinearWeight (it is const); results do
-// not depend on the number of threads, and the same call twice gives identical bits (sparq's own
-// kernels; dense f32 runs through OpenBLAS, whose sgemm bits can change with its thread count:
-// seen with its Prescott kernels at n = 40, 2 vs 3 threads).
+// not depend on the number of threads, and the same call twice gives identical bits (dense f32
+// too: it runs a fixed grid of single-threaded OpenBLAS calls, src/core/blas_tiles.h).
 #pragma once
 
 #include <cstdint>
@@ -57,7 +56,8 @@ class LinearWeight {
   int64_t cols() const;  // k (inputs)
   // Bytes of weight data a product streams (the packed representation, incl. indices/metadata).
   uint64_t weight_bytes() const;
-  // Name of the kernel Forward runs for `n` tokens, e.g. "SpmmNm24F32_decode".
+  // Name of the kernel Forward runs for `n` tokens, e.g. "f32_nm_window_decode_4xT" (a row of the
+  // kernel table, src/cpu/dispatch.cc).
   std::string kernel_name(int64_t n) const;
   // Which kernel runs `n` tokens and why every other kernel of the weight's layout declined, one
   // "  name: reason" line each after a "chosen: name (tile, targets)" line.

@@ -41,7 +41,7 @@ inline constexpr int64_t kNmStreamPrefetchBytes = kDecodePrefetchBytes / 4;
 // of this one's `steps`, at least 4 lines per group. The slice is read in a data-dependent column
 // order, so the hardware prefetchers do not fetch it ahead, and with few rows per pass (SmolLM2's
 // 576x1536 layers) its first touch from L3 is a large part of the pass. When to use it:
-// NextXtSlice in spmm.cc.
+// NextXtSlice in prefetch.h.
 class XtSlicePrefetcher {
  public:
   XtSlicePrefetcher(const XtNext& next, int64_t steps)

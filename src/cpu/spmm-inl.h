@@ -1,6 +1,6 @@
 // SIMD bodies of the sparse x dense kernels (see spmm.h for the operation and spmm_packed.h for
-// the layouts). Included once per Highway target by spmm.cc; everything here is inlined into the
-// per-target task functions at the bottom.
+// the layouts). Included once per Highway target by kernels.cc and group_tiled.cc; everything
+// here is inlined into the per-target task functions at the bottom.
 //
 // Two regimes:
 //  - decode (few tokens): memory bound, so the compressed weights are streamed exactly once and
