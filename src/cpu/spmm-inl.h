@@ -1,5 +1,5 @@
 // SIMD bodies of the sparse x dense kernels (see spmm.h for the operation and spmm_packed.h for
-// the layouts). Included once per Highway target by kernels.cc and group_tiled.cc; everything
+// the layouts). Included once per Highway target by kernels.cc; everything
 // here is inlined into the per-target task functions at the bottom.
 //
 // Two regimes:
