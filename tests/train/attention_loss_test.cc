@@ -20,13 +20,9 @@ using testing::ExpectGradNear;
 using testing::FdGrad;
 using testing::Project;
 using testing::RandomNormal;
+using testing::Seeded;
 using testing::ToDouble;
 using Vec = std::vector<double>;
-
-std::mt19937_64 Seeded(uint64_t seed) {
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  return std::mt19937_64(seed);
-}
 
 // out[i, h] = sum_{j <= i} softmax_j(q[i, h] . k[j, h / group] / sqrt(hd)) v[j, h / group].
 Vec Attention64(const Vec& q, const Vec& k, const Vec& v, const AttentionShape& s) {

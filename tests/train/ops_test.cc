@@ -19,13 +19,9 @@ using testing::ExpectGradNear;
 using testing::FdGrad;
 using testing::Project;
 using testing::RandomNormal;
+using testing::Seeded;
 using testing::ToDouble;
 using Vec = std::vector<double>;
-
-std::mt19937_64 Seeded(uint64_t seed) {
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  return std::mt19937_64(seed);
-}
 
 // ---- f64 forwards --------------------------------------------------------------------------
 

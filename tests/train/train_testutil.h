@@ -87,4 +87,10 @@ inline double Project(std::span<const double> y, std::span<const float> r) {
   return s;
 }
 
+// A generator seeded with `seed`, printed so that a failure can be rerun.
+inline std::mt19937_64 Seeded(uint64_t seed) {
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
 }  // namespace sparq::train::testing
