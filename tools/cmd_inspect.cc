@@ -17,6 +17,11 @@
 namespace sparq::cli {
 namespace {
 
+// Stored bits per parameter (what a quantized sparse file is compared by: Q4_1 is 5).
+double BitsPerWeight(uint64_t stored_bytes, uint64_t params) {
+  return params ? 8.0 * double(stored_bytes) / double(params) : 0.0;
+}
+
 struct Row {
   double density = 0;
   std::string pattern;     // "-" for rank < 2
@@ -138,13 +143,13 @@ Status Run(const std::string& path, const JsonOutput& json, int threads) {
       uint64_t numel = 1;
       for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
       e["dense_f32_bytes"] = numel * 4;
-      e["bits_per_weight"] = numel ? 8.0 * double(t.stored_bytes) / double(numel) : 0.0;
+      e["bits_per_weight"] = BitsPerWeight(t.stored_bytes, numel);
       ts.push_back(std::move(e));
     }
     j["tensors"] = std::move(ts);
     j["totals"] = {{"tensors", rows.size()},    {"params", total_params},
                    {"stored_bytes", total_stored}, {"dense_f32_bytes", total_f32},
-                   {"bits_per_weight", total_params ? 8.0 * double(total_stored) / double(total_params) : 0.0},
+                   {"bits_per_weight", BitsPerWeight(total_stored, total_params)},
                    {"unsupported", unsupported}};
     // Names and values from the file need not be UTF-8: invalid bytes become U+FFFD.
     SPARQ_RETURN_IF_ERROR(json.Write(j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)));
@@ -181,13 +186,13 @@ Status Run(const std::string& path, const JsonOutput& json, int threads) {
     if (rows[i].nonfinite) pat += " [" + std::to_string(rows[i].nonfinite) + " non-finite]";
     std::printf("%-*s  %-16s %-*s %-6s %8s  %-22s %12s %6.2f %12s\n", static_cast<int>(w), t.name.c_str(),
                 ShapeStr(t.shape).c_str(), static_cast<int>(dw), t.dtype.c_str(), t.format.c_str(), dens,
-                pat.c_str(), Bytes(t.stored_bytes).c_str(), numel ? 8.0 * double(t.stored_bytes) / double(numel) : 0.0,
+                pat.c_str(), Bytes(t.stored_bytes).c_str(), BitsPerWeight(t.stored_bytes, numel),
                 Bytes(numel * 4).c_str());
   }
   std::printf("\ntotal: %zu tensors, %llu parameters, stored %s vs dense f32 %s (%.3fx, %.2f bits per weight)",
               rows.size(), static_cast<unsigned long long>(total_params), Bytes(total_stored).c_str(),
               Bytes(total_f32).c_str(), total_f32 ? double(total_stored) / double(total_f32) : 0.0,
-              total_params ? 8.0 * double(total_stored) / double(total_params) : 0.0);
+              BitsPerWeight(total_stored, total_params));
   if (unsupported) std::printf(", %d of unsupported type (not dequantized)", unsupported);
   std::printf("\n");
   return Status::Ok();
