@@ -62,7 +62,7 @@ void BM_Kernel(benchmark::State& state, const cpu::KernelRow* kern, Shape s, std
   a.ldy = s.m;
   a.cfg = &cfg;
   for (auto _ : state) {
-    kern->run(*packed, a, &pool);
+    kern->Run(*packed, a, &pool);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * nnz * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -97,7 +97,7 @@ int Register() {
           for (const char* spec : {"f32", "bf16", "int8:g64", "int4:g64"}) {
             const ValueSpec values = *ValueSpec::Parse(spec);
             // Rows that decline this pattern's packed layout report it as a skipped run.
-            if (kern.dtype != values.dtype && kern.layout != cpu::KernelLayout::kDenseF32) continue;
+            if (kern.values != cpu::ValueKindOf(values) && kern.layout != cpu::KernelLayout::kDenseF32) continue;
             const std::string name = std::string(kern.name) + "/" + pat + "/" + spec + "/" + shape;
             benchmark::RegisterBenchmark(name.c_str(), BM_Kernel, &kern, s, std::string(pat), values, n)
                 ->Arg(1)->Arg(2)->UseRealTime();

@@ -14,7 +14,7 @@
 
 namespace sparq::cpu {
 
-void RunDenseBlas(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool) {
+void RunDenseBlas(const KernelRow&, const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool) {
   static std::once_flag warned;
   std::call_once(warned, [] {
     if (const char* core = SuggestedOpenBlasCore()) {

@@ -104,7 +104,8 @@ HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64
 }
 
 // CSR rows (g = 1, explicit columns) on a token tile narrower than one vector: kNt (4 or 8) tokens
-// in a 128- / 256-bit vector, for n <= kNt on targets with wider vectors (NarrowCsrWidth). At n = 4
+// in a 128- / 256-bit vector, for n <= kNt on targets with wider vectors (the *_csr_tiled_2x4tok
+// and 2x8tok rows: n <= 4 on AVX2 and AVX-512, n <= 8 on AVX-512). At n = 4
 // the 16-token tile read a whole 64-byte line of X^T per kept weight and its X^T (k x 16 floats,
 // 256 KiB at k = 4096) sat in L2; with 4 tokens a kept weight reads 16 bytes and X^T (64 KiB) is
 // mostly in L1. Two rows at a time, each with two partial sums (kept weight i into sum i % 2,
@@ -185,15 +186,6 @@ HWY_NOINLINE void CsrNarrowImpl(const ScgWeight& w, int64_t g0, int64_t g1, cons
     const uint32_t* ci = w.col_idx.data_as<uint32_t>();
     run([ci](int64_t p) { return int64_t{ci[p]}; });
   }
-}
-
-// The narrow CSR tile width for n tokens: 4 or 8 where that is under one vector and covers n
-// (AVX2: n <= 4; AVX-512: n <= 8), else 0 (the full-vector tiles).
-inline int64_t NarrowCsrWidth(int64_t n) {
-  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
-  if (n <= 4 && L > 4) return 4;
-  if (n <= 8 && L > 8) return 8;
-  return 0;
 }
 
 }  // namespace sparq::cpu::HWY_NAMESPACE

@@ -64,31 +64,23 @@ std::vector<int64_t> DecodeBounds(const PackedWeight& pw, int64_t n) {
   return SplitTasks(RowCost(pw), n, 1, pw.kind == PackedKind::kMask ? 4 : 1);
 }
 
-void RunDecodeTask(const PackedWeight& pw, const DecodeInput& in, const SpmmArgs& a, int64_t u0,
-                   int64_t u1) {
-  switch (pw.kind) {
-    case PackedKind::kNm: {
-      float* raw = ThreadBuffer(1, a.n * (u1 - u0));
-      NmDecodeAt(a.config(), pw.nm, in.x, a.n, u0, u1, raw);
-      WriteRaw(raw, a.n, u0, u1, a, pw.rows);
-      return;
-    }
-    case PackedKind::kMask: {
-      float* raw = ThreadBuffer(1, a.n * (u1 - u0));
-      MaskDecodeAt(a.config(), pw.mask, in.x, a.n, u0, u1, raw);
-      WriteRaw(raw, a.n, u0, u1, a, pw.rows);
-      return;
-    }
-    case PackedKind::kScg: {
-      const ScgWeight& w = pw.scg;
-      const int64_t r0 = w.group_row[u0], r1 = w.group_row[u1];
-      float* raw = ThreadBuffer(1, a.n * (r1 - r0));
-      ScgDecodeAt(a.config(), w, in.x, in.ldx, a.n, u0, u1, raw);
-      WriteRaw(raw, a.n, r0, r1, a, w.rows);
-      return;
-    }
-    case PackedKind::kDenseF32: break;
-  }
+// Units [u0, u1) of the job (rows, or row groups of a kScg weight) by its row's body.
+void RunDecodeTask(const DecodeJob& job, const DecodeInput& in, int64_t u0, int64_t u1) {
+  const PackedWeight& pw = *job.w;
+  const SpmmArgs& a = job.a;
+  const bool groups = pw.kind == PackedKind::kScg;
+  const int64_t r0 = groups ? pw.scg.group_row[u0] : u0;
+  const int64_t r1 = groups ? pw.scg.group_row[u1] : u1;
+  KernelCall c;
+  c.w = &pw;
+  c.u0 = u0;
+  c.u1 = u1;
+  c.x = in.x;
+  c.ldx = in.ldx;
+  c.n = a.n;
+  c.raw = ThreadBuffer(1, a.n * (r1 - r0));
+  job.row->Body(a.config())(c);
+  WriteRaw(c.raw, a.n, r0, r1, a, pw.rows);
 }
 
 // Jobs must share X (a.x, a.n, a.ldx) and SameDecodeInput.
@@ -106,12 +98,12 @@ void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
   }
   ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
     const Task& tk = tasks[static_cast<size_t>(t)];
-    RunDecodeTask(*jobs[tk.job].w, in, jobs[tk.job].a, tk.u0, tk.u1);
+    RunDecodeTask(jobs[tk.job], in, tk.u0, tk.u1);
   });
 }
 
-void RunDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
-  const DecodeJob job{&pw, a};
+void RunDecode(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+  const DecodeJob job{&pw, a, &row};
   RunDecodeJobs(&job, 1, pool);
 }
 

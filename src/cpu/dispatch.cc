@@ -9,79 +9,20 @@
 #include "src/cpu/runners.h"
 #include "src/cpu/spmm.h"
 #include "src/cpu/table.h"
+#include "src/cpu/table_rows.h"
 
 namespace sparq::cpu {
 
-// Every variant: ROW(name, layout, dtype, mode, tile, best target, worst target, min n, max n, run).
-// A row for one target sits above the generic row it replaces there (the __avx2 rows: the 2:4
-// decode's in-lane window permute, NmWindow; RowTileWidth gives the row kernels 64-token tiles of
-// one row x 8 vectors on AVX2 from 64 tokens; TiledNv gives 4-row groups 3 vectors from 48
-// tokens, kGroupTile4x3).
-// Decode rows come before the tiled rows of their layout: a weight runs decode up to its
-// DecodeMaxN (which differs by target), tiled above. min_n / max_n span every target's limits.
-// The N:M rows of one value type (f32, bf16, and the quantized i8 / i4: the f32 bodies with the
-// values dequantized in registers for decode, into the decoded block for tiled).
-#define SPARQ_NM_ROWS(ROW, dt, DT) \
-  ROW(dt##_nm24_decode_4xT__avx2, kNm24, DT, kDecode, "4xT",                                       \
-      HWY_AVX2, HWY_AVX2, 0, 16, RunDecode)                                                        \
-  ROW(dt##_nm_window_decode_4xT, kNmWindow, DT, kDecode, "4xT",                                    \
-      HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)                                                   \
-  ROW(dt##_nm_gather_decode_4xT, kNmGather, DT, kDecode, "4xT",                                    \
-      HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)                                                   \
-  ROW(dt##_nm_window_tiled_1x8__avx2, kNmWindow, DT, kTiled, "1x8",                                \
-      HWY_AVX2, HWY_AVX2, 64, INT64_MAX, RunRowTiled)                                              \
-  ROW(dt##_nm_gather_tiled_1x8__avx2, kNmGather, DT, kTiled, "1x8",                                \
-      HWY_AVX2, HWY_AVX2, 64, INT64_MAX, RunRowTiled)                                              \
-  ROW(dt##_nm_window_tiled_4xNV, kNmWindow, DT, kTiled, "4xNV",                                    \
-      HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, RunRowTiled)                                          \
-  ROW(dt##_nm_gather_tiled_4xNV, kNmGather, DT, kTiled, "4xNV",                                    \
-      HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, RunRowTiled)
-#define SPARQ_KERNEL_ROWS(ROW)                                                                      \
-  ROW(f32_dense_blas, kDenseF32, kF32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX,      \
-      RunDenseBlas)                                                                                 \
-  SPARQ_NM_ROWS(ROW, f32, kF32)                                                                    \
-  SPARQ_NM_ROWS(ROW, bf16, kBF16)                                                                  \
-  SPARQ_NM_ROWS(ROW, i8, kI8)                                                                      \
-  SPARQ_NM_ROWS(ROW, i4, kI4)                                                                      \
-  ROW(f32_csr_decode_1x1, kCsr, kF32, kDecode, "1x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)         \
-  ROW(bf16_csr_decode_1x1, kCsr, kBF16, kDecode, "1x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)       \
-  ROW(f32_csr_tiled_2xNV, kCsr, kF32, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, RunScgTiled) \
-  ROW(bf16_csr_tiled_2xNV, kCsr, kBF16, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,           \
-      RunScgTiled)                                                                                  \
-  ROW(f32_rowgroups_decode_Gx1, kRowGroups, kF32, kDecode, "Gx1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,        \
-      RunDecode)                                                                                    \
-  ROW(bf16_rowgroups_decode_Gx1, kRowGroups, kBF16, kDecode, "Gx1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,      \
-      RunDecode)                                                                                    \
-  ROW(f32_rowgroups_tiled_4x3__avx2, kRowGroups4, kF32, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,     \
-      INT64_MAX, RunScgTiled)                                                                       \
-  ROW(bf16_rowgroups_tiled_4x3__avx2, kRowGroups4, kBF16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,   \
-      INT64_MAX, RunScgTiled)                                                                       \
-  ROW(f32_rowgroups_tiled_GxNV, kRowGroups, kF32, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, \
-      RunScgTiled)                                                                                  \
-  ROW(bf16_rowgroups_tiled_GxNV, kRowGroups, kBF16, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2,          \
-      INT64_MAX, RunScgTiled)                                                                       \
-  ROW(bf16_dense_decode_4x1, kDenseBf16, kBF16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,          \
-      RunDecode)                                                                                    \
-  ROW(bf16_dense_tiled_4x3__avx2, kDenseBf16, kBF16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,       \
-      INT64_MAX, RunScgTiled)                                                                       \
-  ROW(bf16_dense_tiled_4xNV, kDenseBf16, kBF16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,   \
-      RunScgTiled)                                                                                  \
-  ROW(f32_mask_decode_4xT, kMask, kF32, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)       \
-  ROW(bf16_mask_decode_4xT, kMask, kBF16, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode)     \
-  ROW(f32_mask_tiled_1x8__avx2, kMask, kF32, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64, INT64_MAX,   \
-      RunRowTiled)                                                                                  \
-  ROW(bf16_mask_tiled_1x8__avx2, kMask, kBF16, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64, INT64_MAX, \
-      RunRowTiled)                                                                                  \
-  ROW(f32_mask_tiled_2xNV, kMask, kF32, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,           \
-      RunRowTiled)                                                                                  \
-  ROW(bf16_mask_tiled_2xNV, kMask, kBF16, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,         \
-      RunRowTiled)
-
 const std::vector<KernelRow>& KernelTable() {
-#define SPARQ_ROW(name, layout, dtype, mode, tile, best, worst, min_n, max_n, run)            \
-  KernelRow{#name, KernelLayout::layout, DType::dtype, KernelMode::mode, tile, best, worst, \
-            min_n, max_n, run},
-  static const std::vector<KernelRow> kRows = {SPARQ_KERNEL_ROWS(SPARQ_ROW)};
+#define SPARQ_ROW(name, layout, values, mode, tile, best, worst, min_n, max_n, run, nv, body) \
+  KernelRow{#name, KernelLayout::layout, ValueKind::k##values, KernelMode::mode, tile, best,    \
+            worst, min_n, max_n, run, nv, nullptr},
+  static const std::vector<KernelRow> kRows = [] {
+    std::vector<KernelRow> rows = {SPARQ_KERNEL_ROWS(SPARQ_ROW)};
+    const KernelBody* const* bodies = RowBodies();
+    for (size_t i = 0; i < rows.size(); ++i) rows[i].bodies = bodies[i];
+    return rows;
+  }();
 #undef SPARQ_ROW
   return kRows;
 }
@@ -89,9 +30,11 @@ const std::vector<KernelRow>& KernelTable() {
 const char* LayoutName(KernelLayout layout) {
   switch (layout) {
     case KernelLayout::kDenseF32: return "dense f32";
-    case KernelLayout::kNmWindow: return "N:M with m = 2n";
+    case KernelLayout::kNmM4: return "N:M with m <= 4";
+    case KernelLayout::kNmWindowM4: return "N:M with m = 2n <= 4";
     case KernelLayout::kNm24: return "2:4";
-    case KernelLayout::kNmGather: return "N:M";
+    case KernelLayout::kNmM16: return "N:M with 4 < m <= 16";
+    case KernelLayout::kNmWindowM16: return "N:M with m = 2n > 4";
     case KernelLayout::kCsr: return "CSR rows";
     case KernelLayout::kRowGroups: return "row groups";
     case KernelLayout::kRowGroups4: return "row groups of 4";
@@ -104,9 +47,13 @@ const char* LayoutName(KernelLayout layout) {
 KernelLayout LayoutOf(const PackedWeight& w) {
   switch (w.kind) {
     case PackedKind::kDenseF32: return KernelLayout::kDenseF32;
-    case PackedKind::kNm:
-      if (w.nm.n == 2 && w.nm.m == 4) return KernelLayout::kNm24;
-      return w.nm.m == 2 * w.nm.n ? KernelLayout::kNmWindow : KernelLayout::kNmGather;
+    case PackedKind::kNm: {
+      const NmWeight& nm = w.nm;
+      if (nm.n == 2 && nm.m == 4) return KernelLayout::kNm24;
+      const bool window = nm.m == 2 * nm.n;
+      if (nm.bits == 2) return window ? KernelLayout::kNmWindowM4 : KernelLayout::kNmM4;
+      return window ? KernelLayout::kNmWindowM16 : KernelLayout::kNmM16;
+    }
     case PackedKind::kScg:
       if (w.scg.implicit_cols) return KernelLayout::kDenseBf16;
       if (w.scg.g == 1) return KernelLayout::kCsr;
@@ -116,30 +63,84 @@ KernelLayout LayoutOf(const PackedWeight& w) {
   return KernelLayout::kDenseF32;
 }
 
-bool LayoutServes(KernelLayout row, KernelLayout w) {
-  return row == w || (row == KernelLayout::kNmWindow && w == KernelLayout::kNm24) ||
-         (row == KernelLayout::kRowGroups && w == KernelLayout::kRowGroups4);
-}
-
 namespace {
-DType ValueDType(const PackedWeight& w) {
-  switch (w.kind) {
-    case PackedKind::kDenseF32: return DType::kF32;
-    case PackedKind::kNm: return w.nm.value_dtype;
-    case PackedKind::kScg: return w.scg.value_dtype;
-    case PackedKind::kMask: return w.mask.value_dtype;
+// The layout a layout is a case of (itself where none).
+KernelLayout Wider(KernelLayout l) {
+  switch (l) {
+    case KernelLayout::kNm24: return KernelLayout::kNmWindowM4;
+    case KernelLayout::kNmWindowM4: return KernelLayout::kNmM4;
+    case KernelLayout::kNmWindowM16: return KernelLayout::kNmM16;
+    case KernelLayout::kRowGroups4: return KernelLayout::kRowGroups;
+    default: return l;
   }
-  return DType::kF32;
+}
+// Rows whose body permutes windows of X (NmWindow / Permute2): n must divide the lanes.
+bool WindowRow(KernelLayout l) {
+  return l == KernelLayout::kNm24 || l == KernelLayout::kNmWindowM4 ||
+         l == KernelLayout::kNmWindowM16;
 }
 std::string TargetName(int64_t t) { return hwy::TargetName(t); }
 }  // namespace
 
+bool LayoutServes(KernelLayout row, KernelLayout w) {
+  for (;;) {
+    if (row == w) return true;
+    const KernelLayout up = Wider(w);
+    if (up == w) return false;
+    w = up;
+  }
+}
+
+const char* ValueKindName(ValueKind v) {
+  switch (v) {
+    case ValueKind::kF32: return "f32";
+    case ValueKind::kBf16: return "bf16";
+    case ValueKind::kI8: return "int8";
+    case ValueKind::kI4Sym: return "symmetric int4";
+    case ValueKind::kI4: return "int4 with a min";
+  }
+  return "?";
+}
+
+ValueKind ValueKindOf(const PackedWeight& w) {
+  DType dt = DType::kF32;
+  switch (w.kind) {
+    case PackedKind::kDenseF32: return ValueKind::kF32;
+    case PackedKind::kNm:
+      dt = w.nm.value_dtype;
+      if (dt == DType::kI4) return w.nm.has_min ? ValueKind::kI4 : ValueKind::kI4Sym;
+      if (dt == DType::kI8) return ValueKind::kI8;
+      break;
+    case PackedKind::kScg: dt = w.scg.value_dtype; break;
+    case PackedKind::kMask: dt = w.mask.value_dtype; break;
+  }
+  return dt == DType::kBF16 ? ValueKind::kBf16 : ValueKind::kF32;
+}
+
+ValueKind ValueKindOf(const ValueSpec& spec) {
+  switch (spec.dtype) {
+    case DType::kBF16: return ValueKind::kBf16;
+    case DType::kI8: return ValueKind::kI8;
+    case DType::kI4: return spec.has_min() ? ValueKind::kI4 : ValueKind::kI4Sym;
+    default: return ValueKind::kF32;
+  }
+}
+
+int64_t TileTokens(const KernelRow& row, const PackedWeight& w, int64_t n,
+                   const KernelConfig& cfg) {
+  if (row.tile_nv > 0) return row.tile_nv * LanesAt(cfg);
+  if (row.tile_nv < 0) return -row.tile_nv;
+  return w.kind == PackedKind::kScg ? TileWidthAt(cfg, w.scg.g, n) : RowTileWidthAt(cfg, n);
+}
+
 int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
   const DecodeLimits b = DecodeLimitsAt(cfg);
   switch (LayoutOf(w)) {
-    case KernelLayout::kNmWindow:
-    case KernelLayout::kNm24: return b.nm_window;
-    case KernelLayout::kNmGather: return b.nm_gather;
+    case KernelLayout::kNm24:
+    case KernelLayout::kNmWindowM4:
+    case KernelLayout::kNmWindowM16: return b.nm_window;
+    case KernelLayout::kNmM4:
+    case KernelLayout::kNmM16: return b.nm_gather;
     case KernelLayout::kCsr: return b.csr;
     case KernelLayout::kRowGroups:
     case KernelLayout::kRowGroups4: return b.groups;
@@ -157,13 +158,17 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
   if (!LayoutServes(row.layout, layout)) {
     return std::string("serves ") + LayoutName(row.layout) + ", the weight is " + LayoutName(layout);
   }
-  if (row.dtype != ValueDType(w)) {
-    return "serves " + std::string(DTypeName(row.dtype)) + " values, the weight's are " +
-           std::string(DTypeName(ValueDType(w)));
+  if (row.values != ValueKindOf(w)) {
+    return "serves " + std::string(ValueKindName(row.values)) + " values, the weight's are " +
+           std::string(ValueKindName(ValueKindOf(w)));
   }
   if (cfg.target < row.best || cfg.target > row.worst) {
     return "runs on " + TargetName(row.worst) + " to " + TargetName(row.best) + ", not " +
            cfg.target_name();
+  }
+  if (WindowRow(row.layout) && LanesAt(cfg) % w.nm.n != 0) {
+    return "its window permute needs n = " + std::to_string(w.nm.n) + " to divide the " +
+           std::to_string(LanesAt(cfg)) + " lanes of " + cfg.target_name();
   }
   if (any_n) return {};
   if (n < row.min_n || n > row.max_n) {
@@ -204,11 +209,13 @@ KernelChoice ExplainKernel(const PackedWeight& w, int64_t n, const KernelConfig&
 // Declines(...).empty() without building strings: every product call dispatches through here.
 const KernelRow& ChooseKernel(const PackedWeight& w, int64_t n, const KernelConfig& cfg) {
   const KernelLayout layout = LayoutOf(w);
-  const DType dtype = ValueDType(w);
+  const ValueKind values = ValueKindOf(w);
   const int64_t limit = DecodeMaxN(w, cfg);
+  const bool window = w.kind == PackedKind::kNm && LanesAt(cfg) % w.nm.n == 0;
   for (const KernelRow& row : KernelTable()) {
-    if (!LayoutServes(row.layout, layout) || row.dtype != dtype || cfg.target < row.best ||
-        cfg.target > row.worst || n < row.min_n || n > row.max_n) {
+    if (!LayoutServes(row.layout, layout) || row.values != values || cfg.target < row.best ||
+        cfg.target > row.worst || n < row.min_n || n > row.max_n ||
+        (WindowRow(row.layout) && !window)) {
       continue;
     }
     if ((row.mode == KernelMode::kDecode && n > limit) ||

@@ -27,29 +27,31 @@ void RunSharedInput(const float* x, int64_t n, int64_t ldx, const SharedInputJob
     a.ldy = jobs[j].ldy > 0 ? jobs[j].ldy : w.rows;
     a.ep = jobs[j].ep;
     a.cfg = &cfg;
-    decode.push_back({&w, a});
-    fuse = fuse && ChooseKernel(w, n, cfg).run == RunDecode && SameDecodeInput(*jobs[0].w, w);
+    const KernelRow& row = ChooseKernel(w, n, cfg);
+    decode.push_back({&w, a, &row});
+    fuse = fuse && row.run == RunDecode && SameDecodeInput(*jobs[0].w, w);
   }
   if (fuse) {
     RunDecodeJobs(decode.data(), decode.size(), pool);
     return;
   }
   bool row_tiled = true;
-  for (const DecodeJob& d : decode) {
-    row_tiled = row_tiled && ChooseKernel(*d.w, n, cfg).run == RunRowTiled;
-  }
-  if (row_tiled && count > 1) {
+  for (const DecodeJob& d : decode) row_tiled = row_tiled && d.row->run == RunRowTiled;
+  if (row_tiled && count > 1 && RowTiledJobsShareTiles(decode)) {
     RunRowTiledJobs(decode, pool);
     return;
   }
-  for (const DecodeJob& d : decode) ChooseKernel(*d.w, n, cfg).run(*d.w, d.a, pool);
+  for (const DecodeJob& d : decode) d.row->Run(*d.w, d.a, pool);
 }
 
 bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWeight& down,
                const float* x, const float* x_up, int64_t n, const int32_t* down_row,
                const float* residual, float* y, const KernelConfig& cfg, ThreadPool* pool) {
   if (!SwiGluFuses(gate, up, down, n, cfg)) return false;
-  const int64_t nt = RowTileWidthAt(cfg, n);
+  const KernelRow& row_g = ChooseKernel(gate, n, cfg);
+  const KernelRow& row_u = ChooseKernel(up, n, cfg);
+  const KernelRow& row_d = ChooseKernel(down, n, cfg);
+  const int64_t nt = TileTokens(row_g, gate, n, cfg);
   const int64_t tiles = CeilDiv(n, nt);
   SpmmArgs in;
   in.x = x;
@@ -63,7 +65,7 @@ bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWei
     in.x = x_up;
     xt_up = BuildXt(in, gate.cols, in_rows, nt, pool, 5);
   }
-  const RowTiled rg(gate, xt, n, nt, in_rows, cfg), ru(up, xt_up, n, nt, in_rows, cfg);
+  const RowTiled rg(row_g, gate, xt, n, nt, in_rows, cfg), ru(row_u, up, xt_up, n, nt, in_rows, cfg);
   // down's X^T tiles, written by the gate/up tasks; its rows past n_ff are zero. Padded tokens
   // need nothing: their X^T columns are zero, so they come out as silu(0) * 0 = 0.
   const int64_t k_rows = RowTiledKRows(down);
@@ -102,16 +104,19 @@ bool RunSwiGlu(const PackedWeight& gate, const PackedWeight& up, const PackedWei
   out.ldy = down.rows;
   out.ep.residual = residual;
   out.cfg = &cfg;
-  RunRowTiledXt(RowTiled(down, act, n, nt, k_rows, cfg), out, pool);
+  RunRowTiledXt(RowTiled(row_d, down, act, n, nt, k_rows, cfg), out, pool);
   return true;
 }
 
 bool SwiGluFuses(const PackedWeight& gate, const PackedWeight& up, const PackedWeight& down,
                  int64_t n, const KernelConfig& cfg) {
+  // All three row-tiled, on tiles of one width (gate/up share X^T; down reads their output tiles).
   auto row_tiled = [n, &cfg](const PackedWeight& w) {
-    return ChooseKernel(w, n, cfg).run == RunRowTiled;
+    const KernelRow& row = ChooseKernel(w, n, cfg);
+    return row.run == RunRowTiled ? TileTokens(row, w, n, cfg) : int64_t{-1};
   };
-  return n > 0 && row_tiled(gate) && row_tiled(up) && row_tiled(down) && gate.rows == up.rows &&
+  const int64_t nt = n > 0 ? row_tiled(gate) : -1;
+  return nt > 0 && row_tiled(up) == nt && row_tiled(down) == nt && gate.rows == up.rows &&
          gate.cols == up.cols && down.cols == gate.rows;
 }
 

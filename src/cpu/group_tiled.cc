@@ -12,7 +12,8 @@
 
 namespace sparq::cpu {
 
-void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
+void RunScgTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                 ThreadPool* pool) {
   const KernelConfig& c = a.config();
   const ScgWeight& w = pw.scg;
   const std::vector<int64_t> cost = RowCost(pw);
@@ -20,10 +21,8 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   const TaskCuts cuts = CutsFor(a, stream, w.g, std::max(1, 4 / w.g));
   auto bounds = SplitTasks(cost, a.n, kTiledMinRows / w.g, cuts.align, kMaxTasks, cuts.offset);
   int64_t tasks = int64_t(bounds.size()) - 1;
-  int64_t nt = TileWidthAt(c, w.g, a.n);
-  if (w.g == 1 && !w.implicit_cols) {
-    if (const int64_t narrow = NarrowCsrWidthAt(c, a.n)) nt = narrow;
-  }
+  const KernelBody body = row.Body(c);
+  int64_t nt = TileTokens(row, pw, a.n, c);
   // Loop order by bytes moved from beyond L2: task-outer keeps a task's weights cached across the
   // token tiles but streams all of X^T once per task; tile-outer keeps one X^T tile (of the
   // kernel's own width, in L2) cached for every task but streams all the weights once per tile.
@@ -40,7 +39,7 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
           : forced == TiledOrder::kTileOuter;
   // Tile-outer, the columns a row touches are scattered over the whole X^T tile, so the tile must
   // stay in L2 beside the streamed weights: narrower tiles (fewer tokens) when it would not.
-  const int64_t lanes = TileWidthAt(c, 1, 1);
+  const int64_t lanes = LanesAt(c);
   // (Whole vectors: AVX2's 3-vector group tiles step down to 2.)
   while (tile_outer && nt > lanes && w.cols * nt * 4 > c.xt_tile_bytes) {
     nt = nt % (2 * lanes) == 0 ? nt / 2 : nt - lanes;
@@ -62,7 +61,9 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
   // load/store and a cursor scan: very sparse rows (99%) get wider blocks, >= ~32 columns per
   // group and block on average.
   const int64_t avg_cols = std::max<int64_t>(1, w.group_ptr.back() / std::max<int64_t>(1, w.groups()));
-  const int64_t kb = tiles == 1 ? std::max<int64_t>(1, w.cols)
+  // The narrow CSR rows always run one k block: their sums alternate between two partial sums by
+  // a kept weight's position in the block, so more blocks would change the bits.
+  const int64_t kb = tiles == 1 || row.tile_nv < 0 ? std::max<int64_t>(1, w.cols)
                                 : std::max<int64_t>({16, c.xt_block_bytes / (nt * 4),
                                                      32 * w.cols / avg_cols});
   const int64_t kblocks = CeilDiv(std::max<int64_t>(w.cols, 1), kb);
@@ -122,7 +123,16 @@ void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
         const XtNext next = NextXtSlice(pf, xt, w.cols, nt, tile - tile0, tile1 - tile0,
                                         std::min(w.cols, (b + 1) * kb), w.cols, kb, 1,
                                         c.xt_block_bytes);
-        ScgTiledAt(c, w, nt, g0, g1, xtt, blk, scratch, next);
+        KernelCall call;
+        call.w = &pw;
+        call.u0 = g0;
+        call.u1 = g1;
+        call.nt = nt;
+        call.xt = xtt;
+        call.blk = &blk;
+        call.scratch = scratch;
+        call.next = &next;
+        body(call);
       }
       WriteTile(scratch, row_off, r0, r1, tile * nt, std::min(a.n, (tile + 1) * nt), a, w.rows,
                 stream);

@@ -7,6 +7,7 @@
 #include "sparq/kernel_config.h"
 #include "sparq/linear.h"
 #include "src/cpu/spmm_packed.h"
+#include "src/cpu/table.h"
 
 namespace sparq::cpu {
 
@@ -24,24 +25,36 @@ struct DecodeLimits {
 // decode slower than the tiled kernel from 3 tokens (4 elsewhere on AVX-512).
 inline constexpr int64_t kZen4GroupsDecodeMaxN = 2;
 
-void NmDecodeAt(const KernelConfig& c, const NmWeight& w, const float* xpad, int64_t n,
-                int64_t r0, int64_t r1, float* raw);
-void ScgDecodeAt(const KernelConfig& c, const ScgWeight& w, const float* x, int64_t ldx,
-                 int64_t n, int64_t g0, int64_t g1, float* raw);
-void MaskDecodeAt(const KernelConfig& c, const MaskWeight& w, const float* xpad, int64_t n,
-                  int64_t r0, int64_t r1, float* raw);
-void NmTiledAt(const KernelConfig& c, const NmWeight& w, int64_t nt, int64_t r0, int64_t r1,
-               const float* xt, int64_t c0, int64_t c1, float* scratch, const XtNext& next);
-void ScgTiledAt(const KernelConfig& c, const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1,
-                const float* xt, const ScgBlock& blk, float* scratch, const XtNext& next);
-void MaskTiledAt(const KernelConfig& c, const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1,
-                 const float* xt, int64_t c0, int64_t c1, int64_t* cursor, int32_t* off,
-                 float* scratch, const XtNext& next);
+// One call of a row's body (KernelRow::Body): rows (N:M, bit mask) or row groups (CSR, V:N:M,
+// BSR, dense bf16) [u0, u1) of w. Decode bodies read x (staged: StageDecodeInput), ldx, n and
+// write raw[t][row - first row]; tiled bodies read the X^T tile xt (nt tokens) over k chunks
+// [c0, c1) (row layouts) or k block *blk (row groups) into scratch (cursor, off: the bit-mask
+// kernel's working space) and may prefetch *next.
+struct KernelCall {
+  const PackedWeight* w = nullptr;
+  int64_t u0 = 0, u1 = 0;
+  const float* x = nullptr;
+  int64_t ldx = 0, n = 0;
+  float* raw = nullptr;
+  int64_t nt = 0;
+  const float* xt = nullptr;
+  int64_t c0 = 0, c1 = 0;
+  const ScgBlock* blk = nullptr;
+  int64_t* cursor = nullptr;
+  int32_t* off = nullptr;
+  float* scratch = nullptr;
+  const XtNext* next = nullptr;
+};
+// Every row's body entries, in table order (kernels.cc; the same list as table_rows.h).
+const KernelBody* const* RowBodies();
+
 // out[i] = silu(g[i]) * u[i] with the epilogue's SiLU (g is overwritten; it may be out).
 void SiluMulAt(const KernelConfig& c, float* g, const float* u, int64_t len, float* out);
-// Token tile widths: row groups of g rows (TileWidth), narrow CSR tiles (0: none), row tiles.
+// f32 lanes of a vector on c's target.
+int64_t LanesAt(const KernelConfig& c);
+// Token tile widths chosen by n (rows whose tile_nv is 0): row groups of g rows (TileWidth), row
+// tiles (RowTileWidth).
 int64_t TileWidthAt(const KernelConfig& c, int g, int64_t n);
-int64_t NarrowCsrWidthAt(const KernelConfig& c, int64_t n);
 int64_t RowTileWidthAt(const KernelConfig& c, int64_t n);
 // dst[j * ldd + i] = src[i * lds + j]; stream: non-temporal stores where the target has them.
 void TransposeAt(const KernelConfig& c, const float* src, int64_t lds, int64_t rows, int64_t cols,

@@ -1,6 +1,7 @@
 // The per-target entry points of the kernel bodies (spmm-inl.h and the family -inl.h files it
-// includes), compiled once per Highway target, and their dispatch by the configuration's target
-// (kernel_entry.h): every product runs the target its KernelConfig names, not a process-wide one.
+// includes), compiled once per Highway target: one per kernel table row (table_rows.h), and the
+// helpers of kernel_entry.h, each dispatched by the configuration's target: every product runs
+// the target its KernelConfig names, not a process-wide one.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -8,35 +9,32 @@
 
 #include "src/cpu/kernel_entry.h"
 #include "src/cpu/spmm-inl.h"
+#include "src/cpu/table_rows.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
 
-void NmDecodeT(const NmWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
-               float* raw) {
-  NmDecode(*w, xpad, n, r0, r1, raw);
+// Each kernel table row's body entry on this target (table_rows.h): its body where the target
+// lies in the row's range, elsewhere nothing (never called: dispatch and the tests check the
+// range first), so a body is compiled only for the targets its row names.
+template <bool kOn, class Body>
+HWY_INLINE void RowEntry(const KernelCall& c) {
+  if constexpr (kOn) {
+    Body::Run(c);
+  } else {
+    (void)c;
+  }
 }
-void ScgDecodeT(const ScgWeight* w, const float* x, int64_t ldx, int64_t n, int64_t g0,
-                int64_t g1, float* raw) {
-  ScgDecode(*w, x, ldx, n, g0, g1, raw);
-}
-void NmTiledT(const NmWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-              int64_t c0, int64_t c1, float* scratch, const XtNext* next) {
-  NmTiled(*w, nt, r0, r1, xt, c0, c1, scratch, *next);
-}
-void ScgTiledT(const ScgWeight* w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
-               const ScgBlock* blk, float* scratch, const XtNext* next) {
-  ScgTiled(*w, nt, g0, g1, xt, *blk, scratch, *next);
-}
-void MaskDecodeT(const MaskWeight* w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
-                 float* raw) {
-  MaskDecode(*w, xpad, n, r0, r1, raw);
-}
-void MaskTiledT(const MaskWeight* w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-                int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
-                const XtNext* next) {
-  MaskTiled(*w, nt, r0, r1, xt, c0, c1, cursor, off, scratch, *next);
-}
+#define SPARQ_BODY(T, ...) T<__VA_ARGS__>
+#define SPARQ_ROW_ENTRY(name, layout, values, mode, tile, best, worst, min_n, max_n, run, nv,  \
+                        body)                                                                  \
+  void name(const KernelCall& c) {                                                             \
+    RowEntry<(HWY_TARGET >= (best) && HWY_TARGET <= (worst)), body>(c);                         \
+  }
+SPARQ_KERNEL_ROWS(SPARQ_ROW_ENTRY)
+#undef SPARQ_ROW_ENTRY
+#undef SPARQ_BODY
+
 // out[i] = silu(g[i]) * u[i], i < len, with the SiLU of the epilogue (EpilogueSpan: an element's
 // bits do not depend on its position), so the fused MLP (RunSwiGlu) gives the bits of a SiLU
 // epilogue on gate's output times up's. g is overwritten (it may be out).
@@ -45,7 +43,7 @@ void SiluMulT(float* g, const float* u, int64_t len, float* out) {
   for (int64_t i = 0; i < len; ++i) out[i] = g[i] * u[i];
 }
 int64_t TileWidthT(int g, int64_t n) { return TileWidth(g, n); }
-int64_t NarrowCsrWidthT(int64_t n) { return NarrowCsrWidth(n); }
+int64_t LanesT() { return static_cast<int64_t>(hn::Lanes(DF())); }
 int64_t RowTileWidthT(int64_t n) { return RowTileWidth(n); }
 // stream: write dst with non-temporal stores where the target has whole-line squares (dst and ldd
 // must then be 64-byte aligned), fenced before returning.
@@ -88,14 +86,8 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparq::cpu {
 
-HWY_EXPORT(NmDecodeT);
-HWY_EXPORT(ScgDecodeT);
-HWY_EXPORT(NmTiledT);
-HWY_EXPORT(ScgTiledT);
-HWY_EXPORT(MaskDecodeT);
-HWY_EXPORT(MaskTiledT);
 HWY_EXPORT(TileWidthT);
-HWY_EXPORT(NarrowCsrWidthT);
+HWY_EXPORT(LanesT);
 HWY_EXPORT(RowTileWidthT);
 HWY_EXPORT(TransposeT);
 HWY_EXPORT(TargetNameT);
@@ -104,40 +96,24 @@ HWY_EXPORT(EpilogueRowT);
 HWY_EXPORT(EpilogueBlockT);
 HWY_EXPORT(SiluMulT);
 
+#define SPARQ_ROW_EXPORT(name, ...) HWY_EXPORT(name);
+SPARQ_KERNEL_ROWS(SPARQ_ROW_EXPORT)
+#undef SPARQ_ROW_EXPORT
+
+const KernelBody* const* RowBodies() {
+#define SPARQ_ROW_BODIES(name, ...) HWY_DISPATCH_TABLE(name),
+  static const KernelBody* const kBodies[] = {SPARQ_KERNEL_ROWS(SPARQ_ROW_BODIES)};
+#undef SPARQ_ROW_BODIES
+  return kBodies;
+}
+
 #define SPARQ_AT(fn) HWY_DISPATCH_TABLE(fn)[c.dispatch_index]
 
-void NmDecodeAt(const KernelConfig& c, const NmWeight& w, const float* xpad, int64_t n,
-                int64_t r0, int64_t r1, float* raw) {
-  SPARQ_AT(NmDecodeT)(&w, xpad, n, r0, r1, raw);
-}
-void ScgDecodeAt(const KernelConfig& c, const ScgWeight& w, const float* x, int64_t ldx,
-                 int64_t n, int64_t g0, int64_t g1, float* raw) {
-  SPARQ_AT(ScgDecodeT)(&w, x, ldx, n, g0, g1, raw);
-}
-void MaskDecodeAt(const KernelConfig& c, const MaskWeight& w, const float* xpad, int64_t n,
-                  int64_t r0, int64_t r1, float* raw) {
-  SPARQ_AT(MaskDecodeT)(&w, xpad, n, r0, r1, raw);
-}
-void NmTiledAt(const KernelConfig& c, const NmWeight& w, int64_t nt, int64_t r0, int64_t r1,
-               const float* xt, int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
-  SPARQ_AT(NmTiledT)(&w, nt, r0, r1, xt, c0, c1, scratch, &next);
-}
-void ScgTiledAt(const KernelConfig& c, const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1,
-                const float* xt, const ScgBlock& blk, float* scratch, const XtNext& next) {
-  SPARQ_AT(ScgTiledT)(&w, nt, g0, g1, xt, &blk, scratch, &next);
-}
-void MaskTiledAt(const KernelConfig& c, const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1,
-                 const float* xt, int64_t c0, int64_t c1, int64_t* cursor, int32_t* off,
-                 float* scratch, const XtNext& next) {
-  SPARQ_AT(MaskTiledT)(&w, nt, r0, r1, xt, c0, c1, cursor, off, scratch, &next);
-}
 void SiluMulAt(const KernelConfig& c, float* g, const float* u, int64_t len, float* out) {
   SPARQ_AT(SiluMulT)(g, u, len, out);
 }
 int64_t TileWidthAt(const KernelConfig& c, int g, int64_t n) { return SPARQ_AT(TileWidthT)(g, n); }
-int64_t NarrowCsrWidthAt(const KernelConfig& c, int64_t n) {
-  return SPARQ_AT(NarrowCsrWidthT)(n);
-}
+int64_t LanesAt(const KernelConfig& c) { return SPARQ_AT(LanesT)(); }
 int64_t RowTileWidthAt(const KernelConfig& c, int64_t n) { return SPARQ_AT(RowTileWidthT)(n); }
 void TransposeAt(const KernelConfig& c, const float* src, int64_t lds, int64_t rows, int64_t cols,
                  float* dst, int64_t ldd, bool stream) {

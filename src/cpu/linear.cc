@@ -87,7 +87,7 @@ void LinearWeight::Forward(const float* x, int64_t n, int64_t ldx, float* y, int
   a.ep = ep;
   a.cfg = &impl_->cfg;
   SPARQ_DCHECK(a.ldx >= w.cols && a.ldy >= w.rows);
-  cpu::ChooseKernel(w, n, impl_->cfg).run(w, a, pool);
+  cpu::ChooseKernel(w, n, impl_->cfg).Run(w, a, pool);
 }
 
 void LinearWeight::ForwardShared(const float* x, int64_t n, std::span<const Output> outputs,

@@ -110,8 +110,12 @@ HWY_INLINE hn::Vec<DF> NmPermute(hn::Vec<DF> lo, hn::Vec<DF> hi, hn::Vec<DI> idx
 }
 
 
-// Value kinds of the N:M kernels (NmWeight::value_dtype, and has_min for int4), and their bits.
-inline constexpr int kValF32 = 0, kValBf16 = 1, kValI8 = 2, kValI4 = 3, kValI4Min = 4;
+// Value kinds of the N:M kernels (ValueKind, as template arguments), and their bits.
+inline constexpr int kValF32 = static_cast<int>(ValueKind::kF32);
+inline constexpr int kValBf16 = static_cast<int>(ValueKind::kBf16);
+inline constexpr int kValI8 = static_cast<int>(ValueKind::kI8);
+inline constexpr int kValI4Sym = static_cast<int>(ValueKind::kI4Sym);
+inline constexpr int kValI4 = static_cast<int>(ValueKind::kI4);
 template <int kV>
 inline constexpr int64_t kValBits = kV == kValF32 ? 32 : kV == kValBf16 ? 16 : kV == kValI8 ? 8 : 4;
 // Byte offset of value index i (kValBits<kV> * i / 8; i even for 4-bit values).
@@ -170,7 +174,7 @@ HWY_INLINE hn::Vec<DF> NmValues(const NmWeight& w, int64_t r, int64_t i) {
     } else {
       const uint8_t* chunk = base + (e - e % kNmChunk) / 2;
       const auto q = Nibbles(chunk, e % kNmChunk);
-      if constexpr (kV == kValI4) {
+      if constexpr (kV == kValI4Sym) {
         return hn::Mul(hn::ConvertTo(df, hn::Sub(q, hn::Set(DI(), 8))), scale);
       } else {
         return hn::MulAdd(hn::ConvertTo(df, q), scale, hn::Set(df, w.mins[static_cast<size_t>(g)]));
@@ -408,7 +412,7 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const NmLaneTables tab(w.n, w.m, w.bits);
   int64_t r = r0;
-  // 8..16 chains: 4 or 2 rows, one row of 8 vectors on AVX2 (kWideRowTiles).
+  // 8..16 chains: 4 or 2 rows; one row where NV vectors fill the accumulators (AVX2's 1x8 rows).
   constexpr int kRows = 4 * NV <= kMaxAcc ? 4 : 2 * NV <= kMaxAcc ? 2 : 1;
   XtSlicePrefetcher pf(next, (r1 - r0 + kRows - 1) / kRows);
   constexpr int kPipeChunks = 2;
@@ -430,7 +434,7 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
       const int64_t wpc = w.words_per_chunk();
       const int64_t vrow = ValByte<kV>(w.chunks * kNmChunk), vlen = ValByte<kV>((c1 - c0) * kNmChunk);
       auto fetch_row = [&](int64_t rr) {
-        if (!kWideRowTiles || rr >= r1) return;
+        if (kRows != 1 || rr >= r1) return;
         const uint8_t* v = vbase + rr * vrow + ValByte<kV>(c0 * kNmChunk);
         for (int64_t b = 0; b < vlen; b += 64) hwy::Prefetch(v + b);
         hwy::Prefetch(mbase + (rr * w.chunks + c0) * wpc * 4);

@@ -170,7 +170,7 @@ HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const 
   SPARQ_FOR_QV(SPARQ_ACC_LOAD);
   // The loop once per index type (w.Col's checks are not hoisted out of it by the compiler).
   auto run = [&](auto col) HWY_ATTR {
-    if constexpr (kGroupTile4x3 && G == 4 && NV == 3) {
+    if constexpr (G == 4 && NV == 3) {  // AVX2's 4x3 rows (12 accumulators of 16 registers)
       // Each row's broadcast just before its FMAs: with the four broadcasts first (the loop
       // below) GCC keeps them all live and spills three of the 12 accumulators.
       for (int64_t p = p0; p < p1; ++p) {

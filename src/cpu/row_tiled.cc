@@ -21,9 +21,9 @@ int64_t RowTiledKRows(const PackedWeight& w) {
 }
 
 
-RowTiled::RowTiled(const PackedWeight& w, const float* xt_tiles, int64_t n, int64_t nt_,
-                   int64_t stride_, const KernelConfig& c)
-    : pw(&w), cfg(&c), xt(xt_tiles), nt(nt_), tiles(CeilDiv(n, nt_)), stride(stride_) {
+RowTiled::RowTiled(const KernelRow& row, const PackedWeight& w, const float* xt_tiles, int64_t n,
+                   int64_t nt_, int64_t stride_, const KernelConfig& c)
+    : pw(&w), body(row.Body(c)), cfg(&c), xt(xt_tiles), nt(nt_), tiles(CeilDiv(n, nt_)), stride(stride_) {
   const bool nm = w.kind == PackedKind::kNm;
   chunks = nm ? w.nm.chunks : w.mask.chunks;
   chunk_cols = nm ? (kNmChunk / w.nm.n) * w.nm.m : kMaskChunk;
@@ -44,11 +44,19 @@ void RowTiled::Tile(int64_t r0, int64_t r1, int64_t tile, bool pf, float* scratc
     const XtNext next =
         NextXtSlice(pf, xt, stride, nt, tile, tiles, c1, chunks, kb_chunks, chunk_cols,
                     cfg->row_xt_block_bytes);
-    if (pw->kind == PackedKind::kNm) {
-      NmTiledAt(*cfg, pw->nm, nt, r0, r1, xtt, c0, c1, scratch, next);
-    } else {
-      MaskTiledAt(*cfg, pw->mask, nt, r0, r1, xtt, c0, c1, cursor, off, scratch, next);
-    }
+    KernelCall c;
+    c.w = pw;
+    c.u0 = r0;
+    c.u1 = r1;
+    c.nt = nt;
+    c.xt = xtt;
+    c.c0 = c0;
+    c.c1 = c1;
+    c.cursor = cursor;
+    c.off = off;
+    c.scratch = scratch;
+    c.next = &next;
+    body(c);
   }
 }
 
@@ -89,9 +97,18 @@ void RunRowTiledXt(const RowTiled& rt, const SpmmArgs& a, ThreadPool* pool) {
 // Row-tiled products of several weights on the same X (q/k/v): one X^T for all of them (wide
 // enough for the widest k_pad) and one parallel call over all their tasks, so the threads wait
 // once; every row is summed as in its own call, so each output keeps its bits.
+bool RowTiledJobsShareTiles(const std::vector<DecodeJob>& jobs) {
+  const SpmmArgs& a0 = jobs[0].a;
+  const int64_t nt = TileTokens(*jobs[0].row, *jobs[0].w, a0.n, a0.config());
+  for (const DecodeJob& j : jobs) {
+    if (TileTokens(*j.row, *j.w, a0.n, a0.config()) != nt) return false;
+  }
+  return true;
+}
+
 void RunRowTiledJobs(const std::vector<DecodeJob>& jobs, ThreadPool* pool) {
   const SpmmArgs& a0 = jobs[0].a;
-  const int64_t nt = RowTileWidthAt(a0.config(), a0.n);
+  const int64_t nt = TileTokens(*jobs[0].row, *jobs[0].w, a0.n, a0.config());
   int64_t stride = 0;
   for (const DecodeJob& j : jobs) stride = std::max(stride, RowTiledKRows(*j.w));
   const float* xt = BuildXt(a0, jobs[0].w->cols, stride, nt, pool);
@@ -103,7 +120,7 @@ void RunRowTiledJobs(const std::vector<DecodeJob>& jobs, ThreadPool* pool) {
   std::vector<Task> tasks;
   std::vector<char> stream(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
-    rts.emplace_back(*jobs[j].w, xt, a0.n, nt, stride, a0.config());
+    rts.emplace_back(*jobs[j].row, *jobs[j].w, xt, a0.n, nt, stride, a0.config());
     stream[j] = StreamY(jobs[j].a, jobs[j].w->rows, pool);
     const auto bounds = RowTiledBounds(rts.back(), jobs[j].a, stream[j]);
     for (size_t b = 0; b + 1 < bounds.size(); ++b) tasks.push_back({j, bounds[b], bounds[b + 1]});
@@ -114,10 +131,12 @@ void RunRowTiledJobs(const std::vector<DecodeJob>& jobs, ThreadPool* pool) {
   });
 }
 
-void RunRowTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool) {
-  const int64_t nt = RowTileWidthAt(a.config(), a.n);
+void RunRowTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                 ThreadPool* pool) {
+  const int64_t nt = TileTokens(row, pw, a.n, a.config());
   const int64_t k_rows = RowTiledKRows(pw);
-  const RowTiled rt(pw, BuildXt(a, pw.cols, k_rows, nt, pool), a.n, nt, k_rows, a.config());
+  const RowTiled rt(row, pw, BuildXt(a, pw.cols, k_rows, nt, pool), a.n, nt, k_rows,
+                    a.config());
   RunRowTiledXt(rt, a, pool);
 }
 

@@ -12,15 +12,20 @@
 
 namespace sparq::cpu {
 
-void RunDecode(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool);
-void RunRowTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool);
-void RunScgTiled(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool);
-void RunDenseBlas(const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool);
+// Each takes the chosen row: its body (KernelRow::Body) and its tile (TileTokens).
+void RunDecode(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool);
+void RunRowTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                 ThreadPool* pool);
+void RunScgTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                 ThreadPool* pool);
+void RunDenseBlas(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                  ThreadPool* pool);
 
-// One weight's product in a call that runs several over the same X.
+// One weight's product, by the row chosen for it, in a call that runs several over the same X.
 struct DecodeJob {
   const PackedWeight* w;
   SpmmArgs a;
+  const KernelRow* row;
 };
 // The decode kernels of several weights that read the same X (jobs share a.x, a.n, a.ldx and
 // SameDecodeInput), in one parallel call; every job keeps its own row split, so its bits are those
@@ -28,8 +33,10 @@ struct DecodeJob {
 void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool);
 // The same staged input serves both weights.
 bool SameDecodeInput(const PackedWeight& a, const PackedWeight& b);
-// Row-tiled products of several weights on the same X: one X^T for all, one parallel call.
+// Row-tiled products of several weights on the same X: one X^T for all, one parallel call. Every
+// job's row must have the same TileTokens (RowTiledJobsShareTiles).
 void RunRowTiledJobs(const std::vector<DecodeJob>& jobs, ThreadPool* pool);
+bool RowTiledJobsShareTiles(const std::vector<DecodeJob>& jobs);
 
 // X^T rows a row-tiled weight reads (its k_pad).
 int64_t RowTiledKRows(const PackedWeight& w);
@@ -40,8 +47,8 @@ int64_t RowTiledKRows(const PackedWeight& w);
 // tile narrower than kOneTileBlockMinNt tokens, where each row's weights stream contiguously over
 // the whole k (X^T, k x nt, from L2).
 struct RowTiled {
-  RowTiled(const PackedWeight& w, const float* xt_tiles, int64_t n, int64_t nt_, int64_t stride_,
-           const KernelConfig& cfg);
+  RowTiled(const KernelRow& row, const PackedWeight& w, const float* xt_tiles, int64_t n,
+           int64_t nt_, int64_t stride_, const KernelConfig& cfg);
   // Row blocks the kernel runs whole (tasks are cut at multiples of them).
   int64_t align() const { return pw->kind == PackedKind::kNm ? 4 : 2; }
   // int32 offsets a bit-mask task needs (MaskTiled's `off`).
@@ -53,6 +60,7 @@ struct RowTiled {
             int32_t* off) const;
 
   const PackedWeight* pw;
+  KernelBody body;
   const KernelConfig* cfg;
   const float* xt;
   int64_t nt, tiles, stride;

@@ -33,15 +33,6 @@ inline constexpr int kMaxAcc = 16;
 #else
 inline constexpr int kMaxAcc = 8;
 #endif
-// AVX2's row-tiled kernels (N:M, bit mask) run one row against 8 vectors (64 tokens) from 64
-// tokens on: 8 FMAs per kept weight's offset load and broadcast instead of 4 in the two-row x
-// 4-vector tile, which on 16 registers is what lifts them off the load ports.
-inline constexpr bool kWideRowTiles = HWY_TARGET == HWY_AVX2;
-// The table's row-group tiled rows of AVX2 (*_rowgroups_tiled_4x3__avx2,
-// bf16_dense_tiled_4x3__avx2): groups of 4 rows against 3 vectors from 48 tokens, 12 accumulators + 3 X^T vectors + one
-// broadcast, all 16 registers, where 4 x 2 left the FMA chains short of covering the latency.
-inline constexpr bool kGroupTile4x3 = HWY_TARGET == HWY_AVX2;
-inline constexpr int64_t kGroupTile4x3MinN = 48;
 
 // Loads L values (f32, or bf16 widened by a 16-bit shift) as f32.
 template <bool kBf16, class D>

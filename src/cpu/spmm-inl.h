@@ -26,17 +26,18 @@
 #include "src/cpu/csr-inl.h"
 #include "src/cpu/row_groups-inl.h"
 #include "src/cpu/mask-inl.h"
+#include "src/cpu/kernel_entry.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Tile widths and the per-target wrappers the entry points of kernels.cc call.
+// Tile widths chosen by n (rows whose tile_nv is 0), and the row bodies: the template
+// instantiation each kernel table row names (table_rows.h), called through KernelCall.
 
 // Vectors per token tile for a group of g rows and n tokens: as few as cover n (1, 2 or 4), at
 // most what the registers hold (g * NV accumulators).
 inline int TiledNv(int g, int64_t n) {
-  if (kGroupTile4x3 && g == 4 && n >= kGroupTile4x3MinN) return 3;
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int max_nv = std::max(1, std::min(4, kMaxAcc / g));
   const int need = n <= L ? 1 : n <= 2 * L ? 2 : 4;
@@ -56,10 +57,9 @@ inline int64_t TileWidth(int g, int64_t n) {
 // 4096x4096 1.01 -> 1.04, 1536x576 0.96 -> 0.97; 50% bit mask (4 runs, a loaded host) 576x576
 // f32 0.88 -> 0.96, bf16 0.90 -> 1.00, the other SmolLM2 shapes within +-0.02. Widths of 3, 5, 6
 // and 7 vectors remove the padding of token counts between the powers of two (n = 48 computed
-// 64 tokens, n = 96 computed 128): docs/kernels.md. Other targets: 1, 2 or 4 vectors.
+// 64 tokens, n = 96 computed 128): docs/measurements. Other targets: 1, 2 or 4 vectors.
 inline int64_t RowTileWidth(int64_t n) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
-  if (kWideRowTiles && n >= 8 * L) return 8 * L;
   if (!(kMaxAcc >= 16 && L == 16)) return TileWidth(1, n);
   if (n <= 8 * L) return std::max<int64_t>(1, (n + L - 1) / L) * L;
   int64_t best_nv = 8, best_cost = INT64_MAX;
@@ -73,13 +73,11 @@ inline int64_t RowTileWidth(int64_t n) {
   return best_nv * L;
 }
 
-// The row kernels' vector counts: 1, 2, 4 everywhere; 3 and 5..8 where 16 accumulators fit two
-// rows of them (AVX-512; elsewhere RowTileWidth never asks for them and they map to 4, so that
-// they are not compiled). Calls fn(std::integral_constant<int, NV>()).
+// The row kernels' vector counts chosen by n: 1, 2, 4 everywhere; 3 and 5..8 where 16
+// accumulators fit two rows of them (AVX-512; elsewhere RowTileWidth never asks for them and they
+// map to 4, so that they are not compiled). Calls fn(std::integral_constant<int, NV>()).
 template <int NV>
-using RowNv = std::integral_constant<int, kMaxAcc >= 16 || NV <= 2 || (kWideRowTiles && NV == 8)
-                                              ? NV
-                                              : std::min(4, kMaxAcc)>;
+using RowNv = std::integral_constant<int, kMaxAcc >= 16 || NV <= 2 ? NV : std::min(4, kMaxAcc)>;
 template <class Fn>
 HWY_INLINE void WithRowNv(int64_t nv, Fn&& fn) {
   switch (nv) {
@@ -101,157 +99,133 @@ HWY_INLINE void WithRowNv(int64_t nv, Fn&& fn) {
       return fn(RowNv<4>());
   }
 }
-
-// The table's 2:4 decode row of AVX2 (f32_nm24_decode_4xT__avx2): the halves window (NmWindow).
-inline constexpr bool kNmHalvesTarget = HWY_TARGET == HWY_AVX2;
-
-// Calls fn(std::integral_constant<int, kV>()) for w's value kind (nm-inl.h).
-template <class Fn>
-HWY_INLINE void WithNmValues(const NmWeight& w, Fn&& fn) {
-  switch (w.value_dtype) {
-    case DType::kBF16: return fn(std::integral_constant<int, kValBf16>());
-    case DType::kI8: return fn(std::integral_constant<int, kValI8>());
-    case DType::kI4:
-      return w.has_min ? fn(std::integral_constant<int, kValI4Min>())
-                       : fn(std::integral_constant<int, kValI4>());
-    default: return fn(std::integral_constant<int, kValF32>());
-  }
+// The group kernels' vector counts chosen by n for G rows (TiledNv: 1, 2 or 4, within the
+// accumulators).
+template <int G, class Fn>
+HWY_INLINE void WithGroupNv(int64_t nv, Fn&& fn) {
+  constexpr int kMax = std::max(1, std::min(4, kMaxAcc / G));
+  if (nv == 1 || kMax == 1) return fn(std::integral_constant<int, 1>());
+  if (nv == 2 || kMax == 2) return fn(std::integral_constant<int, 2>());
+  return fn(std::integral_constant<int, kMax>());
 }
 
-inline void NmDecode(const NmWeight& w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
-                     float* raw) {
-  const bool perm = w.m == 2 * w.n && hn::Lanes(DF()) % w.n == 0;
-  WithNmValues(w, [&](auto kv) {
-    constexpr int kV = decltype(kv)::value;
-    if constexpr (kNmHalvesTarget) {
-      if (w.bits == 2 && w.n == 2 && w.m == 4) {
-        NmDecodeImpl<2, kV, true, kNmHalvesTarget>(w, xpad, n, r0, r1, raw);
-        return;
-      }
-    }
-    if (w.bits == 2) {
-      perm ? NmDecodeImpl<2, kV, true, false>(w, xpad, n, r0, r1, raw)
-           : NmDecodeImpl<2, kV, false, false>(w, xpad, n, r0, r1, raw);
+// The X access of an N:M decode body: AVX2's in-lane 2:4 window (NmWindow), the two-table
+// window permute (m = 2n, n dividing the lanes: Permute2), or a gather.
+inline constexpr int kNmHalves = 0, kNmWindow = 1, kNmGather = 2;
+
+// Row bodies. Each is one instantiation (the token tiles of NV vectors chosen by n are its
+// geometry, not another body); index storage (u16, u32 or implicit columns) is read from the
+// weight.
+template <int kUnused = 0>  // (templates all: the row list names each body as T<args...>)
+struct NoBody {  // the dense f32 row runs OpenBLAS
+  static void Run(const KernelCall&) {}
+};
+
+template <int kBits, int kV, int kScheme>
+struct NmDecodeBody {
+  static void Run(const KernelCall& c) {
+    NmDecodeImpl<kBits, kV, kScheme != kNmGather, kScheme == kNmHalves>(c.w->nm, c.x, c.n, c.u0,
+                                                                         c.u1, c.raw);
+  }
+};
+
+// kNv: a fixed tile of kNv vectors (AVX2's one row x 8 vectors), or 0: chosen by n (c.nt).
+template <int kBits, int kV, int kNv>
+struct NmTiledBody {
+  static void Run(const KernelCall& c) {
+    auto run = [&c](auto nv) {
+      NmTiledImpl<kBits, kV, decltype(nv)::value>(c.w->nm, c.u0, c.u1, c.xt, c.c0, c.c1,
+                                                   c.scratch, *c.next);
+    };
+    if constexpr (kNv > 0) {
+      run(std::integral_constant<int, kNv>());
     } else {
-      perm ? NmDecodeImpl<4, kV, true, false>(w, xpad, n, r0, r1, raw)
-           : NmDecodeImpl<4, kV, false, false>(w, xpad, n, r0, r1, raw);
+      WithRowNv(c.nt / static_cast<int64_t>(hn::Lanes(DF())), run);
     }
-  });
-}
+  }
+};
 
-inline void ScgDecode(const ScgWeight& w, const float* x, int64_t ldx, int64_t n, int64_t g0,
-                      int64_t g1, float* raw) {
-  const bool bf = w.value_dtype == DType::kBF16;
-  if (w.implicit_cols) {
-    bf ? ScgDecodeDenseImpl<true>(w, x, n, g0, g1, raw) : ScgDecodeDenseImpl<false>(w, x, n, g0, g1, raw);
-  } else if (w.g == 1) {
-    if (w.idx16) {
-      bf ? ScgDecodeG1Impl<true, true>(w, x, ldx, n, g0, g1, raw)
-         : ScgDecodeG1Impl<true, false>(w, x, ldx, n, g0, g1, raw);
+template <bool kBf16>
+struct MaskDecodeBody {
+  static void Run(const KernelCall& c) {
+    MaskDecodeImpl<kBf16>(c.w->mask, c.x, c.n, c.u0, c.u1, c.raw);
+  }
+};
+
+template <bool kBf16, int kNv>
+struct MaskTiledBody {
+  static void Run(const KernelCall& c) {
+    auto run = [&c](auto nv) {
+      MaskTiledImpl<decltype(nv)::value, kBf16>(c.w->mask, c.u0, c.u1, c.xt, c.c0, c.c1,
+                                                c.cursor, c.off, c.scratch, *c.next);
+    };
+    if constexpr (kNv > 0) {
+      run(std::integral_constant<int, kNv>());
     } else {
-      bf ? ScgDecodeG1Impl<false, true>(w, x, ldx, n, g0, g1, raw)
-         : ScgDecodeG1Impl<false, false>(w, x, ldx, n, g0, g1, raw);
+      WithRowNv(c.nt / static_cast<int64_t>(hn::Lanes(DF())), run);
     }
-  } else if (w.g == 2) {
-    bf ? ScgDecodeGroupImpl<2, true>(w, x, ldx, n, g0, g1, raw)
-       : ScgDecodeGroupImpl<2, false>(w, x, ldx, n, g0, g1, raw);
-  } else {
-    bf ? ScgDecodeGroupImpl<4, true>(w, x, ldx, n, g0, g1, raw)
-       : ScgDecodeGroupImpl<4, false>(w, x, ldx, n, g0, g1, raw);
   }
-}
+};
 
-inline void MaskDecode(const MaskWeight& w, const float* xpad, int64_t n, int64_t r0, int64_t r1,
-                       float* raw) {
-  w.value_dtype == DType::kBF16 ? MaskDecodeImpl<true>(w, xpad, n, r0, r1, raw)
-                                : MaskDecodeImpl<false>(w, xpad, n, r0, r1, raw);
-}
-
-template <int NV>
-HWY_INLINE void MaskTiledN(const MaskWeight& w, int64_t r0, int64_t r1, const float* xt,
-                           int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
-                           const XtNext& next) {
-  if (w.value_dtype == DType::kBF16) {
-    MaskTiledImpl<NV, true>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
-  } else {
-    MaskTiledImpl<NV, false>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
+template <bool kBf16>
+struct CsrDecodeBody {
+  static void Run(const KernelCall& c) {
+    const ScgWeight& w = c.w->scg;
+    w.idx16 ? ScgDecodeG1Impl<true, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
+            : ScgDecodeG1Impl<false, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
   }
-}
+};
 
-// nt: the tile width TileWidth(1, n) the caller built X^T with.
-inline void MaskTiled(const MaskWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-                      int64_t c0, int64_t c1, int64_t* cursor, int32_t* off, float* scratch,
-                      const XtNext& next) {
-  WithRowNv(nt / static_cast<int64_t>(hn::Lanes(DF())), [&](auto nv) {
-    MaskTiledN<decltype(nv)::value>(w, r0, r1, xt, c0, c1, cursor, off, scratch, next);
-  });
-}
+// Groups of 2 rows run the 2-row body, of 3 or 4 the 4-row one (3-row groups are stored padded
+// to 4).
+template <bool kBf16>
+struct GroupDecodeBody {
+  static void Run(const KernelCall& c) {
+    const ScgWeight& w = c.w->scg;
+    w.g == 2 ? ScgDecodeGroupImpl<2, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
+             : ScgDecodeGroupImpl<4, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
+  }
+};
 
-template <int G, int NV>
-HWY_INLINE void ScgTiledGN(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
-                           const ScgBlock& blk, float* scratch, const XtNext& next) {
-  if constexpr (G * NV <= kMaxAcc || NV == 1 || (kGroupTile4x3 && G == 4 && NV == 3)) {
-    if (w.value_dtype == DType::kBF16) {
-      ScgTiledImpl<G, NV, true>(w, g0, g1, xt, blk, scratch, next);
+template <bool kBf16 = true>
+struct DenseBf16DecodeBody {
+  static void Run(const KernelCall& c) {
+    ScgDecodeDenseImpl<kBf16>(c.w->scg, c.x, c.n, c.u0, c.u1, c.raw);
+  }
+};
+
+// CSR rows on a tile of kNt tokens narrower than one vector (csr-inl.h).
+template <size_t kNt, bool kBf16>
+struct CsrNarrowBody {
+  static void Run(const KernelCall& c) {
+    CsrNarrowImpl<kNt, kBf16>(c.w->scg, c.u0, c.u1, c.xt, *c.blk, c.scratch, *c.next);
+  }
+};
+
+// Shared-column groups of kG rows (0: the weight's g, 2 or 4) on tiles of kNv vectors (0: chosen
+// by n).
+template <int kG, int kNv, bool kBf16>
+struct ScgTiledBody {
+  template <int G>
+  static void RunG(const KernelCall& c) {
+    auto run = [&c](auto nv) {
+      ScgTiledImpl<G, decltype(nv)::value, kBf16>(c.w->scg, c.u0, c.u1, c.xt, *c.blk, c.scratch,
+                                                   *c.next);
+    };
+    if constexpr (kNv > 0) {
+      run(std::integral_constant<int, kNv>());
     } else {
-      ScgTiledImpl<G, NV, false>(w, g0, g1, xt, blk, scratch, next);
+      WithGroupNv<G>(c.nt / static_cast<int64_t>(hn::Lanes(DF())), run);
     }
   }
-}
-
-template <int G>
-HWY_INLINE void ScgTiledG(const ScgWeight& w, int nv, int64_t g0, int64_t g1, const float* xt,
-                          const ScgBlock& blk, float* scratch, const XtNext& next) {
-  if (nv == 1) {
-    ScgTiledGN<G, 1>(w, g0, g1, xt, blk, scratch, next);
-  } else if (nv == 2) {
-    ScgTiledGN<G, 2>(w, g0, g1, xt, blk, scratch, next);
-  } else if (nv == 3) {
-    ScgTiledGN<G, 3>(w, g0, g1, xt, blk, scratch, next);
-  } else {
-    ScgTiledGN<G, 4>(w, g0, g1, xt, blk, scratch, next);
-  }
-}
-
-// nt: the tile width TileWidth(w.g, n) the caller built X^T with.
-inline void ScgTiled(const ScgWeight& w, int64_t nt, int64_t g0, int64_t g1, const float* xt,
-                     const ScgBlock& blk, float* scratch, const XtNext& next) {
-  const int nv = static_cast<int>(nt / static_cast<int64_t>(hn::Lanes(DF())));
-  if (nv == 0) {  // a narrow CSR tile (NarrowCsrWidth)
-    const bool bf = w.value_dtype == DType::kBF16;
-    if (nt == 4) {
-      bf ? CsrNarrowImpl<4, true>(w, g0, g1, xt, blk, scratch, next)
-         : CsrNarrowImpl<4, false>(w, g0, g1, xt, blk, scratch, next);
+  static void Run(const KernelCall& c) {
+    if constexpr (kG > 0) {
+      RunG<kG>(c);
     } else {
-      bf ? CsrNarrowImpl<8, true>(w, g0, g1, xt, blk, scratch, next)
-         : CsrNarrowImpl<8, false>(w, g0, g1, xt, blk, scratch, next);
+      c.w->scg.g == 2 ? RunG<2>(c) : RunG<4>(c);
     }
-    return;
   }
-  if (w.g == 1) {
-    ScgTiledG<1>(w, nv, g0, g1, xt, blk, scratch, next);
-  } else if (w.g == 2) {
-    ScgTiledG<2>(w, nv, g0, g1, xt, blk, scratch, next);
-  } else {
-    ScgTiledG<4>(w, nv, g0, g1, xt, blk, scratch, next);
-  }
-}
-
-template <int NV>
-HWY_INLINE void NmTiledN(const NmWeight& w, int64_t r0, int64_t r1, const float* xt, int64_t c0,
-                         int64_t c1, float* scratch, const XtNext& next) {
-  WithNmValues(w, [&](auto kv) {
-    constexpr int kV = decltype(kv)::value;
-    w.bits == 2 ? NmTiledImpl<2, kV, NV>(w, r0, r1, xt, c0, c1, scratch, next)
-                : NmTiledImpl<4, kV, NV>(w, r0, r1, xt, c0, c1, scratch, next);
-  });
-}
-
-inline void NmTiled(const NmWeight& w, int64_t nt, int64_t r0, int64_t r1, const float* xt,
-                    int64_t c0, int64_t c1, float* scratch, const XtNext& next) {
-  WithRowNv(nt / static_cast<int64_t>(hn::Lanes(DF())),
-            [&](auto nv) { NmTiledN<decltype(nv)::value>(w, r0, r1, xt, c0, c1, scratch, next); });
-}
+};
 
 }  // namespace sparq::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

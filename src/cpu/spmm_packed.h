@@ -121,6 +121,19 @@ inline constexpr double kMaskMinDensity = 0.2;
 
 enum class PackedKind : uint8_t { kDenseF32, kNm, kScg, kMask };
 
+// How a weight's values are stored, as the kernels read them: each kind has its own rows in the
+// kernel table (table.h) and its own body instantiation (kValF32... in nm-inl.h are these).
+enum class ValueKind : uint8_t {
+  kF32 = 0,
+  kBf16 = 1,
+  kI8 = 2,     // int8 codes, one f16 scale per group (symmetric)
+  kI4Sym = 3,  // int4 codes, symmetric: (q - 8) * scale
+  kI4 = 4,     // int4 codes with a min: q * scale + min (int4's default, as Q4_1)
+};
+const char* ValueKindName(ValueKind v);
+// The kind a weight packed with `spec` gets where its layout stores it (f16 is widened to f32).
+ValueKind ValueKindOf(const ValueSpec& spec);
+
 struct PackedWeight {
   PackedKind kind = PackedKind::kDenseF32;
   int64_t rows = 0, cols = 0;
@@ -132,6 +145,7 @@ struct PackedWeight {
   uint64_t weight_bytes = 0;  // bytes a product streams: values + indices/metadata
   int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
 };
+ValueKind ValueKindOf(const PackedWeight& w);
 
 // How CSR / COO rows are laid out (KernelConfig::csr_layout): by density (kAuto: kMask from
 // kMaskMinDensity up), or forced (tests run both layouts on the same matrices).

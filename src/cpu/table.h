@@ -1,14 +1,16 @@
-// The kernel table: one row per concrete variant (layout, value dtype, decode or tiled, tile,
+// The kernel table: one row per concrete kernel (layout, value kind, decode or tiled, tile, body,
 // target range, token counts). Dispatch (ChooseKernel) walks it in order and takes the first row
 // that serves a weight, recording why each earlier row declined (ExplainKernel: `sparq bench
-// kernels --explain`); the tests run every row against the reference on every compiled target
-// and the benchmark names each row. Adding a kernel is one SPARQ_KERNEL_ROWS line (above the rows
-// it should win over) plus its body.
+// kernels --explain`); the tests force every row on every compiled target against the
+// reference, and the benchmark names each row. The row list (table_rows.h) also generates each
+// row's body entry per target (kernels.cc): the row decides the body, no rule elsewhere swaps it.
+// Adding a kernel is one row (above the rows it should win over) plus its body.
 //
-// Names: <dtype>_<layout>_<mode>_<rows>x<tokens>[__<target>], tile = rows of W x token vectors
-// per inner step ("T": the decode kernels' token block, "NV": vectors of the token tile), as in
-// XNNPACK's xnn_f32_spmm_minmax_ukernel_32x1__neonfma. Rows without a target suffix are one
-// Highway body compiled for every target in their range.
+// Names: <values>_<layout>_<mode>_<rows>x<tokens>[__<target>], tile = rows of W x token vectors
+// per inner step ("T": the decode kernels' token block, "NV": vectors of the token tile, chosen by
+// n; "tok": tokens of a tile narrower than a vector), as in XNNPACK's
+// xnn_f32_spmm_minmax_ukernel_32x1__neonfma. Rows without a target suffix are one Highway body
+// compiled for every target in their range.
 #pragma once
 
 #include <cstdint>
@@ -25,30 +27,38 @@ namespace sparq::cpu {
 struct SpmmArgs;
 
 enum class KernelMode : uint8_t { kBlas, kDecode, kTiled };
-// The layout a row serves, finer than PackedKind (the packed form of each family).
+// The layout a row serves, finer than PackedKind (the packed form of each family). Some are
+// cases of others (LayoutServes): a row of the wider layout serves the narrower one too.
 enum class KernelLayout : uint8_t {
-  kDenseF32,   // kDenseF32 (OpenBLAS)
-  kNmWindow,   // kNm with m = 2n (2:4, 4:8): X windows permuted; its rows serve kNm24 too
-  kNm24,       // kNm 2:4 (a kNmWindow weight), for rows written for 2:4 only
-  kNmGather,   // other kNm (1:4, 2:8, ...): X gathered
-  kCsr,        // kScg, groups of one row with explicit columns
-  kRowGroups,  // kScg, groups of 2-4 rows sharing columns (V:N:M, BSR); its rows serve kRowGroups4
-  kRowGroups4, // kScg, groups of 4 rows (a kRowGroups weight), for rows written for 4-row groups
-  kDenseBf16,  // kScg with implicit columns (dense bf16 rows)
-  kMask,       // kMask
+  kDenseF32,     // kDenseF32 (OpenBLAS)
+  kNmM4,         // kNm with m <= 4 (2-bit indices): 1:4, 3:4, and the window cases below
+  kNmWindowM4,   // kNm with m = 2n <= 4 (1:2, 2:4): X windows permuted (a case of kNmM4)
+  kNm24,         // kNm 2:4 (a case of kNmWindowM4), for rows written for 2:4 only
+  kNmM16,        // kNm with 4 < m <= 16 (4-bit indices): 1:8, 2:8, 4:16, ...
+  kNmWindowM16,  // kNm with m = 2n > 4 (4:8, 8:16): X windows permuted (a case of kNmM16)
+  kCsr,          // kScg, groups of one row with explicit columns
+  kRowGroups,    // kScg, groups of 2-4 rows sharing columns (V:N:M, BSR)
+  kRowGroups4,   // kScg, groups of 4 rows (a case of kRowGroups), for rows written for 4-row groups
+  kDenseBf16,    // kScg with implicit columns (dense bf16 rows)
+  kMask,         // kMask
 };
 const char* LayoutName(KernelLayout layout);
 KernelLayout LayoutOf(const PackedWeight& w);
-// A row of layout `row` serves weights of layout `w`: the same, or a case of it (kNm24 is a case
-// of kNmWindow, kRowGroups4 of kRowGroups).
+// A row of layout `row` serves weights of layout `w`: the same, or a case of it.
 bool LayoutServes(KernelLayout row, KernelLayout w);
 
-using KernelRun = void (*)(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool);
+struct KernelRow;
+// A row's path: stages the input, splits the tasks and calls the row's body (runners.h).
+using KernelRun = void (*)(const KernelRow& row, const PackedWeight& w, const SpmmArgs& a,
+                           ThreadPool* pool);
+struct KernelCall;
+// A row's body on one target (kernel_entry.h): the template instantiation the row names.
+using KernelBody = void (*)(const KernelCall& call);
 
 struct KernelRow {
   const char* name;
   KernelLayout layout;
-  DType dtype;        // value dtype (kF32 for dense f32)
+  ValueKind values;
   KernelMode mode;
   const char* tile;   // rows x token vectors per inner step
   // Highway targets the row runs on: from `worst` (e.g. HWY_SCALAR) to `best` (e.g. HWY_AVX3_DL);
@@ -56,7 +66,19 @@ struct KernelRow {
   int64_t best, worst;
   int64_t min_n, max_n;  // token counts it may be chosen for (it is correct for every n)
   KernelRun run;
+  // Token tile of the tiled rows: > 0 that many vectors, < 0 that many tokens (narrower than a
+  // vector), 0 chosen by n (RowTileWidth / TileWidth of its target).
+  int tile_nv;
+  const KernelBody* bodies;  // per target, indexed by KernelConfig::dispatch_index
+
+  KernelBody Body(const KernelConfig& cfg) const { return bodies[cfg.dispatch_index]; }
+  void Run(const PackedWeight& w, const SpmmArgs& a, ThreadPool* pool) const {
+    run(*this, w, a, pool);
+  }
 };
+// Tokens per tile the row's body runs for n tokens of weight w on cfg's target.
+int64_t TileTokens(const KernelRow& row, const PackedWeight& w, int64_t n,
+                   const KernelConfig& cfg);
 
 // Every row, in dispatch order.
 const std::vector<KernelRow>& KernelTable();

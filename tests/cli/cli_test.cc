@@ -225,7 +225,7 @@ TEST(BenchCliTest, PlotWithoutItsScriptFailsBeforeTheRun) {
             1);
   EXPECT_THAT(out, HasSubstr("plot script '/nonexistent_dir/plot_speedup.py' not found"));
   // No benchmark row was printed: neither the table's header nor a kernel (whose name depends on
-  // the target: f32_nm24_decode_4xT__avx2 on AVX2, f32_nm_window_decode_4xT elsewhere).
+  // the target: f32_nm24_decode_4xT__avx2 on AVX2, f32_nm_m4_window_decode_4xT elsewhere).
   EXPECT_THAT(out, ::testing::Not(HasSubstr("GFLOP/s")));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("decode_4xT")));
   EXPECT_FALSE(std::ifstream(json_out).good());

@@ -83,7 +83,7 @@ TEST(KernelTableCliTest, ExplainNamesTheChosenKernelAndTheDeclines) {
   EXPECT_THAT(out, HasSubstr("256x256 2:4 f32 n=512 (stored as nm 2:4 f32)"));
   EXPECT_THAT(out, HasSubstr("chosen: f32_csr_decode_1x1"));
   // At 512 tokens the decode row of the weight's layout declines, and says why.
-  EXPECT_THAT(out, HasSubstr("declined f32_nm_window_decode_4xT: serves n in [0, 16], not 512"));
+  EXPECT_THAT(out, HasSubstr("declined f32_nm_m4_gather_decode_4xT: serves n in [0, 16], not 512"));
   EXPECT_THAT(out, HasSubstr("declined f32_csr_decode_1x1: serves n in [0, 16], not 512"));
 }
 
@@ -120,10 +120,10 @@ TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
     const char* i4_decode;
     const char* i4_tiled;
   };
-  const Rows avx2{"i8_nm24_decode_4xT__avx2", "i8_nm_window_tiled_1x8__avx2",
-                  "i4_nm24_decode_4xT__avx2", "i4_nm_window_tiled_1x8__avx2"};
-  const Rows generic{"i8_nm_window_decode_4xT", "i8_nm_window_tiled_4xNV",
-                     "i4_nm_window_decode_4xT", "i4_nm_window_tiled_4xNV"};
+  const Rows avx2{"i8_nm24_decode_4xT__avx2", "i8_nm_m4_tiled_1x8__avx2",
+                  "i4s_nm24_decode_4xT__avx2", "i4s_nm_m4_tiled_1x8__avx2"};
+  const Rows generic{"i8_nm_m4_window_decode_4xT", "i8_nm_m4_tiled_4xNV",
+                     "i4s_nm_m4_window_decode_4xT", "i4s_nm_m4_tiled_4xNV"};
   std::string out, err;
   for (const std::string cap : {"SSE4", "AVX2", "AVX3"}) {
     ASSERT_EQ(RunCli("--max-isa " + cap + " bench kernels --explain --shapes 128x256 --n 1,64 "
@@ -159,7 +159,9 @@ TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
       EXPECT_EQ(isa, "SSE4") << rows[0];
     }
     EXPECT_EQ(rows[0]["kernel"].get<std::string>(),
-              std::string(isa == "AVX2" ? avx2.i4_decode : generic.i4_decode) + "(nm 2:4 int4:g64)")
+              // int4 with a min: the i4 rows (symmetric int4 above: i4s)
+              std::string(isa == "AVX2" ? "i4_nm24_decode_4xT__avx2" : "i4_nm_m4_window_decode_4xT") +
+                  "(nm 2:4 int4:g64)")
         << "--max-isa " << cap << ": " << rows[0];
   }
   EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns 2:4 --values int5", &out, &err), 1);

@@ -176,7 +176,7 @@ std::vector<float> RunRow(const cpu::KernelRow& kern, const cpu::PackedWeight& w
   std::vector<float> y(size_t(n * m), -12345.0f);
   a.y = y.data();
   a.ldy = m;
-  kern.run(w, a, pool);
+  kern.Run(w, a, pool);
   return y;
 }
 
