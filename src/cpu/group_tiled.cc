@@ -15,7 +15,7 @@ namespace sparq::cpu {
 void RunScgTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                  ThreadPool* pool) {
   const KernelConfig& c = a.config();
-  const ScgWeight& w = pw.scg;
+  const ScgWeight& w = pw.scg();
   const std::vector<int64_t> cost = RowCost(pw);
   const bool stream = StreamY(a, w.rows, pool);
   const TaskCuts cuts = CutsFor(a, stream, w.g, std::max(1, 4 / w.g));

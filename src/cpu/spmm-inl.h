@@ -124,7 +124,7 @@ struct NoBody {  // the dense f32 row runs OpenBLAS
 template <int kBits, int kV, int kScheme>
 struct NmDecodeBody {
   static void Run(const KernelCall& c) {
-    NmDecodeImpl<kBits, kV, kScheme != kNmGather, kScheme == kNmHalves>(c.w->nm, c.x, c.n, c.u0,
+    NmDecodeImpl<kBits, kV, kScheme != kNmGather, kScheme == kNmHalves>(c.w->nm(), c.x, c.n, c.u0,
                                                                          c.u1, c.raw);
   }
 };
@@ -134,7 +134,7 @@ template <int kBits, int kV, int kNv>
 struct NmTiledBody {
   static void Run(const KernelCall& c) {
     auto run = [&c](auto nv) {
-      NmTiledImpl<kBits, kV, decltype(nv)::value>(c.w->nm, c.u0, c.u1, c.xt, c.c0, c.c1,
+      NmTiledImpl<kBits, kV, decltype(nv)::value>(c.w->nm(), c.u0, c.u1, c.xt, c.c0, c.c1,
                                                    c.scratch, *c.next);
     };
     if constexpr (kNv > 0) {
@@ -148,7 +148,7 @@ struct NmTiledBody {
 template <bool kBf16>
 struct MaskDecodeBody {
   static void Run(const KernelCall& c) {
-    MaskDecodeImpl<kBf16>(c.w->mask, c.x, c.n, c.u0, c.u1, c.raw);
+    MaskDecodeImpl<kBf16>(c.w->mask(), c.x, c.n, c.u0, c.u1, c.raw);
   }
 };
 
@@ -156,7 +156,7 @@ template <bool kBf16, int kNv>
 struct MaskTiledBody {
   static void Run(const KernelCall& c) {
     auto run = [&c](auto nv) {
-      MaskTiledImpl<decltype(nv)::value, kBf16>(c.w->mask, c.u0, c.u1, c.xt, c.c0, c.c1,
+      MaskTiledImpl<decltype(nv)::value, kBf16>(c.w->mask(), c.u0, c.u1, c.xt, c.c0, c.c1,
                                                 c.cursor, c.off, c.scratch, *c.next);
     };
     if constexpr (kNv > 0) {
@@ -170,7 +170,7 @@ struct MaskTiledBody {
 template <bool kBf16>
 struct CsrDecodeBody {
   static void Run(const KernelCall& c) {
-    const ScgWeight& w = c.w->scg;
+    const ScgWeight& w = c.w->scg();
     w.idx16 ? ScgDecodeG1Impl<true, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
             : ScgDecodeG1Impl<false, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
   }
@@ -181,7 +181,7 @@ struct CsrDecodeBody {
 template <bool kBf16>
 struct GroupDecodeBody {
   static void Run(const KernelCall& c) {
-    const ScgWeight& w = c.w->scg;
+    const ScgWeight& w = c.w->scg();
     w.g == 2 ? ScgDecodeGroupImpl<2, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
              : ScgDecodeGroupImpl<4, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
   }
@@ -190,7 +190,7 @@ struct GroupDecodeBody {
 template <bool kBf16 = true>
 struct DenseBf16DecodeBody {
   static void Run(const KernelCall& c) {
-    ScgDecodeDenseImpl<kBf16>(c.w->scg, c.x, c.n, c.u0, c.u1, c.raw);
+    ScgDecodeDenseImpl<kBf16>(c.w->scg(), c.x, c.n, c.u0, c.u1, c.raw);
   }
 };
 
@@ -198,7 +198,7 @@ struct DenseBf16DecodeBody {
 template <size_t kNt, bool kBf16>
 struct CsrNarrowBody {
   static void Run(const KernelCall& c) {
-    CsrNarrowImpl<kNt, kBf16>(c.w->scg, c.u0, c.u1, c.xt, *c.blk, c.scratch, *c.next);
+    CsrNarrowImpl<kNt, kBf16>(c.w->scg(), c.u0, c.u1, c.xt, *c.blk, c.scratch, *c.next);
   }
 };
 
@@ -209,7 +209,7 @@ struct ScgTiledBody {
   template <int G>
   static void RunG(const KernelCall& c) {
     auto run = [&c](auto nv) {
-      ScgTiledImpl<G, decltype(nv)::value, kBf16>(c.w->scg, c.u0, c.u1, c.xt, *c.blk, c.scratch,
+      ScgTiledImpl<G, decltype(nv)::value, kBf16>(c.w->scg(), c.u0, c.u1, c.xt, *c.blk, c.scratch,
                                                    *c.next);
     };
     if constexpr (kNv > 0) {
@@ -222,7 +222,7 @@ struct ScgTiledBody {
     if constexpr (kG > 0) {
       RunG<kG>(c);
     } else {
-      c.w->scg.g == 2 ? RunG<2>(c) : RunG<4>(c);
+      c.w->scg().g == 2 ? RunG<2>(c) : RunG<4>(c);
     }
   }
 };

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "sparq/dtype.h"
@@ -119,6 +120,12 @@ struct MaskWeight {
 // step per 16 columns however few are kept. (measurements: docs/kernels.md)
 inline constexpr double kMaskMinDensity = 0.2;
 
+// The dense f32 matrix as it came (shared with the source where it was f32).
+struct DenseF32Weight {
+  Tensor values;  // f32 [rows, cols]
+};
+
+// The packed layouts, in the order of PackedWeight::layout's alternatives.
 enum class PackedKind : uint8_t { kDenseF32, kNm, kScg, kMask };
 
 // How a weight's values are stored, as the kernels read them: each kind has its own rows in the
@@ -135,16 +142,29 @@ const char* ValueKindName(ValueKind v);
 ValueKind ValueKindOf(const ValueSpec& spec);
 
 struct PackedWeight {
-  PackedKind kind = PackedKind::kDenseF32;
   int64_t rows = 0, cols = 0;
   std::string source;     // "nm 2:4 f32", "csr bf16 u16", ... (for names and logs)
-  Tensor dense;           // kDenseF32: f32 [rows, cols]
-  NmWeight nm;
-  ScgWeight scg;
-  MaskWeight mask;
+  std::variant<DenseF32Weight, NmWeight, ScgWeight, MaskWeight> layout;
   uint64_t weight_bytes = 0;  // bytes a product streams: values + indices/metadata
   int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
+
+  PackedKind kind() const { return static_cast<PackedKind>(layout.index()); }
+  // The layout's parts (the kind must match: std::get checks it).
+  const Tensor& dense() const { return std::get<DenseF32Weight>(layout).values; }
+  const NmWeight& nm() const { return std::get<NmWeight>(layout); }
+  const ScgWeight& scg() const { return std::get<ScgWeight>(layout); }
+  const MaskWeight& mask() const { return std::get<MaskWeight>(layout); }
+  NmWeight& nm() { return std::get<NmWeight>(layout); }
+  ScgWeight& scg() { return std::get<ScgWeight>(layout); }
+  MaskWeight& mask() { return std::get<MaskWeight>(layout); }
 };
+// Calls the overload of fn that takes the weight's layout (std::visit over PackedWeight::layout).
+template <class... Fn>
+struct Overloaded : Fn... {
+  using Fn::operator()...;
+};
+template <class... Fn>
+Overloaded(Fn...) -> Overloaded<Fn...>;
 ValueKind ValueKindOf(const PackedWeight& w);
 
 // How CSR / COO rows are laid out (KernelConfig::csr_layout): by density (kAuto: kMask from

@@ -89,7 +89,7 @@ Built Build(const Case& c, int64_t m, int64_t k, uint64_t seed) {
   auto pw = cpu::Pack(*s, "w", cpu::PackOptions{c.layout, {}});
   EXPECT_TRUE(pw.ok()) << Name(c) << ": " << pw.status().ToString();
   if (pw.ok() && c.layout != CsrLayout::kAuto) {
-    EXPECT_EQ(pw->kind, c.layout == CsrLayout::kBitmask ? cpu::PackedKind::kMask
+    EXPECT_EQ(pw->kind(), c.layout == CsrLayout::kBitmask ? cpu::PackedKind::kMask
                                                             : cpu::PackedKind::kScg) << Name(c);
   }
   b.packed = std::move(pw).value();
@@ -202,9 +202,9 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
       for (int64_t m : ms) {
         for (int64_t k : ks) {
           const Built b = Build(c, m, k, seed++);
-          if (b.packed.kind == cpu::PackedKind::kScg && !b.packed.scg.implicit_cols) {
-            tr.groups[Name(c)] = "g=" + std::to_string(b.packed.scg.g) +
-                                 (b.packed.scg.idx16 ? " u16" : " u32");
+          if (b.packed.kind() == cpu::PackedKind::kScg && !b.packed.scg().implicit_cols) {
+            tr.groups[Name(c)] = "g=" + std::to_string(b.packed.scg().g) +
+                                 (b.packed.scg().idx16 ? " u16" : " u32");
           }
           for (const auto& kern : cpu::KernelTable()) {
             if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
@@ -758,7 +758,7 @@ TEST(SpmmTest, DenseF32SameBitsForOneTwoThreeThreads) {
   for (const Shape& sh : {Shape{300, 700, 8}, Shape{300, 700, 300}, Shape{512, 1000, 100},
                           Shape{2048, 512, 1}}) {
     const Built b = Build(Case{FormatKind::kDense, "dense", DType::kF32}, sh.m, sh.k, 21);
-    ASSERT_EQ(b.packed.kind, cpu::PackedKind::kDenseF32);
+    ASSERT_EQ(b.packed.kind(), cpu::PackedKind::kDenseF32);
     const std::vector<float> x = RandomVector(sh.n * sh.k, 22);
     int ran = 0;
     for (const auto& kern : cpu::KernelTable()) {
@@ -969,7 +969,7 @@ TEST(SpmmTest, Avx2RowGroupTilesOfFourFrom48Tokens) {
     const bool avx2 = Cfg().target == HWY_AVX2;
     for (const Case& c : cases) {
       const Built b = Build(c, 64, 128, 91);
-      const int g = b.packed.scg.g;
+      const int g = b.packed.scg().g;
       for (int64_t n : {47, 48, 512}) {
         const cpu::KernelRow& row = cpu::ChooseKernel(b.packed, n, Cfg());
         const std::string name = row.name;
@@ -1285,8 +1285,8 @@ TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
   auto pw = cpu::Pack(SparseMatrix(std::move(cs).value()), "w");
   ASSERT_TRUE(pw.ok()) << pw.status().ToString();
   b.packed = std::move(pw).value();
-  ASSERT_EQ(b.packed.kind, cpu::PackedKind::kScg);
-  ASSERT_FALSE(b.packed.scg.idx16);
+  ASSERT_EQ(b.packed.kind(), cpu::PackedKind::kScg);
+  ASSERT_FALSE(b.packed.scg().idx16);
   const int targets = ForEachTarget([&](const std::string& target) {
     int rows_run = 0;
     for (const auto& kern : cpu::KernelTable()) {
@@ -1318,8 +1318,8 @@ TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
     auto pw = cpu::Pack(*s, "w");
     ASSERT_TRUE(pw.ok()) << pw.status().ToString();
     b.packed = std::move(pw).value();
-    ASSERT_FALSE(b.packed.scg.idx16) << pat;
-    ASSERT_GE(b.packed.scg.g, 2) << pat;
+    ASSERT_FALSE(b.packed.scg().idx16) << pat;
+    ASSERT_GE(b.packed.scg().g, 2) << pat;
     const int targets = ForEachTarget([&](const std::string& target) {
       int rows_run = 0;
       for (const auto& kern : cpu::KernelTable()) {
