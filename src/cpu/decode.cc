@@ -31,7 +31,7 @@ DecodeInput StageDecodeInput(const PackedWeight& pw, const float* x, int64_t n, 
           [&](const MaskWeight& w) -> DecodeInput {
             return {PaddedX(x, n, ldx, w.cols, w.k_pad()), w.k_pad()};
           },
-          [&](const ScgWeight& w) -> DecodeInput {
+          [&](const RowGroupWeight& w) -> DecodeInput {
             if (!w.implicit_cols) return {x, ldx};
             float* xrep = ThreadBuffer(0, n * w.cols * 4);
             for (int64_t t = 0; t < n; ++t) {
@@ -55,7 +55,7 @@ bool SameDecodeInput(const PackedWeight& a, const PackedWeight& b) {
   switch (a.kind()) {
     case PackedKind::kNm: return a.nm().k_pad == b.nm().k_pad;
     case PackedKind::kMask: return a.mask().k_pad() == b.mask().k_pad();
-    case PackedKind::kScg: return a.scg().implicit_cols == b.scg().implicit_cols;
+    case PackedKind::kRowGroups: return a.row_groups().implicit_cols == b.row_groups().implicit_cols;
     case PackedKind::kDenseF32: return false;
   }
   return false;
@@ -67,13 +67,13 @@ std::vector<int64_t> DecodeBounds(const PackedWeight& pw, int64_t n) {
   return SplitTasks(RowCost(pw), n, 1, pw.kind() == PackedKind::kMask ? 4 : 1);
 }
 
-// Units [u0, u1) of the job (rows, or row groups of a kScg weight) by its row's body.
+// Units [u0, u1) of the job (rows, or row groups of a kRowGroups weight) by its row's body.
 void RunDecodeTask(const DecodeJob& job, const DecodeInput& in, int64_t u0, int64_t u1) {
   const PackedWeight& pw = *job.w;
   const SpmmArgs& a = job.a;
-  const bool groups = pw.kind() == PackedKind::kScg;
-  const int64_t r0 = groups ? pw.scg().group_row[u0] : u0;
-  const int64_t r1 = groups ? pw.scg().group_row[u1] : u1;
+  const bool groups = pw.kind() == PackedKind::kRowGroups;
+  const int64_t r0 = groups ? pw.row_groups().group_row[u0] : u0;
+  const int64_t r1 = groups ? pw.row_groups().group_row[u1] : u1;
   KernelCall c;
   c.w = &pw;
   c.u0 = u0;

@@ -54,7 +54,7 @@ KernelLayout LayoutOf(const PackedWeight& w) {
             if (nm.bits == 2) return window ? KernelLayout::kNmWindowM4 : KernelLayout::kNmM4;
             return window ? KernelLayout::kNmWindowM16 : KernelLayout::kNmM16;
           },
-          [](const ScgWeight& s) {
+          [](const RowGroupWeight& s) {
             if (s.implicit_cols) return KernelLayout::kDenseBf16;
             if (s.g == 1) return KernelLayout::kCsr;
             return s.g == 4 ? KernelLayout::kRowGroups4 : KernelLayout::kRowGroups;
@@ -113,7 +113,7 @@ ValueKind ValueKindOf(const PackedWeight& w) {
             if (nm.value_dtype == DType::kI8) return ValueKind::kI8;
             return of_float(nm.value_dtype);
           },
-          [&](const ScgWeight& s) { return of_float(s.value_dtype); },
+          [&](const RowGroupWeight& s) { return of_float(s.value_dtype); },
           [&](const MaskWeight& m) { return of_float(m.value_dtype); },
       },
       w.layout);
@@ -132,7 +132,7 @@ int64_t TileTokens(const KernelRow& row, const PackedWeight& w, int64_t n,
                    const KernelConfig& cfg) {
   if (row.tile_nv > 0) return row.tile_nv * LanesAt(cfg);
   if (row.tile_nv < 0) return -row.tile_nv;
-  return w.kind() == PackedKind::kScg ? TileWidthAt(cfg, w.scg().g, n) : RowTileWidthAt(cfg, n);
+  return w.kind() == PackedKind::kRowGroups ? TileWidthAt(cfg, w.row_groups().g, n) : RowTileWidthAt(cfg, n);
 }
 
 int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {

@@ -1,6 +1,6 @@
 // The run functions of the kernel table's rows (table.h): the decode path (decode.cc), the
 // row-tiled path of N:M and bit-mask rows (row_tiled.cc), the row-group tiled path of CSR, V:N:M,
-// BSR and dense bf16 (group_tiled.cc) and dense f32 through BLAS (blas.cc); and what the fused
+// BSR and dense bf16 (row_group_tiled.cc) and dense f32 through BLAS (blas.cc); and what the fused
 // calls (fused.cc) share with them.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace sparq::cpu {
 void RunDecode(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool);
 void RunRowTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                  ThreadPool* pool);
-void RunScgTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+void RunRowGroupTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                  ThreadPool* pool);
 void RunDenseBlas(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                   ThreadPool* pool);

@@ -117,12 +117,12 @@ Status DecodeNmPositions(const std::string& name, const uint8_t* stream, int64_t
   return Status::Ok();
 }
 
-// Builds a ScgWeight from per-group column lists and a value getter value(group, col_pos, q).
-struct ScgBuilder {
-  ScgWeight w;
+// Builds a RowGroupWeight from per-group column lists and a value getter value(group, col_pos, q).
+struct RowGroupBuilder {
+  RowGroupWeight w;
   std::vector<int64_t> cols;  // concatenated
   template <typename ValueFn>
-  Result<ScgWeight> Finish(const std::string& name, DType vt, ValueFn value) {
+  Result<RowGroupWeight> Finish(const std::string& name, DType vt, ValueFn value) {
     w.value_dtype = vt;
     w.idx16 = w.cols <= 65536;
     const int64_t total = static_cast<int64_t>(cols.size());
@@ -166,7 +166,7 @@ Result<PackedWeight> PackDense(const DenseMatrix& d, const std::string& name, Pa
   }
   // Dense bf16: groups of 4 rows, implicit columns, values [col][row in group].
   pw.source = "dense bf16";
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = rows;
   b.w.cols = cols;
   b.w.g = 4;
@@ -265,7 +265,7 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
   if (UseMask(layout, all > 0 ? static_cast<double>(nnz) / all : 0.0)) {
     return PackMask(s, name, vt, std::move(pw));
   }
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = 1;
@@ -277,8 +277,8 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
   }
   SPARQ_ASSIGN_OR_RETURN(pw.layout, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst,
                                                         int64_t at) { StoreValue(dst, at, s.values, p); }));
-  pw.source = std::string("csr ") + std::string(DTypeName(vt)) + (pw.scg().idx16 ? " u16" : " u32");
-  pw.weight_bytes = pw.scg().values.nbytes() + pw.scg().col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
+  pw.source = std::string("csr ") + std::string(DTypeName(vt)) + (pw.row_groups().idx16 ? " u16" : " u32");
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
   pw.stored = int64_t(nnz);
   return pw;
 }
@@ -341,7 +341,7 @@ Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, Packed
       }
     }
   }
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = s.bh == 1 ? 1 : s.bh == 2 ? 2 : 4;
@@ -378,7 +378,7 @@ Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, Packed
       }));
   pw.source = std::string("bsr ") + std::to_string(s.bh) + "x" + std::to_string(s.bw) + " " +
               std::string(DTypeName(vt));
-  pw.weight_bytes = pw.scg().values.nbytes() + pw.scg().col_idx.nbytes() + 8 * (uint64_t(brows) + 1);
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes() + 8 * (uint64_t(brows) + 1);
   pw.stored = int64_t(nvals);
   return pw;
 }
@@ -523,7 +523,7 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
     SPARQ_ASSIGN_OR_RETURN(w.meta, Tensor::TryAlloc(DType::kU32, {s.rows, w.chunks * w.words_per_chunk()},
                                                     name + ".meta"));
   }
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = 1;
@@ -580,7 +580,7 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
                            StoreValue(dst, at, s.values, src[p].first * per_row + src[p].second);
                          }));
   pw.source = "nm " + nm + " as csr " + std::string(DTypeName(vt));
-  pw.weight_bytes = pw.scg().values.nbytes() + pw.scg().col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
   pw.stored = int64_t(b.cols.size());
   return pw;
 }
@@ -600,7 +600,7 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
     return InvalidInput(name + ".meta: want u8 [" + std::to_string(slabs) + ", " +
                         std::to_string(row_bytes) + "], got " + s.meta.ShapeString());
   }
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = s.v == 1 ? 1 : s.v == 2 ? 2 : 4;
@@ -642,7 +642,7 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
       }));
   pw.source = "vnm " + std::to_string(s.v) + ":" + std::to_string(s.n) + ":" +
               std::to_string(s.m) + " " + std::string(DTypeName(vt));
-  pw.weight_bytes = pw.scg().values.nbytes() + pw.scg().col_idx.nbytes();
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes();
   pw.stored = s.rows * per_row;
   return pw;
 }

@@ -30,7 +30,7 @@ void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* /*pool*
                 }
               }
             },
-            [&](const ScgWeight& s) {
+            [&](const RowGroupWeight& s) {
               for (int64_t gi = 0; gi < s.groups(); ++gi) {
                 for (int64_t r = s.group_row[gi]; r < s.group_row[gi + 1]; ++r) {
                   const int q = static_cast<int>(r - s.group_row[gi]);

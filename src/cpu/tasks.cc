@@ -77,7 +77,7 @@ std::vector<int64_t> RowCost(const PackedWeight& w) {
             cum.resize(w.rows + 1);
             for (int64_t r = 0; r <= w.rows; ++r) cum[r] = mw.row_ptr[r] + r * mw.chunks * 2;
           },
-          [&](const ScgWeight& s) {
+          [&](const RowGroupWeight& s) {
             // Each group costs its columns times g, plus a little per row (setup and write-out).
             cum.resize(s.groups() + 1);
             for (int64_t i = 0; i <= s.groups(); ++i) {
