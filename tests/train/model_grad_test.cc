@@ -30,6 +30,7 @@
 #include "sparq/tensor.h"
 #include "sparq/tokenizer.h"
 #include "sparq/train_model.h"
+#include "sparq/train_ops.h"
 #include "tests/train/llama64_testutil.h"
 #include "tests/train/train_testutil.h"
 
@@ -238,6 +239,15 @@ TEST(TrainModel, LogitsMatchLlamaModelForward) {
     std::printf("  n %lld: logits vs LlamaModel max rel err %.3g (tol 1e-5)\n",
                 static_cast<long long>(n), num / den);
     EXPECT_LE(num / den, 1e-5);
+    if (n != 5) continue;
+    // The training loss equals cross-entropy on the runtime's logits (targets: the next tokens).
+    double want_loss = 0.0;
+    ASSERT_TRUE(CrossEntropy(want, std::span(p.tokens).subspan(1), n, c.n_vocab, &want_loss, {})
+                    .ok());
+    LossResult r;
+    ASSERT_TRUE(ModelLossAndGrad(c, p.w, {}, p.tokens, LossSpec{}, &r, nullptr).ok());
+    std::printf("  loss %.9f vs %.9f on LlamaModel's logits\n", r.loss, want_loss);
+    EXPECT_NEAR(r.loss, want_loss, 1e-5 * want_loss);
   }
 }
 
