@@ -31,17 +31,17 @@ namespace sparq::train {
 
 // f32 master weights of one block.
 struct BlockWeights {
-  std::vector<float> attn_norm;                         // [d]
-  std::vector<float> ffn_norm;                          // [d]
-  std::array<std::vector<float>, kNumSlots> linear;     // SlotShape(c, slot) each
+  std::vector<float> attn_norm;                      // [d]
+  std::vector<float> ffn_norm;                       // [d]
+  std::array<std::vector<float>, kNumSlots> linear;  // SlotShape(c, slot) each
   std::vector<float>& at(LinearSlot s) { return linear[static_cast<int>(s)]; }
   const std::vector<float>& at(LinearSlot s) const { return linear[static_cast<int>(s)]; }
 };
 
 // f32 master weights of the model. The output head is tied: logits = norm(h) token_embd^T.
 struct ModelWeights {
-  std::vector<float> token_embd;   // [n_vocab, d]
-  std::vector<float> output_norm;  // [d]
+  std::vector<float> token_embd;     // [n_vocab, d]
+  std::vector<float> output_norm;    // [d]
   std::vector<BlockWeights> blocks;  // n_layer
 };
 
@@ -66,14 +66,14 @@ Status CheckModel(const LlamaConfig& c, const ModelWeights& w,
 // What BlockBackward reads, saved by BlockForward (all [n, width] row-major).
 struct BlockActivations {
   int64_t n = 0;
-  std::vector<float> x;        // block input [n, d]
-  std::vector<float> attn_in;  // RMSNorm(x) [n, d]
-  std::vector<float> q, k, v;  // q, k after RoPE [n, d], [n, kvd]; v [n, kvd]
-  std::vector<float> att;      // attention output [n, d]
-  std::vector<float> hidden;   // x + Wo att [n, d]
-  std::vector<float> ffn_in;   // RMSNorm(hidden) [n, d]
-  std::vector<float> gate, up; // [n, f]
-  std::vector<float> act;      // silu(gate) * up [n, f]
+  std::vector<float> x;         // block input [n, d]
+  std::vector<float> attn_in;   // RMSNorm(x) [n, d]
+  std::vector<float> q, k, v;   // q, k after RoPE [n, d], [n, kvd]; v [n, kvd]
+  std::vector<float> att;       // attention output [n, d]
+  std::vector<float> hidden;    // x + Wo att [n, d]
+  std::vector<float> ffn_in;    // RMSNorm(hidden) [n, d]
+  std::vector<float> gate, up;  // [n, f]
+  std::vector<float> act;       // silu(gate) * up [n, f]
 };
 
 // y [n, d] = the block on x [n, d] at positions 0..n-1; *acts receives what the backward needs.

@@ -22,7 +22,11 @@ void AddTo(std::span<float> acc, std::span<const float> x) {
 }
 
 RopeShape Rope(const LlamaConfig& c, int64_t n, int64_t heads) {
-  return {.n = n, .heads = heads, .hd = c.head_dim(), .rope_dim = c.rope_dim, .pos0 = 0,
+  return {.n = n,
+          .heads = heads,
+          .hd = c.head_dim(),
+          .rope_dim = c.rope_dim,
+          .pos0 = 0,
           .theta = c.rope_theta};
 }
 
@@ -81,8 +85,8 @@ Status CheckMasks(const LlamaConfig& c, const BlockMasks& masks, const std::stri
       const std::string where = prefix + std::string(SlotName(slot)) + ".weight: kept[" +
                                 std::to_string(i) + "] = " + std::to_string(idx);
       if (idx < 0 || idx >= m * k) {
-        return InvalidInput(where + " is outside [" + std::to_string(m) + ", " +
-                            std::to_string(k) + "]");
+        return InvalidInput(where + " is outside [" + std::to_string(m) + ", " + std::to_string(k) +
+                            "]");
       }
       if (seen[idx]) return InvalidInput(where + " is listed twice");
       seen[idx] = true;
@@ -131,8 +135,8 @@ Status BlockForward(const LlamaConfig& c, const BlockWeights& w, int block_index
 }
 
 Status BlockBackward(const LlamaConfig& c, const BlockWeights& w, int block_index,
-                     const BlockMasks* masks, const BlockActivations& a,
-                     std::span<const float> dy, std::span<float> dx, BlockWeights* grads) {
+                     const BlockMasks* masks, const BlockActivations& a, std::span<const float> dy,
+                     std::span<float> dx, BlockWeights* grads) {
   const std::string blk = BlockName(block_index);
   SPARQ_RETURN_IF_ERROR(c.Validate("BlockBackward"));
   SPARQ_RETURN_IF_ERROR(CheckBlock(c, w, blk));

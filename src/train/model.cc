@@ -65,8 +65,8 @@ Status CheckModel(const LlamaConfig& c, const ModelWeights& w, std::span<const B
   SPARQ_RETURN_IF_ERROR(c.Validate("training model config"));
   SPARQ_RETURN_IF_ERROR(CheckSize("token_embd.weight", "tensor",
                                   std::span<const float>(w.token_embd), {c.n_vocab, c.n_embd}));
-  SPARQ_RETURN_IF_ERROR(CheckSize("output_norm.weight", "tensor",
-                                  std::span<const float>(w.output_norm), {c.n_embd}));
+  SPARQ_RETURN_IF_ERROR(
+      CheckSize("output_norm.weight", "tensor", std::span<const float>(w.output_norm), {c.n_embd}));
   if (static_cast<int64_t>(w.blocks.size()) != c.n_layer) {
     return InvalidInput("training model: " + std::to_string(w.blocks.size()) + " blocks for " +
                         std::to_string(c.n_layer) + " layers");
@@ -76,8 +76,8 @@ Status CheckModel(const LlamaConfig& c, const ModelWeights& w, std::span<const B
   }
   if (masks.empty()) return Status::Ok();
   if (static_cast<int64_t>(masks.size()) != c.n_layer) {
-    return InvalidInput("training model: " + std::to_string(masks.size()) +
-                        " block masks for " + std::to_string(c.n_layer) + " layers");
+    return InvalidInput("training model: " + std::to_string(masks.size()) + " block masks for " +
+                        std::to_string(c.n_layer) + " layers");
   }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     SPARQ_RETURN_IF_ERROR(CheckMasks(c, masks[l], BlockName(static_cast<int>(l))));
@@ -111,7 +111,8 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   const auto n = static_cast<int64_t>(tokens.size()) - 1;
   const int64_t d = c.n_embd, vocab = c.n_vocab;
   const bool use_kl = spec.kl_weight > 0;
-  if (use_kl) SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher_logits", spec.teacher_logits, {n, vocab}));
+  if (use_kl)
+    SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher_logits", spec.teacher_logits, {n, vocab}));
   const std::span<const int32_t> inputs = tokens.first(n), targets = tokens.subspan(1);
   SPARQ_RETURN_IF_ERROR(CheckIds(kOp, "tokens", tokens, vocab));
 
@@ -132,8 +133,8 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   if (!backward) return Status::Ok();
 
   for (size_t i = 0; i < dlogits.size(); ++i) {
-    dlogits[i] = static_cast<float>(spec.ce_weight * dlogits[i] +
-                                    (use_kl ? spec.kl_weight * dkl[i] : 0.0));
+    dlogits[i] =
+        static_cast<float>(spec.ce_weight * dlogits[i] + (use_kl ? spec.kl_weight * dkl[i] : 0.0));
   }
   // Tied head: logits = xf E^T, so E gets dlogits^T xf here and the lookup's rows below.
   std::vector<float> dxf(n * d), dx(n * d), dprev(n * d), y(n * d);

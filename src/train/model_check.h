@@ -1,5 +1,6 @@
 // Checks shared by the block and the model (src/train/block.cc): tensor sizes and kept lists
-// against a LlamaConfig, with errors naming the tensor as the model files do ("blk.1.ffn_up.weight").
+// against a LlamaConfig, with errors naming the tensor as the model files do
+// ("blk.1.ffn_up.weight").
 #pragma once
 
 #include <string>

@@ -191,7 +191,8 @@ TEST(TrainModel, BlockInputGradientMatchesFiniteDifferences) {
 TEST(TrainModel, LogitsMatchLlamaModelForward) {
   Problem p = MakeProblem(405);
   const LlamaConfig& c = p.c;
-  auto dense = [](const std::vector<float>& v, int64_t rows, int64_t cols, const std::string& name) {
+  auto dense = [](const std::vector<float>& v, int64_t rows, int64_t cols,
+                  const std::string& name) {
     auto dm = DenseMatrix::FromDense(v, rows, cols);
     EXPECT_TRUE(dm.ok());
     auto lw = LinearWeight::FromMatrix(SparseMatrix(std::move(*dm)), name);
@@ -242,8 +243,8 @@ TEST(TrainModel, LogitsMatchLlamaModelForward) {
     if (n != 5) continue;
     // The training loss equals cross-entropy on the runtime's logits (targets: the next tokens).
     double want_loss = 0.0;
-    ASSERT_TRUE(CrossEntropy(want, std::span(p.tokens).subspan(1), n, c.n_vocab, &want_loss, {})
-                    .ok());
+    ASSERT_TRUE(
+        CrossEntropy(want, std::span(p.tokens).subspan(1), n, c.n_vocab, &want_loss, {}).ok());
     LossResult r;
     ASSERT_TRUE(ModelLossAndGrad(c, p.w, {}, p.tokens, LossSpec{}, &r, nullptr).ok());
     std::printf("  loss %.9f vs %.9f on LlamaModel's logits\n", r.loss, want_loss);
