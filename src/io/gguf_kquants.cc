@@ -47,7 +47,9 @@ void ScaleMinK4(const uint8_t* s, int j, int* sc, int* m) {
 }
 
 // The 2-bit field of element e (0..255) in a 64-byte 2-bit plane (see the header comment).
-int Bits2(const uint8_t* plane, int e) { return (plane[32 * (e / 128) + e % 32] >> (2 * (e / 32 % 4))) & 3; }
+int Bits2(const uint8_t* plane, int e) {
+  return (plane[32 * (e / 128) + e % 32] >> (2 * (e / 32 % 4))) & 3;
+}
 
 void Q2K(const uint8_t* b, float d, float dmin, float* y) {
   const uint8_t* scales = b;
@@ -75,7 +77,8 @@ void Q3K(const uint8_t* b, float d, float* y) {
 }
 
 // Q4_K (qh == nullptr) and Q5_K: 8 sub-blocks of 32, nibble planes as described above.
-void Q45K(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, float d, float dmin, float* y) {
+void Q45K(const uint8_t* scales, const uint8_t* qh, const uint8_t* qs, float d, float dmin,
+          float* y) {
   for (int j = 0; j < 8; ++j) {
     int sc, m;
     ScaleMinK4(scales, j, &sc, &m);
@@ -113,11 +116,16 @@ struct KLayout {
 
 KLayout LayoutOf(GgmlType type) {
   switch (type) {
-    case GgmlType::kQ2_K: return {84, 80, 82};
-    case GgmlType::kQ3_K: return {110, 108, -1};
-    case GgmlType::kQ4_K: return {144, 0, 2};
-    case GgmlType::kQ5_K: return {176, 0, 2};
-    default: return {210, 208, -1};  // Q6_K
+    case GgmlType::kQ2_K:
+      return {84, 80, 82};
+    case GgmlType::kQ3_K:
+      return {110, 108, -1};
+    case GgmlType::kQ4_K:
+      return {144, 0, 2};
+    case GgmlType::kQ5_K:
+      return {176, 0, 2};
+    default:
+      return {210, 208, -1};  // Q6_K
   }
 }
 
@@ -125,7 +133,10 @@ KLayout LayoutOf(GgmlType type) {
 
 bool IsKQuant(GgmlType type) {
   switch (type) {
-    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
       return true;
     default:
@@ -150,11 +161,21 @@ Status DequantizeKQuant(GgmlType type, const uint8_t* src, int64_t blocks, float
                           (bad_d ? "scale d" : "min scale dmin") + " = " + hex + " is not finite");
     }
     switch (type) {
-      case GgmlType::kQ2_K: Q2K(b, d, dmin, y); break;
-      case GgmlType::kQ3_K: Q3K(b, d, y); break;
-      case GgmlType::kQ4_K: Q45K(b + 4, nullptr, b + 16, d, dmin, y); break;
-      case GgmlType::kQ5_K: Q45K(b + 4, b + 16, b + 48, d, dmin, y); break;
-      default: Q6K(b, d, y); break;
+      case GgmlType::kQ2_K:
+        Q2K(b, d, dmin, y);
+        break;
+      case GgmlType::kQ3_K:
+        Q3K(b, d, y);
+        break;
+      case GgmlType::kQ4_K:
+        Q45K(b + 4, nullptr, b + 16, d, dmin, y);
+        break;
+      case GgmlType::kQ5_K:
+        Q45K(b + 4, b + 16, b + 48, d, dmin, y);
+        break;
+      default:
+        Q6K(b, d, y);
+        break;
     }
   }
   return Status::Ok();

@@ -14,11 +14,11 @@
 namespace sparq {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Append;
 using testing::Bytes;
 using testing::EncU16;
 using testing::GgufBuilder;
+using ::testing::HasSubstr;
 
 constexpr uint32_t kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
 
@@ -26,13 +26,15 @@ constexpr uint32_t kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
 // order as gguf-py's numpy code, so no tolerance is needed: the bits must agree.
 TEST(GgufKQuantTest, MatchesGgufPyBitForBit) {
   const std::string py = testing::PythonInterpreter();
-  SPARQ_REQUIRE(testing::RunCommand("'" + py + "' -c 'import gguf, numpy' 2>/dev/null", nullptr) == 0,
-                "'" + py + "' cannot import gguf and numpy: run scripts/install_deps.sh (it makes "
-                ".venv/ with them) or set SPARQ_PYTHON to a Python that has them");
+  SPARQ_REQUIRE(
+      testing::RunCommand("'" + py + "' -c 'import gguf, numpy' 2>/dev/null", nullptr) == 0,
+      "'" + py +
+          "' cannot import gguf and numpy: run scripts/install_deps.sh (it makes "
+          ".venv/ with them) or set SPARQ_PYTHON to a Python that has them");
   const std::string path = testing::TempDir() + "/kquants.gguf";
   std::string log;
-  ASSERT_EQ(testing::RunCommand("'" + py + "' " SPARQ_SOURCE_DIR "/scripts/make_kquant_gguf.py '" + path +
-                                    "' --seed 27 2>&1",
+  ASSERT_EQ(testing::RunCommand("'" + py + "' " SPARQ_SOURCE_DIR "/scripts/make_kquant_gguf.py '" +
+                                    path + "' --seed 27 2>&1",
                                 &log),
             0)
       << log;
@@ -60,12 +62,15 @@ TEST(GgufKQuantTest, MatchesGgufPyBitForBit) {
         ADD_FAILURE() << t.name << "[" << i << "]: sparq " << g[i] << ", gguf-py " << r[i];
       }
     }
-    EXPECT_EQ(differ, 0) << t.name << ": " << differ << " of " << got->numel() << " elements differ";
-    EXPECT_GT(nonzero, static_cast<int64_t>(got->numel()) / 2) << t.name << ": mostly zeros, a weak test";
+    EXPECT_EQ(differ, 0) << t.name << ": " << differ << " of " << got->numel()
+                         << " elements differ";
+    EXPECT_GT(nonzero, static_cast<int64_t>(got->numel()) / 2)
+        << t.name << ": mostly zeros, a weak test";
     compared[GgmlTypeName(t.type)]++;
     elements += static_cast<int64_t>(got->numel());
   }
-  EXPECT_EQ(compared, (std::map<std::string, int>{{"Q2_K", 3}, {"Q3_K", 3}, {"Q4_K", 3}, {"Q5_K", 3}, {"Q6_K", 3}}));
+  EXPECT_EQ(compared, (std::map<std::string, int>{
+                          {"Q2_K", 3}, {"Q3_K", 3}, {"Q4_K", 3}, {"Q5_K", 3}, {"Q6_K", 3}}));
   EXPECT_EQ(elements, 5 * (3 * 512 + 256 + 2 * 768));
 }
 
@@ -88,7 +93,8 @@ TEST(GgufKQuantTest, HandPackedQ4_K) {
   Append(blk, EncU16(0x3400));  // dmin = 0.25
   Append(blk, PackScaleMin(sc, m));
   for (int p = 0; p < 4; ++p)
-    for (int l = 0; l < 32; ++l) blk.push_back(static_cast<uint8_t>((l % 16) | ((15 - l % 16) << 4)));
+    for (int l = 0; l < 32; ++l)
+      blk.push_back(static_cast<uint8_t>((l % 16) | ((15 - l % 16) << 4)));
   ASSERT_EQ(blk.size(), 144u);
   float y[256];
   ASSERT_TRUE(DequantizeGgml(GgmlType::kQ4_K, blk.data(), 256, y).ok());
@@ -101,7 +107,9 @@ TEST(GgufKQuantTest, HandPackedQ4_K) {
   }
 }
 
-Result<GgufFile> Parse(const Bytes& b) { return GgufFile::FromMemory(b.data(), b.size(), "k.gguf"); }
+Result<GgufFile> Parse(const Bytes& b) {
+  return GgufFile::FromMemory(b.data(), b.size(), "k.gguf");
+}
 
 std::string ParseError(const Bytes& b) {
   auto r = Parse(b);
@@ -112,11 +120,14 @@ std::string ParseError(const Bytes& b) {
 TEST(GgufKQuantMalformedTest, RowNotMultipleOf256) {
   GgufBuilder g;
   g.Tensor({"k", {128, 2}, kQ4K, Bytes(144)});
-  EXPECT_THAT(ParseError(g.Build()),
-              HasSubstr("tensor 'k': row length ne[0] = 128 is not a multiple of the block size 256 of Q4_K"));
+  EXPECT_THAT(
+      ParseError(g.Build()),
+      HasSubstr(
+          "tensor 'k': row length ne[0] = 128 is not a multiple of the block size 256 of Q4_K"));
   GgufBuilder g6;
   g6.Tensor({"k6", {300}, kQ6K, Bytes(420)});
-  EXPECT_THAT(ParseError(g6.Build()), HasSubstr("ne[0] = 300 is not a multiple of the block size 256 of Q6_K"));
+  EXPECT_THAT(ParseError(g6.Build()),
+              HasSubstr("ne[0] = 300 is not a multiple of the block size 256 of Q6_K"));
 }
 
 // The byte size is not stored but derived (blocks * block bytes); data shorter than that runs
@@ -124,7 +135,8 @@ TEST(GgufKQuantMalformedTest, RowNotMultipleOf256) {
 TEST(GgufKQuantMalformedTest, DataShorterThanBlocksTimesBlockBytes) {
   GgufBuilder last;
   last.Tensor({"k5", {512}, kQ5K, Bytes(176)});  // 2 super-blocks need 352 bytes
-  EXPECT_THAT(ParseError(last.Build()), HasSubstr("tensor 'k5': data [0, +352) goes beyond the end of the file"));
+  EXPECT_THAT(ParseError(last.Build()),
+              HasSubstr("tensor 'k5': data [0, +352) goes beyond the end of the file"));
   GgufBuilder mid;
   mid.Tensor({"k2", {256, 2}, kQ2K, Bytes(96)}).Tensor({"n", {64}, 0, Bytes(256)});  // needs 168
   EXPECT_THAT(ParseError(mid.Build()), HasSubstr("tensors 'k2' and 'n' overlap"));
@@ -186,7 +198,8 @@ TEST(GgufKQuantMalformedTest, DequantizeCountNotMultipleOf256) {
   float y[256];
   const Status st = DequantizeGgml(GgmlType::kQ6_K, blk.data(), 255, y);
   EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
-  EXPECT_THAT(st.message(), HasSubstr("element count 255 is not a multiple of the block size 256 of Q6_K"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("element count 255 is not a multiple of the block size 256 of Q6_K"));
   EXPECT_TRUE(DequantizeGgml(GgmlType::kQ6_K, blk.data(), 256, y).ok());
 }
 
