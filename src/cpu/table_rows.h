@@ -34,6 +34,8 @@
       RunRowTiled, 8, SPARQ_BODY(NmTiledBody, 2, kVal##V, 8))                                      \
   ROW(p##_nm_m16_tiled_1x8__avx2, kNmM16, V, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64, INT64_MAX,    \
       RunRowTiled, 8, SPARQ_BODY(NmTiledBody, 4, kVal##V, 8))                                      \
+  ROW(p##_nm_m4_tiled_1x8__sse4, kNmM4, V, kTiled, "1x8", HWY_SSE4, HWY_SSE4, 32, INT64_MAX,      \
+      RunRowTiled, 8, SPARQ_BODY(NmTiledBody, 2, kVal##V, 8))                                      \
   ROW(p##_nm_m4_tiled_4xNV, kNmM4, V, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,      \
       RunRowTiled, 0, SPARQ_BODY(NmTiledBody, 2, kVal##V, 0))                                      \
   ROW(p##_nm_m16_tiled_4xNV, kNmM16, V, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,    \
