@@ -116,3 +116,22 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                         const LossSpec& spec, LossResult* result, ModelWeights* grads);
 
 }  // namespace sparq::train
+
+namespace sparq::train {
+
+// A loaded model as training weights: f32 masters of every tensor, and for each linear slot
+// stored sparse (any format but dense) the kept positions, so that pruned weights stay pruned.
+struct TrainableModel {
+  ModelWeights weights;
+  std::vector<BlockMasks> masks;  // n_layer entries; a slot's list is empty when stored dense
+};
+// Reads the weights through the runtime's own products (LinearWeight::Forward on one-hot inputs,
+// exact: each output is one stored value times 1 plus zeros), so every stored format and value
+// type (bf16, f16, quantized codes) comes out as the f32 numbers the runtime multiplies with.
+// Channel permutations (LlamaBlock::perm) are undone: W[r, perm[j]] = W_p[r, j]. A sparse slot's
+// kept list is its nonzero values: a kept weight stored as exactly 0 (a quantization code of 0)
+// is treated as pruned, which keeps the pattern. Dense f32 slots are copied (dense_f32()).
+// Errors: an untied output head (the training model's head is tied) is kUnsupported.
+Result<TrainableModel> FromLlamaModel(const LlamaModel& model, ThreadPool* pool);
+
+}  // namespace sparq::train

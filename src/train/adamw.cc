@@ -1,0 +1,137 @@
+// AdamW with fixed masks and global-norm clipping (sparq/train_optim.h). The tensors are walked in
+// one fixed order (token_embd, output_norm, then each block's norms and slots), which is also the
+// order of the moment state, so the same weights and gradients give the same bits every run.
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "sparq/train_optim.h"
+#include "src/train/model_check.h"
+
+namespace sparq::train {
+namespace {
+
+// One tensor of the walk: its name (for errors), weights, trainable entries and decay.
+template <class Vec>
+struct Entry {
+  std::string name;
+  Vec* values;
+  const std::vector<int64_t>* kept;  // null or empty: every entry trains
+  bool decay;
+  bool masked() const { return kept != nullptr && !kept->empty(); }
+  int64_t trainable() const {
+    return masked() ? static_cast<int64_t>(kept->size()) : static_cast<int64_t>(values->size());
+  }
+  int64_t index(int64_t i) const { return masked() ? (*kept)[i] : i; }
+};
+
+template <class W, class Vec = std::conditional_t<std::is_const_v<W>, const std::vector<float>,
+                                                  std::vector<float>>>
+std::vector<Entry<Vec>> Walk(W& w, std::span<const BlockMasks> masks) {
+  std::vector<Entry<Vec>> e = {{"token_embd.weight", &w.token_embd, nullptr, true},
+                               {"output_norm.weight", &w.output_norm, nullptr, false}};
+  for (size_t l = 0; l < w.blocks.size(); ++l) {
+    const std::string blk = BlockName(static_cast<int>(l));
+    e.push_back({blk + "attn_norm.weight", &w.blocks[l].attn_norm, nullptr, false});
+    e.push_back({blk + "ffn_norm.weight", &w.blocks[l].ffn_norm, nullptr, false});
+    for (int s = 0; s < kNumSlots; ++s) {
+      const std::vector<int64_t>* kept = masks.empty() ? nullptr : &masks[l].kept[s];
+      e.push_back({blk + std::string(SlotName(static_cast<LinearSlot>(s))) + ".weight",
+                   &w.blocks[l].linear[s], kept, true});
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+Result<AdamW> AdamW::Create(const LlamaConfig& c, const ModelWeights& w,
+                            std::span<const BlockMasks> masks, const AdamWOptions& opt) {
+  auto in = [](double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x < hi; };
+  if (!in(opt.beta1, 0, 1) || !in(opt.beta2, 0, 1) || !(opt.eps > 0) || !std::isfinite(opt.eps) ||
+      !in(opt.weight_decay, 0, INFINITY) || !in(opt.max_grad_norm, 0, INFINITY)) {
+    return InvalidInput(
+        "AdamW: betas must be in [0, 1), eps > 0, weight decay and max grad norm "
+        ">= 0 (got beta1 " +
+        std::to_string(opt.beta1) + ", beta2 " + std::to_string(opt.beta2) + ", eps " +
+        std::to_string(opt.eps) + ", wd " + std::to_string(opt.weight_decay) + ", max grad norm " +
+        std::to_string(opt.max_grad_norm) + ")");
+  }
+  SPARQ_RETURN_IF_ERROR(CheckModel(c, w, masks));
+  AdamW a;
+  a.c_ = c;
+  a.masks_.assign(masks.begin(), masks.end());
+  a.opt_ = opt;
+  for (const Entry<const std::vector<float>>& e : Walk(w, masks)) {
+    if (e.masked()) {
+      // Pruned entries must already be 0: the optimizer never writes them.
+      std::vector<bool> keep(e.values->size(), false);
+      for (int64_t i : *e.kept) keep[i] = true;
+      for (size_t i = 0; i < keep.size(); ++i) {
+        if (!keep[i] && (*e.values)[i] != 0.0f) {
+          return InvalidInput("AdamW: " + e.name + ": pruned entry " + std::to_string(i) + " is " +
+                              std::to_string((*e.values)[i]) +
+                              ", not 0: the mask does not match the weights");
+        }
+      }
+    }
+    a.state_.push_back(
+        {std::vector<float>(e.trainable(), 0.0f), std::vector<float>(e.trainable(), 0.0f)});
+  }
+  return a;
+}
+
+Status AdamW::Step(ModelWeights* w, const ModelWeights& grads, double lr, AdamWStep* info) {
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    return InvalidInput("AdamW: learning rate must be finite and >= 0, got " + std::to_string(lr));
+  }
+  SPARQ_RETURN_IF_ERROR(CheckModel(c_, *w).WithContext("AdamW weights"));
+  SPARQ_RETURN_IF_ERROR(CheckModel(c_, grads).WithContext("AdamW gradient"));
+  std::vector<Entry<std::vector<float>>> we = Walk(*w, masks_);
+  const std::vector<Entry<const std::vector<float>>> ge = Walk(grads, masks_);
+  if (we.size() != state_.size()) return Internal("AdamW: state does not match the weights");
+
+  double sq = 0.0;
+  for (const auto& g : ge) {
+    for (int64_t i = 0; i < g.trainable(); ++i) {
+      const double x = (*g.values)[g.index(i)];
+      sq += x * x;
+    }
+  }
+  const double norm = std::sqrt(sq);
+  if (!std::isfinite(norm)) {
+    return InvalidInput("AdamW: the gradient's norm is " + std::to_string(norm) +
+                        " (a NaN or infinite loss?); weights left unchanged at step " +
+                        std::to_string(t_));
+  }
+  const double clip =
+      opt_.max_grad_norm > 0 && norm > opt_.max_grad_norm ? opt_.max_grad_norm / norm : 1.0;
+  ++t_;
+  const double b1 = opt_.beta1, b2 = opt_.beta2;
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t_));
+  for (size_t j = 0; j < we.size(); ++j) {
+    const auto& e = we[j];
+    const std::vector<float>& g = *ge[j].values;
+    std::vector<float>& p = *e.values;
+    Slot& st = state_[j];
+    const double decay = e.decay ? 1.0 - lr * opt_.weight_decay : 1.0;
+    for (int64_t i = 0; i < e.trainable(); ++i) {
+      const int64_t at = e.index(i);
+      const double gi = static_cast<double>(g[at]) * clip;
+      // The update uses this step's moments in double; the state keeps them rounded to f32.
+      const double m = b1 * st.m[i] + (1.0 - b1) * gi;
+      const double v = b2 * st.v[i] + (1.0 - b2) * gi * gi;
+      st.m[i] = static_cast<float>(m);
+      st.v[i] = static_cast<float>(v);
+      p[at] = static_cast<float>(p[at] * decay - lr * (m / bc1) / (std::sqrt(v / bc2) + opt_.eps));
+    }
+  }
+  if (info != nullptr) *info = {norm, clip};
+  return Status::Ok();
+}
+
+}  // namespace sparq::train
