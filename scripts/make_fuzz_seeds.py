@@ -93,6 +93,21 @@ def main():
     write("gguf", "broken_truncated.gguf", g[: len(g) * 2 // 3])
     write("gguf", "broken_bad_alignment.gguf", gguf([("general.alignment", 4, struct.pack("<I", 3))], []))
 
+    # K-quants: each type's super-block with patterned bytes and its f16 scales (d, dmin) set to
+    # finite values; one file of all five (2 super-blocks each) and one with a NaN d.
+    kq = {10: (84, [80, 82]), 11: (110, [108]), 12: (144, [0, 2]), 13: (176, [0, 2]), 14: (210, [208])}
+    kq_tensors = []
+    for ttype, (nbytes, scale_at) in kq.items():
+        blk = bytearray((i * 29 + ttype * 13) % 256 for i in range(2 * nbytes))
+        for b0 in (0, nbytes):
+            for k, off in enumerate(scale_at):
+                blk[b0 + off:b0 + off + 2] = struct.pack("<H", (0x2E66, 0x9C00)[k])  # 0.1, -0.00391
+        kq_tensors.append((f"k{ttype}", [256, 2], ttype, bytes(blk)))
+    write("gguf", "kquants.gguf", gguf(kvs[:1], kq_tensors))
+    nan = bytearray(kq_tensors[2][3])
+    nan[144:146] = struct.pack("<H", 0x7E00)  # Q4_K super-block 1: d = NaN
+    write("gguf", "broken_kquant_nan_scale.gguf", gguf(kvs[:1], [("k12", [256, 2], 12, bytes(nan))]))
+
     if len(sys.argv) > 1:
         cli, tmp = sys.argv[1], os.path.join(ROOT, "..", "..", "build", "seed_tmp")
         os.makedirs(tmp, exist_ok=True)

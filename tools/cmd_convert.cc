@@ -11,7 +11,7 @@
 //     int8 / int4 round to nearest per group of kept values, nm matrices only: format.h).
 //   * Everything else is copied unchanged where the checkpoint can hold it: plain f32/f16/bf16
 //     tensors keep their type and bits, sparse matrices of a .sparq input keep their encoding,
-//     GGUF quantized tensors (Q4_1, ...) are dequantized to f32. --dtype applies only to the
+//     GGUF quantized tensors (Q4_1, Q4_K, ...) are dequantized to f32. --dtype applies only to the
 //     selected tensors.
 //   * --format dense turns every tensor into a plain dense tensor (no sparq matrices): sparse
 //     matrices are densified in their value dtype (or --dtype), so `convert x.sparq y --format

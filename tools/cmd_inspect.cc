@@ -3,7 +3,9 @@
 // tensors get their density only, tensors of rank > 2 are viewed as [prod(leading dims), last]),
 // bytes as stored and as dense f32, and bits per dense weight as stored (what a quantized sparse
 // file is compared by: Q4_1 is 5). Every tensor is dequantized / densified on the way, so a
-// successful inspect also proves the file reads end to end.
+// successful inspect also proves the file reads end to end. GGUF types read: F32, F16, BF16, Q8_0,
+// Q4_0, Q4_1 and the K-quants Q2_K..Q6_K (dequantized to f32); others (IQ*, Q5_0, ...) are listed
+// as "(unsupported type)".
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -203,7 +205,10 @@ Registrar reg("inspect", "List the tensors of a GGUF, safetensors or sparq file 
                 auto path = std::make_shared<std::string>();
                 auto json = std::make_shared<JsonOutput>();
                 auto threads = std::make_shared<int>(0);
-                sub.add_option("file", *path, "model file (.gguf, .safetensors, .sparq)")->required();
+                sub.add_option("file", *path,
+                               "model file (.gguf, .safetensors, .sparq); GGUF F32/F16/BF16, Q8_0/Q4_0/Q4_1 "
+                               "and the K-quants Q2_K..Q6_K are read as f32")
+                    ->required();
                 json->Register(sub, "the file's metadata and tensors");
                 sub.add_option("--threads", *threads, "worker threads (default: SPARQ_NUM_THREADS or all cores)");
                 return [=](const KernelConfig&) { return Run(*path, *json, *threads); };

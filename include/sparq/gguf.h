@@ -13,7 +13,8 @@
 // negative dimensions, dimension / byte-size products that overflow, ggml type numbers ggml does
 // not define, ne[0] not a multiple of the type's block size, tensor offsets not aligned or whose
 // data runs past the end of the file, overlapping tensors. Known but non-dequantizable types
-// (Q4_K, IQ2_XXS, ...) open fine and fail in ReadF32 with kUnsupported.
+// (IQ2_XXS, Q5_0, ...) open fine and fail in ReadF32 with kUnsupported; a quantized block with a
+// non-finite scale fails in ReadF32 with kInvalidInput naming the tensor and the block.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,10 @@ namespace sparq {
 
 // ggml tensor types sparq knows (values as in ggml.h).
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30,
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12,
+  kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
 };
-// A GgmlType may hold any type number ggml defines (Q4_K, IQ2_XXS, ...): such tensors are listed
+// A GgmlType may hold any type number ggml defines (IQ2_XXS, Q5_0, ...): such tensors are listed
 // and their sizes known, but ReadF32 returns kUnsupported for them.
 
 // Block geometry of a ggml type: `block` elements take `bytes` bytes (F32: 1 and 4; Q4_1: 32 and
@@ -45,10 +47,13 @@ struct GgmlBlockInfo {
 std::optional<GgmlBlockInfo> GgmlTypeBlock(uint32_t type);
 // "F32", "Q4_1", "IQ2_XXS", ... or "type<N>" for unknown numbers.
 std::string GgmlTypeName(GgmlType type);
-// True for the types ReadF32 converts: F32, F16, BF16, Q8_0, Q4_0, Q4_1.
+// True for the types ReadF32 converts: F32, F16, BF16, Q8_0, Q4_0, Q4_1 and the K-quants Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K (all dequantized to f32).
 bool GgmlTypeCanDequantize(GgmlType type);
 // Converts `n` elements (a multiple of the type's block size) from `src` (n / block * bytes
-// bytes, any alignment) to f32. Error for unsupported types or a bad n.
+// bytes, any alignment) to f32. Error for unsupported types or a bad n, and kInvalidInput naming
+// the block for a quantized block whose f16 scale (or min) is NaN or infinite: no quantizer
+// writes one, and letting it through would only turn the block into NaNs.
 Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst);
 
 struct GgufValue;

@@ -23,7 +23,7 @@ void RunDenseBlas(const KernelRow&, const PackedWeight& w, const SpmmArgs& a, Th
                    BlasCoreName().c_str(), core);
     }
   });
-  const float* wd = w.dense.data_as<float>();
+  const float* wd = w.dense().data_as<float>();
   if (w.rows > 0 && a.n > 0) {
     if (w.cols == 0) {
       for (int64_t t = 0; t < a.n; ++t) std::fill(a.y + t * a.ldy, a.y + t * a.ldy + w.rows, 0.0f);

@@ -1,4 +1,4 @@
-// CSR rows (layout kScg with groups of one row and explicit columns): decode gathers X by the
+// CSR rows (layout kRowGroups with groups of one row and explicit columns): decode gathers X by the
 // column indices; tiled runs two rows at a time against X^T, or narrow tiles for n <= 8.
 #if defined(SPARQ_CPU_CSR_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARQ_CPU_CSR_INL_H_
@@ -17,7 +17,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Column indices col_idx[p, p + L) as i32 lanes.
 template <bool kIdx16>
-HWY_INLINE hn::Vec<DI> ColumnVector(const ScgWeight& w, int64_t p) {
+HWY_INLINE hn::Vec<DI> ColumnVector(const RowGroupWeight& w, int64_t p) {
   if constexpr (kIdx16) {
     const hn::Rebind<uint16_t, DF> d16;
     return hn::BitCast(DI(), hn::PromoteTo(DU(), hn::LoadU(d16, w.col_idx.data_as<uint16_t>() + p)));
@@ -26,9 +26,9 @@ HWY_INLINE hn::Vec<DI> ColumnVector(const ScgWeight& w, int64_t p) {
   }
 }
 
-// Decode, shared-column groups. g = 1 with explicit columns: gather X by the column indices.
+// Decode, row groups. g = 1 with explicit columns: gather X by the column indices.
 template <bool kIdx16, bool kBf16>
-HWY_NOINLINE void ScgDecodeG1Impl(const ScgWeight& w, const float* x, int64_t ldx, int64_t n,
+HWY_NOINLINE void CsrDecodeImpl(const RowGroupWeight& w, const float* x, int64_t ldx, int64_t n,
                                   int64_t g0, int64_t g1, float* raw) {
   const DF df;
   const size_t L = hn::Lanes(df);
@@ -82,7 +82,7 @@ HWY_NOINLINE void ScgDecodeG1Impl(const ScgWeight& w, const float* x, int64_t ld
 
 // Two CSR rows (g = 1 groups) at once, columns [pa0, pa1) and [pb0, pb1).
 template <int NV, bool kBf16>
-HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64_t pb0,
+HWY_INLINE void CsrTiledPair(const RowGroupWeight& w, int64_t pa0, int64_t pa1, int64_t pb0,
                              int64_t pb1, const float* xt, float* scr, bool first) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
@@ -110,7 +110,7 @@ HWY_INLINE void CsrTiledPair(const ScgWeight& w, int64_t pa0, int64_t pa1, int64
 // 256 KiB at k = 4096) sat in L2; with 4 tokens a kept weight reads 16 bytes and X^T (64 KiB) is
 // mostly in L1. Two rows at a time, each with two partial sums (kept weight i into sum i % 2,
 // whatever the other row's length, so a row's bits do not depend on its partner): four FMA chains
-// where the pairs of ScgTiledImpl have two. The same kernel on one full 16-token vector (n = 9-16
+// where the pairs of RowGroupTiledImpl have two. The same kernel on one full 16-token vector (n = 9-16
 // on AVX-512) was no faster than those pairs with two threads (interleaved builds, three rounds:
 // 1536x576 90% n = 16 0.079 -> 0.083-0.086 ms, 4096x4096 90% n = 12 0.86-0.90 -> 0.91-1.06), so
 // it runs the narrow tiles only.
@@ -159,12 +159,12 @@ HWY_INLINE void CsrNarrowPair(Col col, int64_t pa0, int64_t pa1, int64_t pb0, in
 
 // Rows (groups of 1) [g0, g1) over k block blk, X^T tiles of kNt tokens.
 template <size_t kNt, bool kBf16>
-HWY_NOINLINE void CsrNarrowImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
-                                const ScgBlock& blk, float* scratch, const XtNext& next) {
+HWY_NOINLINE void CsrNarrowImpl(const RowGroupWeight& w, int64_t g0, int64_t g1, const float* xt,
+                                const RowGroupBlock& blk, float* scratch, const XtNext& next) {
   constexpr int64_t NT = static_cast<int64_t>(kNt);
   const void* vals = w.values.data();
   XtSlicePrefetcher pf(next, (g1 - g0 + 1) / 2);
-  ScgRunPrefetcher wpf(w, blk, g0, g1, 1, kBf16 ? 2 : 4);
+  RowGroupPrefetcher wpf(w, blk, g0, g1, 1, kBf16 ? 2 : 4);
   auto run = [&](auto col) HWY_ATTR {
     for (int64_t gi = g0; gi < g1; gi += 2) {
       pf.Step();

@@ -23,36 +23,39 @@ struct DecodeInput {
   int64_t ldx;
 };
 DecodeInput StageDecodeInput(const PackedWeight& pw, const float* x, int64_t n, int64_t ldx) {
-  switch (pw.kind) {
-    case PackedKind::kNm: return {PaddedX(x, n, ldx, pw.nm.cols, pw.nm.k_pad), pw.nm.k_pad};
-    case PackedKind::kMask:
-      return {PaddedX(x, n, ldx, pw.mask.cols, pw.mask.k_pad()), pw.mask.k_pad()};
-    case PackedKind::kScg: {
-      const ScgWeight& w = pw.scg;
-      if (!w.implicit_cols) return {x, ldx};
-      float* xrep = ThreadBuffer(0, n * w.cols * 4);
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t c = 0; c < w.cols; ++c) {
-          const float v = x[t * ldx + c];
-          float* d = xrep + (t * w.cols + c) * 4;
-          d[0] = d[1] = d[2] = d[3] = v;
-        }
-      }
-      return {xrep, w.cols * 4};
-    }
-    case PackedKind::kDenseF32: break;
-  }
-  return {x, ldx};
+  return std::visit(
+      Overloaded{
+          [&](const NmWeight& w) -> DecodeInput {
+            return {PaddedX(x, n, ldx, w.cols, w.k_pad), w.k_pad};
+          },
+          [&](const MaskWeight& w) -> DecodeInput {
+            return {PaddedX(x, n, ldx, w.cols, w.k_pad()), w.k_pad()};
+          },
+          [&](const RowGroupWeight& w) -> DecodeInput {
+            if (!w.implicit_cols) return {x, ldx};
+            float* xrep = ThreadBuffer(0, n * w.cols * 4);
+            for (int64_t t = 0; t < n; ++t) {
+              for (int64_t c = 0; c < w.cols; ++c) {
+                const float v = x[t * ldx + c];
+                float* d = xrep + (t * w.cols + c) * 4;
+                d[0] = d[1] = d[2] = d[3] = v;
+              }
+            }
+            return {xrep, w.cols * 4};
+          },
+          [&](const DenseF32Weight&) -> DecodeInput { return {x, ldx}; },
+      },
+      pw.layout);
 }
 
 // The same staged input serves two weights when they are decoded by the same kernel over the same
 // padded width.
 bool SameDecodeInput(const PackedWeight& a, const PackedWeight& b) {
-  if (a.kind != b.kind || a.cols != b.cols) return false;
-  switch (a.kind) {
-    case PackedKind::kNm: return a.nm.k_pad == b.nm.k_pad;
-    case PackedKind::kMask: return a.mask.k_pad() == b.mask.k_pad();
-    case PackedKind::kScg: return a.scg.implicit_cols == b.scg.implicit_cols;
+  if (a.kind() != b.kind() || a.cols != b.cols) return false;
+  switch (a.kind()) {
+    case PackedKind::kNm: return a.nm().k_pad == b.nm().k_pad;
+    case PackedKind::kMask: return a.mask().k_pad() == b.mask().k_pad();
+    case PackedKind::kRowGroups: return a.row_groups().implicit_cols == b.row_groups().implicit_cols;
     case PackedKind::kDenseF32: return false;
   }
   return false;
@@ -61,16 +64,16 @@ bool SameDecodeInput(const PackedWeight& a, const PackedWeight& b) {
 // Task units of a weight's decode split: rows (N:M, bit mask; blocks of 4 rows for the mask
 // kernel) or row groups (CSR column lists, BSR, V:N:M, dense bf16).
 std::vector<int64_t> DecodeBounds(const PackedWeight& pw, int64_t n) {
-  return SplitTasks(RowCost(pw), n, 1, pw.kind == PackedKind::kMask ? 4 : 1);
+  return SplitTasks(RowCost(pw), n, 1, pw.kind() == PackedKind::kMask ? 4 : 1);
 }
 
-// Units [u0, u1) of the job (rows, or row groups of a kScg weight) by its row's body.
+// Units [u0, u1) of the job (rows, or row groups of a kRowGroups weight) by its row's body.
 void RunDecodeTask(const DecodeJob& job, const DecodeInput& in, int64_t u0, int64_t u1) {
   const PackedWeight& pw = *job.w;
   const SpmmArgs& a = job.a;
-  const bool groups = pw.kind == PackedKind::kScg;
-  const int64_t r0 = groups ? pw.scg.group_row[u0] : u0;
-  const int64_t r1 = groups ? pw.scg.group_row[u1] : u1;
+  const bool groups = pw.kind() == PackedKind::kRowGroups;
+  const int64_t r0 = groups ? pw.row_groups().group_row[u0] : u0;
+  const int64_t r1 = groups ? pw.row_groups().group_row[u1] : u1;
   KernelCall c;
   c.w = &pw;
   c.u0 = u0;

@@ -45,22 +45,23 @@ const char* LayoutName(KernelLayout layout) {
 }
 
 KernelLayout LayoutOf(const PackedWeight& w) {
-  switch (w.kind) {
-    case PackedKind::kDenseF32: return KernelLayout::kDenseF32;
-    case PackedKind::kNm: {
-      const NmWeight& nm = w.nm;
-      if (nm.n == 2 && nm.m == 4) return KernelLayout::kNm24;
-      const bool window = nm.m == 2 * nm.n;
-      if (nm.bits == 2) return window ? KernelLayout::kNmWindowM4 : KernelLayout::kNmM4;
-      return window ? KernelLayout::kNmWindowM16 : KernelLayout::kNmM16;
-    }
-    case PackedKind::kScg:
-      if (w.scg.implicit_cols) return KernelLayout::kDenseBf16;
-      if (w.scg.g == 1) return KernelLayout::kCsr;
-      return w.scg.g == 4 ? KernelLayout::kRowGroups4 : KernelLayout::kRowGroups;
-    case PackedKind::kMask: return KernelLayout::kMask;
-  }
-  return KernelLayout::kDenseF32;
+  return std::visit(
+      Overloaded{
+          [](const DenseF32Weight&) { return KernelLayout::kDenseF32; },
+          [](const NmWeight& nm) {
+            if (nm.n == 2 && nm.m == 4) return KernelLayout::kNm24;
+            const bool window = nm.m == 2 * nm.n;
+            if (nm.bits == 2) return window ? KernelLayout::kNmWindowM4 : KernelLayout::kNmM4;
+            return window ? KernelLayout::kNmWindowM16 : KernelLayout::kNmM16;
+          },
+          [](const RowGroupWeight& s) {
+            if (s.implicit_cols) return KernelLayout::kDenseBf16;
+            if (s.g == 1) return KernelLayout::kCsr;
+            return s.g == 4 ? KernelLayout::kRowGroups4 : KernelLayout::kRowGroups;
+          },
+          [](const MaskWeight&) { return KernelLayout::kMask; },
+      },
+      w.layout);
 }
 
 namespace {
@@ -103,18 +104,19 @@ const char* ValueKindName(ValueKind v) {
 }
 
 ValueKind ValueKindOf(const PackedWeight& w) {
-  DType dt = DType::kF32;
-  switch (w.kind) {
-    case PackedKind::kDenseF32: return ValueKind::kF32;
-    case PackedKind::kNm:
-      dt = w.nm.value_dtype;
-      if (dt == DType::kI4) return w.nm.has_min ? ValueKind::kI4 : ValueKind::kI4Sym;
-      if (dt == DType::kI8) return ValueKind::kI8;
-      break;
-    case PackedKind::kScg: dt = w.scg.value_dtype; break;
-    case PackedKind::kMask: dt = w.mask.value_dtype; break;
-  }
-  return dt == DType::kBF16 ? ValueKind::kBf16 : ValueKind::kF32;
+  auto of_float = [](DType dt) { return dt == DType::kBF16 ? ValueKind::kBf16 : ValueKind::kF32; };
+  return std::visit(
+      Overloaded{
+          [](const DenseF32Weight&) { return ValueKind::kF32; },
+          [&](const NmWeight& nm) {
+            if (nm.value_dtype == DType::kI4) return nm.has_min ? ValueKind::kI4 : ValueKind::kI4Sym;
+            if (nm.value_dtype == DType::kI8) return ValueKind::kI8;
+            return of_float(nm.value_dtype);
+          },
+          [&](const RowGroupWeight& s) { return of_float(s.value_dtype); },
+          [&](const MaskWeight& m) { return of_float(m.value_dtype); },
+      },
+      w.layout);
 }
 
 ValueKind ValueKindOf(const ValueSpec& spec) {
@@ -130,7 +132,7 @@ int64_t TileTokens(const KernelRow& row, const PackedWeight& w, int64_t n,
                    const KernelConfig& cfg) {
   if (row.tile_nv > 0) return row.tile_nv * LanesAt(cfg);
   if (row.tile_nv < 0) return -row.tile_nv;
-  return w.kind == PackedKind::kScg ? TileWidthAt(cfg, w.scg.g, n) : RowTileWidthAt(cfg, n);
+  return w.kind() == PackedKind::kRowGroups ? TileWidthAt(cfg, w.row_groups().g, n) : RowTileWidthAt(cfg, n);
 }
 
 int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
@@ -166,8 +168,8 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
     return "runs on " + TargetName(row.worst) + " to " + TargetName(row.best) + ", not " +
            cfg.target_name();
   }
-  if (WindowRow(row.layout) && LanesAt(cfg) % w.nm.n != 0) {
-    return "its window permute needs n = " + std::to_string(w.nm.n) + " to divide the " +
+  if (WindowRow(row.layout) && LanesAt(cfg) % w.nm().n != 0) {
+    return "its window permute needs n = " + std::to_string(w.nm().n) + " to divide the " +
            std::to_string(LanesAt(cfg)) + " lanes of " + cfg.target_name();
   }
   if (any_n) return {};
@@ -211,7 +213,7 @@ const KernelRow& ChooseKernel(const PackedWeight& w, int64_t n, const KernelConf
   const KernelLayout layout = LayoutOf(w);
   const ValueKind values = ValueKindOf(w);
   const int64_t limit = DecodeMaxN(w, cfg);
-  const bool window = w.kind == PackedKind::kNm && LanesAt(cfg) % w.nm.n == 0;
+  const bool window = w.kind() == PackedKind::kNm && LanesAt(cfg) % w.nm().n == 0;
   for (const KernelRow& row : KernelTable()) {
     if (!LayoutServes(row.layout, layout) || row.values != values || cfg.target < row.best ||
         cfg.target > row.worst || n < row.min_n || n > row.max_n ||

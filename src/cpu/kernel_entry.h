@@ -15,7 +15,7 @@ namespace sparq::cpu {
 struct DecodeLimits {
   int64_t nm_window;    // N:M with m = 2n (X windows permuted)
   int64_t nm_gather;    // other N:M (X gathered)
-  int64_t csr;          // shared-column rows in groups of one (CSR)
+  int64_t csr;          // row groups of one row (CSR)
   int64_t groups;       // groups of 2-4 rows (V:N:M, BSR)
   int64_t dense_bf16;   // dense bf16 rows
   int64_t mask;         // bit-mask rows, at least 40% kept
@@ -39,7 +39,7 @@ struct KernelCall {
   int64_t nt = 0;
   const float* xt = nullptr;
   int64_t c0 = 0, c1 = 0;
-  const ScgBlock* blk = nullptr;
+  const RowGroupBlock* blk = nullptr;
   int64_t* cursor = nullptr;
   int32_t* off = nullptr;
   float* scratch = nullptr;

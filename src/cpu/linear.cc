@@ -47,8 +47,8 @@ const std::string& LinearWeight::format() const {
   return impl_ ? impl_->packed.source : kNone;
 }
 const float* LinearWeight::dense_f32() const {
-  if (!impl_ || impl_->packed.kind != cpu::PackedKind::kDenseF32) return nullptr;
-  return impl_->packed.dense.data_as<float>();
+  if (!impl_ || impl_->packed.kind() != cpu::PackedKind::kDenseF32) return nullptr;
+  return impl_->packed.dense().data_as<float>();
 }
 const KernelConfig& LinearWeight::config() const {
   static const KernelConfig kNone;

@@ -321,7 +321,7 @@ struct NmDecoded {
 
 // Decodes chunks [c0, c1) (at most kChunks) of rows r..r+R-1 into d.
 template <int kBits, int kV, int R, int kChunks>
-HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
+HWY_INLINE void NmDecodeBlock(const NmWeight& w, const NmLaneTables& tab, int64_t r, int64_t c0,
                              int64_t c1, int32_t nt, NmDecoded<R, kChunks>& d) {
   const DF df;
   const DI di;
@@ -399,7 +399,7 @@ HWY_INLINE void NmTiledRows(const NmWeight& w, const NmLaneTables& tab, int64_t 
   NmComputeRows<NV, R>(
       c1 - c0,
       [&](int64_t c) {
-        NmDecodeRows<kBits, kV, R, 1>(w, tab, r, c0 + c, c0 + c + 1, NT, d);
+        NmDecodeBlock<kBits, kV, R, 1>(w, tab, r, c0 + c, c0 + c + 1, NT, d);
         return std::pair<const int32_t*, const float*>(d.off, d.wv);
       },
       xt, scr, first);
@@ -440,13 +440,13 @@ HWY_NOINLINE void NmTiledImpl(const NmWeight& w, int64_t r0, int64_t r1, const f
         hwy::Prefetch(mbase + (rr * w.chunks + c0) * wpc * 4);
       };
       if (r + kRows <= r1) {
-        NmDecodeRows<kBits, kV, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
+        NmDecodeBlock<kBits, kV, kRows, kPipeChunks>(w, tab, r, c0, c1, nt, buf[0]);
       }
       for (; r + kRows <= r1; r += kRows) {
         pf.Step();
         fetch_row(r + kRowAhead);
         if (r + 2 * kRows <= r1) {
-          NmDecodeRows<kBits, kV, kRows, kPipeChunks>(w, tab, r + kRows, c0, c1, nt,
+          NmDecodeBlock<kBits, kV, kRows, kPipeChunks>(w, tab, r + kRows, c0, c1, nt,
                                                          buf[cur ^ 1]);
         }
         const NmDecoded<kRows, kPipeChunks>& d = buf[cur];

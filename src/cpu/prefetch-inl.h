@@ -65,14 +65,14 @@ class XtSlicePrefetcher {
   int64_t step_ = 0;
 };
 
-// Prefetches a group's values and column indices in one k block (ScgTiledImpl, one group ahead). A
+// Prefetches a group's values and column indices in one k block (RowGroupTiledImpl, one group ahead). A
 // group's run in a k block is short (hundreds of bytes) and the next group's starts far away (this
 // group's other k blocks lie between), so the hardware prefetchers do not fetch it ahead; where a
 // task's weights do not stay in L2 across the token tiles (11008x4096 V:N:M, 1.4 MB per task), each
 // run came from L3 on demand. (measurements: docs/kernels.md)
-class ScgRunPrefetcher {
+class RowGroupPrefetcher {
  public:
-  ScgRunPrefetcher(const ScgWeight& w, const ScgBlock& blk, int64_t g0, int64_t g1, int g,
+  RowGroupPrefetcher(const RowGroupWeight& w, const RowGroupBlock& blk, int64_t g0, int64_t g1, int g,
                    size_t vb)
       : vals_(static_cast<const uint8_t*>(w.values.data())),
         idx_(w.implicit_cols ? nullptr : static_cast<const uint8_t*>(w.col_idx.data())),

@@ -1,4 +1,4 @@
-// Row groups (layout kScg, g = 2 or 4 rows sharing one column list: V:N:M slabs, BSR block rows,
+// Row groups (layout kRowGroups, g = 2 or 4 rows sharing one column list: V:N:M slabs, BSR block rows,
 // dense bf16 with implicit columns): one load of X, or of an X^T row, feeds the g rows.
 #if defined(SPARQ_CPU_ROW_GROUPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARQ_CPU_ROW_GROUPS_INL_H_
@@ -19,7 +19,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Decode, dense bf16 (g = 4, implicit columns): values [c][4 rows] against xrep[t][c*4 + q] =
 // x[t][c]: contiguous loads on both sides; lane i of the accumulator belongs to row i % 4.
 template <bool kBf16>
-HWY_NOINLINE void ScgDecodeDenseImpl(const ScgWeight& w, const float* xrep, int64_t n,
+HWY_NOINLINE void DenseBf16DecodeImpl(const RowGroupWeight& w, const float* xrep, int64_t n,
                                      int64_t g0, int64_t g1, float* raw) {
   const DF df;
   const size_t L = hn::Lanes(df);
@@ -61,7 +61,7 @@ HWY_NOINLINE void ScgDecodeDenseImpl(const ScgWeight& w, const float* xrep, int6
 // a 4- or 8-lane gather, one permute and one FMA, where the G-lane loop spends 16 / G column
 // loads, broadcasts and FMAs (V:16:2:4 4096x4096 n = 1: docs/kernels.md).
 template <int G, bool kBf16, bool kIdx16>
-HWY_INLINE int64_t GroupDecodeWide(const ScgWeight& w, int64_t p0, int64_t p1, const float* xt,
+HWY_INLINE int64_t GroupDecodeWide(const RowGroupWeight& w, int64_t p0, int64_t p1, const float* xt,
                                    float* s) {
   static_assert(G == 2 || G == 4);
   constexpr int64_t C = 16 / G;
@@ -112,7 +112,7 @@ HWY_INLINE int64_t GroupDecodeWide(const ScgWeight& w, int64_t p0, int64_t p1, c
 // values times a broadcast of x[col] (on AVX-512, 16 / g columns per vector first:
 // GroupDecodeWide).
 template <int G, bool kBf16>
-HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t ldx, int64_t n,
+HWY_NOINLINE void RowGroupDecodeImpl(const RowGroupWeight& w, const float* x, int64_t ldx, int64_t n,
                                      int64_t g0, int64_t g1, float* raw) {
   const hn::CappedTag<float, G> dg;
   const int64_t rows = w.group_row[g1] - w.group_row[g0];
@@ -157,7 +157,7 @@ HWY_NOINLINE void ScgDecodeGroupImpl(const ScgWeight& w, const float* x, int64_t
 
 // One group of G rows sharing columns; columns [p0, p1) (all < the k block's end).
 template <int G, int NV, bool kBf16>
-HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const float* xt,
+HWY_INLINE void RowGroupTile(const RowGroupWeight& w, int64_t p0, int64_t p1, const float* xt,
                               float* scr, bool first) {
   const DF df;
   const size_t L = hn::Lanes(df);
@@ -221,13 +221,13 @@ HWY_INLINE void ScgTiledGroup(const ScgWeight& w, int64_t p0, int64_t p1, const 
 // Groups [g0, g1) over k block blk (the column ranges are found once per call by the caller,
 // not rescanned in every token tile).
 template <int G, int NV, bool kBf16>
-HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const float* xt,
-                               const ScgBlock& blk, float* scratch, const XtNext& next) {
+HWY_NOINLINE void RowGroupTiledImpl(const RowGroupWeight& w, int64_t g0, int64_t g1, const float* xt,
+                               const RowGroupBlock& blk, float* scratch, const XtNext& next) {
   const int64_t NT = NV * static_cast<int64_t>(hn::Lanes(DF()));
   const bool first = blk.first;
   int64_t gi = g0;
   XtSlicePrefetcher pf(next, G == 1 && 2 * NV <= kMaxAcc ? (g1 - g0 + 1) / 2 : g1 - g0);
-  ScgRunPrefetcher wpf(w, blk, g0, g1, w.g, kBf16 ? 2 : 4);
+  RowGroupPrefetcher wpf(w, blk, g0, g1, w.g, kBf16 ? 2 : 4);
   if constexpr (G == 1 && 2 * NV <= kMaxAcc) {
     for (; gi + 1 < g1; gi += 2) {
       pf.Step();
@@ -239,7 +239,7 @@ HWY_NOINLINE void ScgTiledImpl(const ScgWeight& w, int64_t g0, int64_t g1, const
     pf.Step();
     if constexpr (G > 1) wpf.Fetch(gi + 1);
     float* scr = scratch + (gi - g0) * G * NT;  // [group][G][NT]: padded rows stay inside
-    ScgTiledGroup<G, NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], xt, scr, first);
+    RowGroupTile<G, NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], xt, scr, first);
   }
 }
 

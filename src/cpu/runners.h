@@ -1,6 +1,6 @@
 // The run functions of the kernel table's rows (table.h): the decode path (decode.cc), the
 // row-tiled path of N:M and bit-mask rows (row_tiled.cc), the row-group tiled path of CSR, V:N:M,
-// BSR and dense bf16 (group_tiled.cc) and dense f32 through BLAS (blas.cc); and what the fused
+// BSR and dense bf16 (row_group_tiled.cc) and dense f32 through BLAS (blas.cc); and what the fused
 // calls (fused.cc) share with them.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace sparq::cpu {
 void RunDecode(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a, ThreadPool* pool);
 void RunRowTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                  ThreadPool* pool);
-void RunScgTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+void RunRowGroupTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                  ThreadPool* pool);
 void RunDenseBlas(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                   ThreadPool* pool);
@@ -50,7 +50,7 @@ struct RowTiled {
   RowTiled(const KernelRow& row, const PackedWeight& w, const float* xt_tiles, int64_t n,
            int64_t nt_, int64_t stride_, const KernelConfig& cfg);
   // Row blocks the kernel runs whole (tasks are cut at multiples of them).
-  int64_t align() const { return pw->kind == PackedKind::kNm ? 4 : 2; }
+  int64_t align() const { return pw->kind() == PackedKind::kNm ? 4 : 2; }
   // int32 offsets a bit-mask task needs (MaskTiled's `off`).
   int64_t off_entries() const { return 4 * (kb_chunks + 1) * kMaskChunk; }
   bool prefetch(int64_t rows) const;

@@ -47,17 +47,11 @@ inline int64_t TileWidth(int g, int64_t n) {
   return TiledNv(g, n) * static_cast<int64_t>(hn::Lanes(DF()));
 }
 
-// Token tiles of the row kernels (N:M, and bit-mask rows, which run as pairs of rows). On AVX-512
-// (16 lanes, 16 accumulators) any 1 to 8 vectors: one tile of ceil(n / 16) vectors up to 128
-// tokens; beyond, the width of 4..8 vectors with the least padded work, counting each kept
-// weight's offset load and broadcast as two more loads beside its NV loads and FMAs (so 8
-// vectors at equal padding: 8 FMAs per offset and broadcast instead of 4). 128-token tiles
-// measured (n = 512, one thread, medians of interleaved runs of the OpenBLAS / sparq time ratio,
-// against 64-token tiles): 2:4 f32 (6 runs) 576x576 0.90 -> 0.99, 576x1536 0.87 -> 0.90,
-// 4096x4096 1.01 -> 1.04, 1536x576 0.96 -> 0.97; 50% bit mask (4 runs, a loaded host) 576x576
-// f32 0.88 -> 0.96, bf16 0.90 -> 1.00, the other SmolLM2 shapes within +-0.02. Widths of 3, 5, 6
-// and 7 vectors remove the padding of token counts between the powers of two (n = 48 computed
-// 64 tokens, n = 96 computed 128): docs/measurements. Other targets: 1, 2 or 4 vectors.
+// Token tiles of the row kernels chosen by n (N:M, and bit-mask rows, which run as pairs of
+// rows). On AVX-512 (16 lanes, 16 accumulators) any 1 to 8 vectors: one tile of ceil(n / 16)
+// vectors up to 128 tokens; beyond, the width of 4..8 vectors with the least padded work, counting
+// each kept weight's offset load and broadcast as two more loads beside its NV loads and FMAs.
+// Other targets: 1, 2 or 4 vectors. Measurements: docs/measurements/code-constants.md.
 inline int64_t RowTileWidth(int64_t n) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   if (!(kMaxAcc >= 16 && L == 16)) return TileWidth(1, n);
@@ -124,7 +118,7 @@ struct NoBody {  // the dense f32 row runs OpenBLAS
 template <int kBits, int kV, int kScheme>
 struct NmDecodeBody {
   static void Run(const KernelCall& c) {
-    NmDecodeImpl<kBits, kV, kScheme != kNmGather, kScheme == kNmHalves>(c.w->nm, c.x, c.n, c.u0,
+    NmDecodeImpl<kBits, kV, kScheme != kNmGather, kScheme == kNmHalves>(c.w->nm(), c.x, c.n, c.u0,
                                                                          c.u1, c.raw);
   }
 };
@@ -134,7 +128,7 @@ template <int kBits, int kV, int kNv>
 struct NmTiledBody {
   static void Run(const KernelCall& c) {
     auto run = [&c](auto nv) {
-      NmTiledImpl<kBits, kV, decltype(nv)::value>(c.w->nm, c.u0, c.u1, c.xt, c.c0, c.c1,
+      NmTiledImpl<kBits, kV, decltype(nv)::value>(c.w->nm(), c.u0, c.u1, c.xt, c.c0, c.c1,
                                                    c.scratch, *c.next);
     };
     if constexpr (kNv > 0) {
@@ -148,7 +142,7 @@ struct NmTiledBody {
 template <bool kBf16>
 struct MaskDecodeBody {
   static void Run(const KernelCall& c) {
-    MaskDecodeImpl<kBf16>(c.w->mask, c.x, c.n, c.u0, c.u1, c.raw);
+    MaskDecodeImpl<kBf16>(c.w->mask(), c.x, c.n, c.u0, c.u1, c.raw);
   }
 };
 
@@ -156,7 +150,7 @@ template <bool kBf16, int kNv>
 struct MaskTiledBody {
   static void Run(const KernelCall& c) {
     auto run = [&c](auto nv) {
-      MaskTiledImpl<decltype(nv)::value, kBf16>(c.w->mask, c.u0, c.u1, c.xt, c.c0, c.c1,
+      MaskTiledImpl<decltype(nv)::value, kBf16>(c.w->mask(), c.u0, c.u1, c.xt, c.c0, c.c1,
                                                 c.cursor, c.off, c.scratch, *c.next);
     };
     if constexpr (kNv > 0) {
@@ -170,9 +164,9 @@ struct MaskTiledBody {
 template <bool kBf16>
 struct CsrDecodeBody {
   static void Run(const KernelCall& c) {
-    const ScgWeight& w = c.w->scg;
-    w.idx16 ? ScgDecodeG1Impl<true, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
-            : ScgDecodeG1Impl<false, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
+    const RowGroupWeight& w = c.w->row_groups();
+    w.idx16 ? CsrDecodeImpl<true, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
+            : CsrDecodeImpl<false, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
   }
 };
 
@@ -181,16 +175,16 @@ struct CsrDecodeBody {
 template <bool kBf16>
 struct GroupDecodeBody {
   static void Run(const KernelCall& c) {
-    const ScgWeight& w = c.w->scg;
-    w.g == 2 ? ScgDecodeGroupImpl<2, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
-             : ScgDecodeGroupImpl<4, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
+    const RowGroupWeight& w = c.w->row_groups();
+    w.g == 2 ? RowGroupDecodeImpl<2, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
+             : RowGroupDecodeImpl<4, kBf16>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
   }
 };
 
 template <bool kBf16 = true>
 struct DenseBf16DecodeBody {
   static void Run(const KernelCall& c) {
-    ScgDecodeDenseImpl<kBf16>(c.w->scg, c.x, c.n, c.u0, c.u1, c.raw);
+    DenseBf16DecodeImpl<kBf16>(c.w->row_groups(), c.x, c.n, c.u0, c.u1, c.raw);
   }
 };
 
@@ -198,18 +192,18 @@ struct DenseBf16DecodeBody {
 template <size_t kNt, bool kBf16>
 struct CsrNarrowBody {
   static void Run(const KernelCall& c) {
-    CsrNarrowImpl<kNt, kBf16>(c.w->scg, c.u0, c.u1, c.xt, *c.blk, c.scratch, *c.next);
+    CsrNarrowImpl<kNt, kBf16>(c.w->row_groups(), c.u0, c.u1, c.xt, *c.blk, c.scratch, *c.next);
   }
 };
 
 // Shared-column groups of kG rows (0: the weight's g, 2 or 4) on tiles of kNv vectors (0: chosen
 // by n).
 template <int kG, int kNv, bool kBf16>
-struct ScgTiledBody {
+struct RowGroupTiledBody {
   template <int G>
   static void RunG(const KernelCall& c) {
     auto run = [&c](auto nv) {
-      ScgTiledImpl<G, decltype(nv)::value, kBf16>(c.w->scg, c.u0, c.u1, c.xt, *c.blk, c.scratch,
+      RowGroupTiledImpl<G, decltype(nv)::value, kBf16>(c.w->row_groups(), c.u0, c.u1, c.xt, *c.blk, c.scratch,
                                                    *c.next);
     };
     if constexpr (kNv > 0) {
@@ -222,7 +216,7 @@ struct ScgTiledBody {
     if constexpr (kG > 0) {
       RunG<kG>(c);
     } else {
-      c.w->scg.g == 2 ? RunG<2>(c) : RunG<4>(c);
+      c.w->row_groups().g == 2 ? RunG<2>(c) : RunG<4>(c);
     }
   }
 };

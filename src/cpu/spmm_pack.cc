@@ -117,12 +117,12 @@ Status DecodeNmPositions(const std::string& name, const uint8_t* stream, int64_t
   return Status::Ok();
 }
 
-// Builds a ScgWeight from per-group column lists and a value getter value(group, col_pos, q).
-struct ScgBuilder {
-  ScgWeight w;
+// Builds a RowGroupWeight from per-group column lists and a value getter value(group, col_pos, q).
+struct RowGroupBuilder {
+  RowGroupWeight w;
   std::vector<int64_t> cols;  // concatenated
   template <typename ValueFn>
-  Result<ScgWeight> Finish(const std::string& name, DType vt, ValueFn value) {
+  Result<RowGroupWeight> Finish(const std::string& name, DType vt, ValueFn value) {
     w.value_dtype = vt;
     w.idx16 = w.cols <= 65536;
     const int64_t total = static_cast<int64_t>(cols.size());
@@ -153,21 +153,20 @@ Result<PackedWeight> PackDense(const DenseMatrix& d, const std::string& name, Pa
   SPARQ_RETURN_IF_ERROR(CheckValues(name, d.values, uint64_t(d.rows) * uint64_t(d.cols)));
   const int64_t rows = d.rows, cols = d.cols;
   if (d.values.dtype() != DType::kBF16) {
-    pw.kind = PackedKind::kDenseF32;
     pw.source = "dense f32";
     if (d.values.dtype() == DType::kF32) {
-      pw.dense = d.values;  // shares the buffer
+      pw.layout = DenseF32Weight{d.values};  // shares the buffer
     } else {
-      SPARQ_ASSIGN_OR_RETURN(pw.dense, ToF32(d.values));
+      SPARQ_ASSIGN_OR_RETURN(Tensor f32, ToF32(d.values));
+      pw.layout = DenseF32Weight{std::move(f32)};
     }
     pw.weight_bytes = uint64_t(rows) * cols * 4;
     pw.stored = rows * cols;
     return pw;
   }
   // Dense bf16: groups of 4 rows, implicit columns, values [col][row in group].
-  pw.kind = PackedKind::kScg;
   pw.source = "dense bf16";
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = rows;
   b.w.cols = cols;
   b.w.g = 4;
@@ -179,7 +178,7 @@ Result<PackedWeight> PackDense(const DenseMatrix& d, const std::string& name, Pa
   b.w.group_row.push_back(rows);
   b.w.group_ptr.push_back(CeilDiv(rows, 4) * cols);
   const Tensor& src = d.values;
-  SPARQ_ASSIGN_OR_RETURN(pw.scg, b.Finish(name, DType::kBF16,
+  SPARQ_ASSIGN_OR_RETURN(pw.layout, b.Finish(name, DType::kBF16,
                                           [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
                                             const int64_t r = gi * 4 + q, c = p - gi * cols;
                                             StoreValue(dst, at, src, r * cols + c);
@@ -201,7 +200,7 @@ Result<PackedWeight> PackMask(const CsrMatrix& s, const std::string& name, DType
                               PackedWeight pw) {
   const int64_t* rp = s.row_ptr.data_as<int64_t>();
   const int64_t nnz = rp[s.rows];
-  MaskWeight& w = pw.mask;
+  MaskWeight& w = pw.layout.emplace<MaskWeight>();
   w.rows = s.rows;
   w.cols = s.cols;
   w.chunks = CeilDiv(s.cols, int64_t{kMaskChunk});
@@ -225,7 +224,6 @@ Result<PackedWeight> PackMask(const CsrMatrix& s, const std::string& name, DType
       w.values.mutable_data_as<float>()[p] = 0.0f;
     }
   }
-  pw.kind = PackedKind::kMask;
   pw.source = "csr " + std::string(DTypeName(vt)) + " as bitmask";
   pw.weight_bytes = DTypeBytes(vt, uint64_t(nnz)) + w.bits.nbytes() + 8 * (uint64_t(s.rows) + 1);
   pw.stored = nnz;
@@ -267,8 +265,7 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
   if (UseMask(layout, all > 0 ? static_cast<double>(nnz) / all : 0.0)) {
     return PackMask(s, name, vt, std::move(pw));
   }
-  pw.kind = PackedKind::kScg;
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = 1;
@@ -278,10 +275,10 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
     b.w.group_row.push_back(r);
     b.w.group_ptr.push_back(rp[r]);
   }
-  SPARQ_ASSIGN_OR_RETURN(pw.scg, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst,
+  SPARQ_ASSIGN_OR_RETURN(pw.layout, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst,
                                                         int64_t at) { StoreValue(dst, at, s.values, p); }));
-  pw.source = std::string("csr ") + std::string(DTypeName(vt)) + (pw.scg.idx16 ? " u16" : " u32");
-  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
+  pw.source = std::string("csr ") + std::string(DTypeName(vt)) + (pw.row_groups().idx16 ? " u16" : " u32");
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
   pw.stored = int64_t(nnz);
   return pw;
 }
@@ -344,8 +341,7 @@ Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, Packed
       }
     }
   }
-  pw.kind = PackedKind::kScg;
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = s.bh == 1 ? 1 : s.bh == 2 ? 2 : 4;
@@ -375,14 +371,14 @@ Result<PackedWeight> PackBsr(const BsrMatrix& s, const std::string& name, Packed
   const int64_t bh = s.bh, bw = s.bw;
   const DType vt = PackedValueType(s.values.dtype());
   SPARQ_ASSIGN_OR_RETURN(
-      pw.scg, b.Finish(name, vt, [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
+      pw.layout, b.Finish(name, vt, [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
         const int64_t row_in_block = g_row_in_block[gi] + q;
         const auto [blk, j] = col_src[p];
         StoreValue(dst, at, s.values, (blk * bh + row_in_block) * bw + j);
       }));
   pw.source = std::string("bsr ") + std::to_string(s.bh) + "x" + std::to_string(s.bw) + " " +
               std::string(DTypeName(vt));
-  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes() + 8 * (uint64_t(brows) + 1);
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes() + 8 * (uint64_t(brows) + 1);
   pw.stored = int64_t(nvals);
   return pw;
 }
@@ -490,10 +486,10 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
     twin.values = s.StoredValuesF32();
     twin.meta = s.meta;
     SPARQ_ASSIGN_OR_RETURN(pw, PackNm(twin, name, std::move(pw), ValueSpec{}));
-    SPARQ_RETURN_IF_ERROR(QuantizeNm(pw.nm, spec, name, &s));
+    SPARQ_RETURN_IF_ERROR(QuantizeNm(pw.nm(), spec, name, &s));
     pw.source = "nm " + std::to_string(s.n) + ":" + std::to_string(s.m) + " " + spec.Name();
-    pw.weight_bytes = pw.nm.values.nbytes() + pw.nm.meta.nbytes() +
-                      4 * (pw.nm.scales.size() + pw.nm.mins.size());
+    pw.weight_bytes = pw.nm().values.nbytes() + pw.nm().meta.nbytes() +
+                      4 * (pw.nm().scales.size() + pw.nm().mins.size());
     return pw;
   }
   if (s.n < 1 || s.m > 16 || s.n >= s.m) {
@@ -514,7 +510,7 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
   std::vector<int64_t> pos;
   const bool chunkable = kNmChunk % s.n == 0;
   if (chunkable) {
-    NmWeight& w = pw.nm;
+    NmWeight& w = pw.layout.emplace<NmWeight>();
     w.rows = s.rows;
     w.cols = s.cols;
     w.n = s.n;
@@ -527,7 +523,7 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
     SPARQ_ASSIGN_OR_RETURN(w.meta, Tensor::TryAlloc(DType::kU32, {s.rows, w.chunks * w.words_per_chunk()},
                                                     name + ".meta"));
   }
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = 1;
@@ -542,7 +538,7 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
       }
     }
     if (chunkable) {
-      NmWeight& w = pw.nm;
+      NmWeight& w = pw.nm();
       uint32_t* meta = w.meta.mutable_data_as<uint32_t>() + r * w.chunks * w.words_per_chunk();
       for (int64_t j = 0; j < per_row; ++j) {
         StoreValue(w.values, r * w.chunks * kNmChunk + j, s.values, r * per_row + j);
@@ -567,26 +563,24 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
                         std::to_string(kNmChunk) + " (this " + nm + " packs as CSR rows)");
   }
   if (chunkable) {
-    pw.kind = PackedKind::kNm;
     pw.source = "nm " + nm + " " + std::string(DTypeName(vt));
     if (values.quantized()) {
-      SPARQ_RETURN_IF_ERROR(QuantizeNm(pw.nm, values, name));
+      SPARQ_RETURN_IF_ERROR(QuantizeNm(pw.nm(), values, name));
       pw.source = "nm " + nm + " " + values.Name();
     }
     // (Scales and mins are streamed as f32.)
-    pw.weight_bytes = pw.nm.values.nbytes() + pw.nm.meta.nbytes() +
-                      4 * (pw.nm.scales.size() + pw.nm.mins.size());
+    pw.weight_bytes = pw.nm().values.nbytes() + pw.nm().meta.nbytes() +
+                      4 * (pw.nm().scales.size() + pw.nm().mins.size());
     pw.stored = s.rows * per_row;
     return pw;
   }
   b.w.group_row.push_back(s.rows);
   b.w.group_ptr.push_back(int64_t(b.cols.size()));
-  SPARQ_ASSIGN_OR_RETURN(pw.scg, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst, int64_t at) {
+  SPARQ_ASSIGN_OR_RETURN(pw.layout, b.Finish(name, vt, [&](int64_t, int64_t p, int, Tensor& dst, int64_t at) {
                            StoreValue(dst, at, s.values, src[p].first * per_row + src[p].second);
                          }));
-  pw.kind = PackedKind::kScg;
   pw.source = "nm " + nm + " as csr " + std::string(DTypeName(vt));
-  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes() + 8 * (uint64_t(s.rows) + 1);
   pw.stored = int64_t(b.cols.size());
   return pw;
 }
@@ -606,8 +600,7 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
     return InvalidInput(name + ".meta: want u8 [" + std::to_string(slabs) + ", " +
                         std::to_string(row_bytes) + "], got " + s.meta.ShapeString());
   }
-  pw.kind = PackedKind::kScg;
-  ScgBuilder b;
+  RowGroupBuilder b;
   b.w.rows = s.rows;
   b.w.cols = s.cols;
   b.w.g = s.v == 1 ? 1 : s.v == 2 ? 2 : 4;
@@ -642,14 +635,14 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
   const int64_t v = s.v;
   const DType vt = PackedValueType(s.values.dtype());
   SPARQ_ASSIGN_OR_RETURN(
-      pw.scg, b.Finish(name, vt, [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
+      pw.layout, b.Finish(name, vt, [&](int64_t gi, int64_t p, int q, Tensor& dst, int64_t at) {
         const int64_t r = group_first_row[gi] + q;
         if ((r / v) != (group_first_row[gi] / v)) return;  // row of the next slab: padding
         StoreValue(dst, at, s.values, r * per_row + col_j[p]);
       }));
   pw.source = "vnm " + std::to_string(s.v) + ":" + std::to_string(s.n) + ":" +
               std::to_string(s.m) + " " + std::string(DTypeName(vt));
-  pw.weight_bytes = pw.scg.values.nbytes() + pw.scg.col_idx.nbytes();
+  pw.weight_bytes = pw.row_groups().values.nbytes() + pw.row_groups().col_idx.nbytes();
   pw.stored = s.rows * per_row;
   return pw;
 }

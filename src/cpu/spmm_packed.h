@@ -7,7 +7,7 @@
 //          m <= 16. Values stay compressed ([rows, chunks * 16], padded with zeros); the position
 //          indices are re-packed per chunk of 16 values into one u32 (2-bit indices, m <= 4:
 //          0.5 bit per weight for 2:4, as in the source format) or two u32 (4-bit, m <= 16).
-//  - kScg: "shared-column groups": groups of g (1, 2 or 4) consecutive rows share one ascending
+//  - kRowGroups: row groups: groups of g (1, 2 or 4) consecutive rows share one ascending
 //          column list; values are interleaved [col][row-in-group] so that one load of X (or of
 //          a row of X^T) feeds g rows. CSR / COO / other N:M are g = 1; BSR and V:N:M share
 //          columns across the rows of a block row / slab; dense bf16 is g = 4 with implicit
@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "sparq/dtype.h"
@@ -67,7 +68,7 @@ struct NmWeight {
   }
 };
 
-struct ScgWeight {
+struct RowGroupWeight {
   int64_t rows = 0, cols = 0;
   int g = 1;                         // rows per group: 1, 2 or 4
   DType value_dtype = DType::kF32;   // kF32 or kBF16
@@ -84,9 +85,9 @@ struct ScgWeight {
   }
 };
 
-// One k block of a tiled shared-column call: group g0 + i's columns in it are [pb[i], pe[i]);
+// One k block of a tiled row-group call: group g0 + i's columns in it are [pb[i], pe[i]);
 // first: the first block (the partial sums start from zero).
-struct ScgBlock {
+struct RowGroupBlock {
   bool first = false;
   bool stream = false;  // one pass over CSR weights (one token tile, whole k): prefetch them
   const int64_t* pb = nullptr;
@@ -119,7 +120,13 @@ struct MaskWeight {
 // step per 16 columns however few are kept. (measurements: docs/kernels.md)
 inline constexpr double kMaskMinDensity = 0.2;
 
-enum class PackedKind : uint8_t { kDenseF32, kNm, kScg, kMask };
+// The dense f32 matrix as it came (shared with the source where it was f32).
+struct DenseF32Weight {
+  Tensor values;  // f32 [rows, cols]
+};
+
+// The packed layouts, in the order of PackedWeight::layout's alternatives.
+enum class PackedKind : uint8_t { kDenseF32, kNm, kRowGroups, kMask };
 
 // How a weight's values are stored, as the kernels read them: each kind has its own rows in the
 // kernel table (table.h) and its own body instantiation (kValF32... in nm-inl.h are these).
@@ -135,16 +142,29 @@ const char* ValueKindName(ValueKind v);
 ValueKind ValueKindOf(const ValueSpec& spec);
 
 struct PackedWeight {
-  PackedKind kind = PackedKind::kDenseF32;
   int64_t rows = 0, cols = 0;
   std::string source;     // "nm 2:4 f32", "csr bf16 u16", ... (for names and logs)
-  Tensor dense;           // kDenseF32: f32 [rows, cols]
-  NmWeight nm;
-  ScgWeight scg;
-  MaskWeight mask;
+  std::variant<DenseF32Weight, NmWeight, RowGroupWeight, MaskWeight> layout;
   uint64_t weight_bytes = 0;  // bytes a product streams: values + indices/metadata
   int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
+
+  PackedKind kind() const { return static_cast<PackedKind>(layout.index()); }
+  // The layout's parts (the kind must match: std::get checks it).
+  const Tensor& dense() const { return std::get<DenseF32Weight>(layout).values; }
+  const NmWeight& nm() const { return std::get<NmWeight>(layout); }
+  const RowGroupWeight& row_groups() const { return std::get<RowGroupWeight>(layout); }
+  const MaskWeight& mask() const { return std::get<MaskWeight>(layout); }
+  NmWeight& nm() { return std::get<NmWeight>(layout); }
+  RowGroupWeight& row_groups() { return std::get<RowGroupWeight>(layout); }
+  MaskWeight& mask() { return std::get<MaskWeight>(layout); }
 };
+// Calls the overload of fn that takes the weight's layout (std::visit over PackedWeight::layout).
+template <class... Fn>
+struct Overloaded : Fn... {
+  using Fn::operator()...;
+};
+template <class... Fn>
+Overloaded(Fn...) -> Overloaded<Fn...>;
 ValueKind ValueKindOf(const PackedWeight& w);
 
 // How CSR / COO rows are laid out (KernelConfig::csr_layout): by density (kAuto: kMask from

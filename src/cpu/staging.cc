@@ -54,7 +54,7 @@ bool StreamY(const SpmmArgs& a, int64_t m, const ThreadPool* pool) {
 // touched once per row otherwise), then the epilogue runs over each contiguous span.
 void WriteTile(const float* scratch, const int64_t* row_off, int64_t r0, int64_t r1, int64_t t0,
                int64_t t1, const SpmmArgs& a, int64_t m, bool stream) {
-  // Rows one after the other in scratch (all but shared-column groups with padded rows): one
+  // Rows one after the other in scratch (all but row groups with padded rows): one
   // register transpose of the [rows][tokens] block.
   const int64_t nt = r1 - r0 > 1 ? row_off[1] - row_off[0] : 0;
   bool regular = row_off[0] == 0 && nt >= t1 - t0;

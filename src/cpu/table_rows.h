@@ -39,22 +39,22 @@
   ROW(p##_nm_m16_tiled_4xNV, kNmM16, V, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,    \
       RunRowTiled, 0, SPARQ_BODY(NmTiledBody, 4, kVal##V, 0))
 
-// The shared-column (CSR, row groups, dense bf16) and bit-mask rows of one float value kind.
+// The row-group (CSR rows, groups of 2-4 rows, dense bf16) and bit-mask rows of one float value kind.
 #define SPARQ_FLOAT_ROWS(ROW, p, V, BF)                                                           \
   ROW(p##_csr_decode_1x1, kCsr, V, kDecode, "1x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode, 0,  \
       SPARQ_BODY(CsrDecodeBody, BF))                                                               \
-  ROW(p##_csr_tiled_2x4tok, kCsr, V, kTiled, "2x4tok", HWY_AVX3_DL, HWY_AVX2, 2, 4, RunScgTiled,  \
+  ROW(p##_csr_tiled_2x4tok, kCsr, V, kTiled, "2x4tok", HWY_AVX3_DL, HWY_AVX2, 2, 4, RunRowGroupTiled,  \
       -4, SPARQ_BODY(CsrNarrowBody, 4, BF))                                                        \
-  ROW(p##_csr_tiled_2x8tok, kCsr, V, kTiled, "2x8tok", HWY_AVX3_DL, HWY_AVX3, 2, 8, RunScgTiled,  \
+  ROW(p##_csr_tiled_2x8tok, kCsr, V, kTiled, "2x8tok", HWY_AVX3_DL, HWY_AVX3, 2, 8, RunRowGroupTiled,  \
       -8, SPARQ_BODY(CsrNarrowBody, 8, BF))                                                        \
   ROW(p##_csr_tiled_2xNV, kCsr, V, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,         \
-      RunScgTiled, 0, SPARQ_BODY(ScgTiledBody, 1, 0, BF))                                          \
+      RunRowGroupTiled, 0, SPARQ_BODY(RowGroupTiledBody, 1, 0, BF))                                          \
   ROW(p##_rowgroups_decode_Gx1, kRowGroups, V, kDecode, "Gx1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,    \
       RunDecode, 0, SPARQ_BODY(GroupDecodeBody, BF))                                               \
   ROW(p##_rowgroups_tiled_4x3__avx2, kRowGroups4, V, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,       \
-      INT64_MAX, RunScgTiled, 3, SPARQ_BODY(ScgTiledBody, 4, 3, BF))                               \
+      INT64_MAX, RunRowGroupTiled, 3, SPARQ_BODY(RowGroupTiledBody, 4, 3, BF))                               \
   ROW(p##_rowgroups_tiled_GxNV, kRowGroups, V, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2,        \
-      INT64_MAX, RunScgTiled, 0, SPARQ_BODY(ScgTiledBody, 0, 0, BF))                               \
+      INT64_MAX, RunRowGroupTiled, 0, SPARQ_BODY(RowGroupTiledBody, 0, 0, BF))                               \
   ROW(p##_mask_decode_4xT, kMask, V, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode, 0, \
       SPARQ_BODY(MaskDecodeBody, BF))                                                              \
   ROW(p##_mask_tiled_1x8__avx2, kMask, V, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64, INT64_MAX,       \
@@ -75,6 +75,6 @@
   ROW(bf16_dense_decode_4x1, kDenseBf16, Bf16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,    \
       RunDecode, 0, SPARQ_BODY(DenseBf16DecodeBody))                                               \
   ROW(bf16_dense_tiled_4x3__avx2, kDenseBf16, Bf16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,        \
-      INT64_MAX, RunScgTiled, 3, SPARQ_BODY(ScgTiledBody, 4, 3, true))                             \
+      INT64_MAX, RunRowGroupTiled, 3, SPARQ_BODY(RowGroupTiledBody, 4, 3, true))                             \
   ROW(bf16_dense_tiled_4xNV, kDenseBf16, Bf16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,        \
-      INT64_MAX, RunScgTiled, 0, SPARQ_BODY(ScgTiledBody, 4, 0, true))
+      INT64_MAX, RunRowGroupTiled, 0, SPARQ_BODY(RowGroupTiledBody, 4, 0, true))

@@ -60,22 +60,32 @@ void ParallelTasks(ThreadPool* pool, int64_t tasks, const std::function<void(int
 }
 
 std::vector<int64_t> RowCost(const PackedWeight& w) {
-  if (w.kind == PackedKind::kNm) {
-    std::vector<int64_t> cum(w.rows + 1);
-    for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * w.nm.chunks * kNmChunk;
-    return cum;
-  }
-  if (w.kind == PackedKind::kMask) {
-    // Decode steps through every 16 columns (a vector step costs about as much as two kept
-    // weights), and each kept weight is a load and an FMA.
-    std::vector<int64_t> cum(w.rows + 1);
-    for (int64_t r = 0; r <= w.rows; ++r) cum[r] = w.mask.row_ptr[r] + r * w.mask.chunks * 2;
-    return cum;
-  }
-  const ScgWeight& s = w.scg;
-  std::vector<int64_t> cum(s.groups() + 1);
-  // Each group costs its columns times g, plus a little per row (setup and write-out).
-  for (int64_t i = 0; i <= s.groups(); ++i) cum[i] = s.group_ptr[i] * s.g + s.group_row[i] * 8;
+  std::vector<int64_t> cum;
+  std::visit(
+      Overloaded{
+          [&](const DenseF32Weight&) {
+            cum.resize(w.rows + 1);
+            for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * w.cols;
+          },
+          [&](const NmWeight& nm) {
+            cum.resize(w.rows + 1);
+            for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * nm.chunks * kNmChunk;
+          },
+          [&](const MaskWeight& mw) {
+            // Decode steps through every 16 columns (a vector step costs about as much as two
+            // kept weights), and each kept weight is a load and an FMA.
+            cum.resize(w.rows + 1);
+            for (int64_t r = 0; r <= w.rows; ++r) cum[r] = mw.row_ptr[r] + r * mw.chunks * 2;
+          },
+          [&](const RowGroupWeight& s) {
+            // Each group costs its columns times g, plus a little per row (setup and write-out).
+            cum.resize(s.groups() + 1);
+            for (int64_t i = 0; i <= s.groups(); ++i) {
+              cum[i] = s.group_ptr[i] * s.g + s.group_row[i] * 8;
+            }
+          },
+      },
+      w.layout);
   return cum;
 }
 

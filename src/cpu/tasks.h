@@ -30,7 +30,7 @@ std::vector<int64_t> SplitTasks(const std::vector<int64_t>& cum, int64_t n, int6
                                 int64_t align = 1, int64_t max_tasks = kMaxTasks,
                                 int64_t offset = 0);
 void ParallelTasks(ThreadPool* pool, int64_t tasks, const std::function<void(int64_t, int)>& fn);
-// Cost prefix of a weight's task units (rows, or row groups of kScg).
+// Cost prefix of a weight's task units (rows, or row groups of kRowGroups).
 std::vector<int64_t> RowCost(const PackedWeight& w);
 
 // Rows from Y's row 0 to the first 64-byte line start.

@@ -1,4 +1,5 @@
-// ggml type table and dequantization of F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 to f32.
+// ggml type table and dequantization of F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 to f32 (the
+// K-quants are in gguf_kquants.cc).
 //
 // Block layouts as in ggml-org/ggml src/ggml-common.h (QK = 32 elements per block):
 //   block_q8_0 { ggml_half d; int8_t  qs[32]; }            x[j] = d * qs[j]
@@ -9,8 +10,11 @@
 // (low nibbles hold the first half of the block, high nibbles the second half). The products
 // and sums are done in f32 in that order, like ggml's reference dequantize_row_* and the gguf
 // Python package, so the results agree bit for bit.
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
+#include "src/io/gguf_kquants.h"
 #include "sparq/dtype.h"
 #include "sparq/gguf.h"
 
@@ -73,6 +77,13 @@ Block LoadBlock(const uint8_t* p) {
   return b;
 }
 
+// Error for a block whose f16 scale is NaN / inf (the K-quants say the same in their file).
+Status NonFiniteScale(int64_t block, const char* which, uint16_t h) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%04x", h);
+  return InvalidInput("block " + std::to_string(block) + ": f16 " + which + " = " + hex + " is not finite");
+}
+
 }  // namespace
 
 std::optional<GgmlBlockInfo> GgmlTypeBlock(uint32_t type) {
@@ -91,8 +102,9 @@ bool GgmlTypeCanDequantize(GgmlType type) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
     case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1:
       return true;
+    default:
+      return io::IsKQuant(type);
   }
-  return false;
 }
 
 Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst) {
@@ -105,6 +117,7 @@ Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst) {
     return InvalidInput("element count " + std::to_string(n) + " is not a multiple of the block size " +
                         std::to_string(block) + " of " + GgmlTypeName(type));
   }
+  if (io::IsKQuant(type)) return io::DequantizeKQuant(type, s, n / io::kQK_K, dst);
   switch (type) {
     case GgmlType::kF32:
       if (n) std::memcpy(dst, s, static_cast<size_t>(n) * 4);
@@ -121,6 +134,7 @@ Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst) {
       for (int64_t b = 0; b < n / kQK; ++b) {
         const auto blk = LoadBlock<BlockQ8_0>(s + b * sizeof(BlockQ8_0));
         const float d = F16ToF32(blk.d);
+        if (!std::isfinite(d)) return NonFiniteScale(b, "scale d", blk.d);
         float* y = dst + b * kQK;
         for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(blk.qs[j]) * d;
       }
@@ -129,6 +143,7 @@ Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst) {
       for (int64_t b = 0; b < n / kQK; ++b) {
         const auto blk = LoadBlock<BlockQ4_0>(s + b * sizeof(BlockQ4_0));
         const float d = F16ToF32(blk.d);
+        if (!std::isfinite(d)) return NonFiniteScale(b, "scale d", blk.d);
         float* y = dst + b * kQK;
         for (int j = 0; j < kQK / 2; ++j) {
           y[j] = static_cast<float>((blk.qs[j] & 0x0f) - 8) * d;
@@ -141,6 +156,8 @@ Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst) {
         const auto blk = LoadBlock<BlockQ4_1>(s + b * sizeof(BlockQ4_1));
         const float d = F16ToF32(blk.d);
         const float m = F16ToF32(blk.m);
+        if (!std::isfinite(d)) return NonFiniteScale(b, "scale d", blk.d);
+        if (!std::isfinite(m)) return NonFiniteScale(b, "min m", blk.m);
         float* y = dst + b * kQK;
         for (int j = 0; j < kQK / 2; ++j) {
           y[j] = static_cast<float>(blk.qs[j] & 0x0f) * d + m;
@@ -148,6 +165,8 @@ Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst) {
         }
       }
       break;
+    default:
+      break;  // unreachable: GgmlTypeCanDequantize checked above
   }
   return Status::Ok();
 }

@@ -11,7 +11,8 @@
 
 namespace sparq {
 
-Tokenizer::Tokenizer() = default;
+// An empty vocabulary (not a null one): a default tokenizer answers vocab_size() == 0.
+Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;

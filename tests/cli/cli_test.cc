@@ -254,7 +254,7 @@ testing::Bytes SmallGguf() {
   }
   testing::Bytes f32;
   for (int i = 0; i < 8; ++i) testing::Append(f32, testing::EncF32(i == 3 ? 0.0f : 1.0f + i));
-  g.Tensor({"w", {32, 2}, 8, q8}).Tensor({"n", {8}, 0, f32}).Tensor({"k4", {256}, 12, testing::Bytes(144)});
+  g.Tensor({"w", {32, 2}, 8, q8}).Tensor({"n", {8}, 0, f32}).Tensor({"iq2", {256}, 16, testing::Bytes(66)});
   return g.Build();
 }
 
@@ -277,7 +277,7 @@ TEST(InspectCliTest, GgufTableAndJson) {
   EXPECT_EQ(j["tensors"][1]["pattern"], "-");
   EXPECT_DOUBLE_EQ(j["tensors"][1]["density"].get<double>(), 7.0 / 8);
   EXPECT_FALSE(j["tensors"][2]["supported"].get<bool>());
-  EXPECT_THAT(j["tensors"][2]["error"].get<std::string>(), HasSubstr("Q4_K"));
+  EXPECT_THAT(j["tensors"][2]["error"].get<std::string>(), HasSubstr("IQ2_XXS"));
   EXPECT_EQ(j["totals"]["unsupported"], 1);
   ASSERT_EQ(testing::RunCommand(Cli() + " inspect " + path, &out), 0);
   EXPECT_THAT(out, HasSubstr("total: 3 tensors"));

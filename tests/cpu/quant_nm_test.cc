@@ -89,7 +89,7 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
   EXPECT_TRUE(q.ok()) << c.pattern << " " << c.values << ": " << q.status().ToString();
   QBuilt b;
   b.q = std::move(q).value();
-  const cpu::NmWeight& nm = b.q.nm;
+  const cpu::NmWeight& nm = b.q.nm();
   EXPECT_EQ(nm.value_dtype, spec.dtype);
   EXPECT_EQ(nm.group, spec.group);
   b.dense.assign(size_t(m * k), 0.0f);
@@ -151,7 +151,7 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
   // changes the decode's lane sums by an ulp.) Padding lanes (col >= k) keep their dequantized
   // values: they multiply X's zero padding.
   b.f = b.q;
-  cpu::NmWeight& f = b.f.nm;
+  cpu::NmWeight& f = b.f.nm();
   f.values = Tensor::Alloc(DType::kF32, {m, nm.chunks * cpu::kNmChunk});
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t j = 0; j < nm.chunks * cpu::kNmChunk; ++j) {

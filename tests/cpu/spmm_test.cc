@@ -89,8 +89,8 @@ Built Build(const Case& c, int64_t m, int64_t k, uint64_t seed) {
   auto pw = cpu::Pack(*s, "w", cpu::PackOptions{c.layout, {}});
   EXPECT_TRUE(pw.ok()) << Name(c) << ": " << pw.status().ToString();
   if (pw.ok() && c.layout != CsrLayout::kAuto) {
-    EXPECT_EQ(pw->kind, c.layout == CsrLayout::kBitmask ? cpu::PackedKind::kMask
-                                                            : cpu::PackedKind::kScg) << Name(c);
+    EXPECT_EQ(pw->kind(), c.layout == CsrLayout::kBitmask ? cpu::PackedKind::kMask
+                                                            : cpu::PackedKind::kRowGroups) << Name(c);
   }
   b.packed = std::move(pw).value();
   return b;
@@ -187,7 +187,7 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
     int64_t calls = 0;  // kernel calls checked against the reference
     double seconds = 0;
     std::map<std::string, std::set<std::string>> rows;  // case -> rows that ran it
-    std::map<std::string, std::string> groups;          // shared-column case -> "g=<rows> u16|u32"
+    std::map<std::string, std::string> groups;          // row-group case -> "g=<rows> u16|u32"
   };
   std::vector<TargetRun> runs;
   ForEachTarget([&](const std::string& target) {
@@ -202,9 +202,9 @@ TEST(SpmmTest, EveryKernelEveryFormatMatchesReference) {
       for (int64_t m : ms) {
         for (int64_t k : ks) {
           const Built b = Build(c, m, k, seed++);
-          if (b.packed.kind == cpu::PackedKind::kScg && !b.packed.scg.implicit_cols) {
-            tr.groups[Name(c)] = "g=" + std::to_string(b.packed.scg.g) +
-                                 (b.packed.scg.idx16 ? " u16" : " u32");
+          if (b.packed.kind() == cpu::PackedKind::kRowGroups && !b.packed.row_groups().implicit_cols) {
+            tr.groups[Name(c)] = "g=" + std::to_string(b.packed.row_groups().g) +
+                                 (b.packed.row_groups().idx16 ? " u16" : " u32");
           }
           for (const auto& kern : cpu::KernelTable()) {
             if (!cpu::Declines(kern, b.packed, 0, Cfg(), true).empty()) continue;
@@ -402,7 +402,7 @@ TEST(SpmmTest, MaskDecodeLongRowsMatchReference) {
 }
 
 TEST(SpmmTest, TiledLoopOrdersAndKBlocksMatchReference) {
-  // The shared-column tiled kernel runs task-outer (each task keeps its weights cached across the
+  // The row-group tiled kernel runs task-outer (each task keeps its weights cached across the
   // token tiles) or tile-outer (one X^T tile stays cached while every task streams its weights
   // over it), chosen per call by the bytes each moves; both with several token tiles and k blocks
   // (k = 200 -> blocks of 64 columns), the column ranges of each block found once per call. Each
@@ -758,7 +758,7 @@ TEST(SpmmTest, DenseF32SameBitsForOneTwoThreeThreads) {
   for (const Shape& sh : {Shape{300, 700, 8}, Shape{300, 700, 300}, Shape{512, 1000, 100},
                           Shape{2048, 512, 1}}) {
     const Built b = Build(Case{FormatKind::kDense, "dense", DType::kF32}, sh.m, sh.k, 21);
-    ASSERT_EQ(b.packed.kind, cpu::PackedKind::kDenseF32);
+    ASSERT_EQ(b.packed.kind(), cpu::PackedKind::kDenseF32);
     const std::vector<float> x = RandomVector(sh.n * sh.k, 22);
     int ran = 0;
     for (const auto& kern : cpu::KernelTable()) {
@@ -969,7 +969,7 @@ TEST(SpmmTest, Avx2RowGroupTilesOfFourFrom48Tokens) {
     const bool avx2 = Cfg().target == HWY_AVX2;
     for (const Case& c : cases) {
       const Built b = Build(c, 64, 128, 91);
-      const int g = b.packed.scg.g;
+      const int g = b.packed.row_groups().g;
       for (int64_t n : {47, 48, 512}) {
         const cpu::KernelRow& row = cpu::ChooseKernel(b.packed, n, Cfg());
         const std::string name = row.name;
@@ -1009,7 +1009,7 @@ void BuildLinears(const Case (&c)[3], const int64_t* rows, const int64_t* cols, 
 // ForwardShared (q/k/v, gate/up: one parallel call for weights that read the same X) must give
 // each output the bits of its own Forward, whether the jobs fuse (decode kernels of one kind;
 // row-tiled N:M / bit-mask kernels, one X^T) or fall back to one call each (dense f32,
-// shared-column CSR at tiled n, mixed decode kinds), for any thread count; one output
+// CSR rows at tiled n, mixed decode kinds), for any thread count; one output
 // is also checked against the double reference so that both sides cannot be wrong together.
 TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
   const int64_t k = 80;
@@ -1077,7 +1077,7 @@ TEST(LinearWeightTest, ForwardSharedGivesEachOutputItsOwnForwardBits) {
 // back to rows) must give the bits of the three products run separately, with and without a
 // column permutation on down's input and a separate input for up, on every compiled target and
 // for 1-3 threads; it must
-// decline, writing nothing, where its kernels do not run (dense, shared-column CSR, few tokens).
+// decline, writing nothing, where its kernels do not run (dense, CSR rows, few tokens).
 // The separate products are also checked against a double reference of the whole MLP, so that
 // both sides cannot be wrong together.
 TEST(LinearWeightTest, ForwardSwiGluGivesTheSeparateProductsBits) {
@@ -1285,8 +1285,8 @@ TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
   auto pw = cpu::Pack(SparseMatrix(std::move(cs).value()), "w");
   ASSERT_TRUE(pw.ok()) << pw.status().ToString();
   b.packed = std::move(pw).value();
-  ASSERT_EQ(b.packed.kind, cpu::PackedKind::kScg);
-  ASSERT_FALSE(b.packed.scg.idx16);
+  ASSERT_EQ(b.packed.kind(), cpu::PackedKind::kRowGroups);
+  ASSERT_FALSE(b.packed.row_groups().idx16);
   const int targets = ForEachTarget([&](const std::string& target) {
     int rows_run = 0;
     for (const auto& kern : cpu::KernelTable()) {
@@ -1318,8 +1318,8 @@ TEST(LinearWeightTest, GroupsWithU32IndicesBeyond65536Columns) {
     auto pw = cpu::Pack(*s, "w");
     ASSERT_TRUE(pw.ok()) << pw.status().ToString();
     b.packed = std::move(pw).value();
-    ASSERT_FALSE(b.packed.scg.idx16) << pat;
-    ASSERT_GE(b.packed.scg.g, 2) << pat;
+    ASSERT_FALSE(b.packed.row_groups().idx16) << pat;
+    ASSERT_GE(b.packed.row_groups().g, 2) << pat;
     const int targets = ForEachTarget([&](const std::string& target) {
       int rows_run = 0;
       for (const auto& kern : cpu::KernelTable()) {

@@ -215,7 +215,8 @@ TEST(GgufTest, BlockTableMatchesGgml) {
   EXPECT_FALSE(GgmlTypeBlock(4));
   EXPECT_EQ(GgmlTypeName(GgmlType::kQ4_1), "Q4_1");
   EXPECT_EQ(GgmlTypeName(static_cast<GgmlType>(12)), "Q4_K");
-  EXPECT_FALSE(GgmlTypeCanDequantize(static_cast<GgmlType>(12)));
+  EXPECT_TRUE(GgmlTypeCanDequantize(static_cast<GgmlType>(12)));
+  EXPECT_FALSE(GgmlTypeCanDequantize(static_cast<GgmlType>(16)));  // IQ2_XXS
   float y[32];
   Bytes blk(18);
   EXPECT_EQ(DequantizeGgml(GgmlType::kQ4_0, blk.data(), 31, y).code(), StatusCode::kInvalidInput);
@@ -405,15 +406,15 @@ TEST(GgufMalformedTest, NestedArraysTooDeep) {
 
 TEST(GgufMalformedTest, UnsupportedTypeListedButNotDequantized) {
   GgufBuilder g;
-  g.Tensor({"k4", {256}, 12, Bytes(144)});
+  g.Tensor({"iq2", {256}, 16, Bytes(66)});
   const Bytes b = g.Build();
   auto r = Parse(b);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->tensors()[0].nbytes, 144u);
+  EXPECT_EQ(r->tensors()[0].nbytes, 66u);
   auto t = r->ReadF32(r->tensors()[0]);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnsupported);
-  EXPECT_THAT(t.status().message(), HasSubstr("tensor 'k4': ggml type 12 (Q4_K) cannot be dequantized"));
+  EXPECT_THAT(t.status().message(), HasSubstr("tensor 'iq2': ggml type 16 (IQ2_XXS) cannot be dequantized"));
 }
 
 TEST(GgufMalformedTest, MissingFileIsIoError) {

@@ -45,6 +45,14 @@ std::vector<std::string> Pieces(const Tokenizer& t, std::string_view text) {
   return r.ok() ? *r : std::vector<std::string>{};
 }
 
+// A default-constructed tokenizer is an empty vocabulary, not a null one (it crashed in
+// vocab_size() when a model was built from parts without one).
+TEST(TokenizerTest, DefaultIsAnEmptyVocabulary) {
+  const Tokenizer t;
+  EXPECT_EQ(t.vocab_size(), 0);
+  EXPECT_TRUE(t.data().tokens.empty());
+}
+
 TEST(TokenizerTest, Gpt2PreTokenizerFollowsTheRegex) {
   auto t = Tokenizer::FromData(ByteVocab({}, {}), "test");
   ASSERT_TRUE(t.ok()) << t.status().ToString();

@@ -12,10 +12,10 @@
 
 namespace sparq::cpu {
 
-void RunScgTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+void RunRowGroupTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                  ThreadPool* pool) {
   const KernelConfig& c = a.config();
-  const ScgWeight& w = pw.scg;
+  const RowGroupWeight& w = pw.row_groups();
   const std::vector<int64_t> cost = RowCost(pw);
   const bool stream = StreamY(a, w.rows, pool);
   const TaskCuts cuts = CutsFor(a, stream, w.g, std::max(1, 4 / w.g));
@@ -115,7 +115,7 @@ void RunScgTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a
     for (int64_t tile = tile0; tile < tile1; ++tile) {
       const float* xtt = xt + (tile - tile0) * w.cols * nt;
       for (int64_t b = 0; b < kblocks; ++b) {
-        ScgBlock blk;
+        RowGroupBlock blk;
         blk.first = b == 0;
         blk.stream = stream_w;
         blk.pb = starts + b * stride + g0;

@@ -1,0 +1,157 @@
+// The whole model for training: embedding, the blocks, the final RMSNorm, the tied head and the
+// loss (cross-entropy on the next tokens, optionally KL to a teacher's logits), forward and
+// backward. Activation checkpointing per block: the forward keeps only each block's input, and
+// the backward recomputes that block's activations just before its backward, so memory holds
+// n_layer block inputs plus one block's activations (bounded at ctx 512, issue 28).
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparq/train_model.h"
+#include "sparq/train_ops.h"
+#include "src/train/model_check.h"
+#include "src/train/shape_check.h"
+
+namespace sparq::train {
+namespace {
+
+// x [n, d] = the blocks on the embedded tokens; inputs (if not null) gets each block's input.
+Status Trunk(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
+             std::vector<std::vector<float>>* inputs, std::vector<float>* x) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t d = c.n_embd;
+  x->resize(n * d);
+  SPARQ_RETURN_IF_ERROR(EmbeddingForward(w.token_embd, tokens, c.n_vocab, d, *x));
+  std::vector<float> y(n * d);
+  BlockActivations acts;
+  if (inputs != nullptr) inputs->resize(c.n_layer);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (inputs != nullptr) (*inputs)[l] = *x;
+    SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], static_cast<int>(l), *x, n, y, &acts));
+    x->swap(y);
+  }
+  return Status::Ok();
+}
+
+// xf = RMSNorm(x, output_norm), logits = xf E^T (the tied head).
+Status Head(const LlamaConfig& c, const ModelWeights& w, std::span<const float> x, int64_t n,
+            std::vector<float>* xf, std::span<float> logits) {
+  xf->resize(n * c.n_embd);
+  SPARQ_RETURN_IF_ERROR(RmsNormForward(x, w.output_norm, n, c.n_embd, c.rms_eps, *xf));
+  return LinearForward(*xf, w.token_embd, n, c.n_embd, c.n_vocab, logits);
+}
+
+Status CheckTokens(const char* op, std::span<const int32_t> tokens, int64_t min_count) {
+  if (static_cast<int64_t>(tokens.size()) < min_count) {
+    return InvalidInput(std::string(op) + ": needs at least " + std::to_string(min_count) +
+                        " tokens, got " + std::to_string(tokens.size()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ModelWeights ZerosLike(const ModelWeights& w) {
+  ModelWeights z;
+  z.token_embd.assign(w.token_embd.size(), 0.0f);
+  z.output_norm.assign(w.output_norm.size(), 0.0f);
+  for (const BlockWeights& b : w.blocks) z.blocks.push_back(ZerosLike(b));
+  return z;
+}
+
+Status CheckModel(const LlamaConfig& c, const ModelWeights& w, std::span<const BlockMasks> masks) {
+  SPARQ_RETURN_IF_ERROR(c.Validate("training model config"));
+  SPARQ_RETURN_IF_ERROR(CheckSize("token_embd.weight", "tensor",
+                                  std::span<const float>(w.token_embd), {c.n_vocab, c.n_embd}));
+  SPARQ_RETURN_IF_ERROR(
+      CheckSize("output_norm.weight", "tensor", std::span<const float>(w.output_norm), {c.n_embd}));
+  if (static_cast<int64_t>(w.blocks.size()) != c.n_layer) {
+    return InvalidInput("training model: " + std::to_string(w.blocks.size()) + " blocks for " +
+                        std::to_string(c.n_layer) + " layers");
+  }
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    SPARQ_RETURN_IF_ERROR(CheckBlock(c, w.blocks[l], BlockName(static_cast<int>(l))));
+  }
+  if (masks.empty()) return Status::Ok();
+  if (static_cast<int64_t>(masks.size()) != c.n_layer) {
+    return InvalidInput("training model: " + std::to_string(masks.size()) + " block masks for " +
+                        std::to_string(c.n_layer) + " layers");
+  }
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    SPARQ_RETURN_IF_ERROR(CheckMasks(c, masks[l], BlockName(static_cast<int>(l))));
+  }
+  return Status::Ok();
+}
+
+Status ModelLogits(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
+                   std::span<float> logits) {
+  SPARQ_RETURN_IF_ERROR(CheckModel(c, w));
+  SPARQ_RETURN_IF_ERROR(CheckTokens("ModelLogits", tokens, 1));
+  const auto n = static_cast<int64_t>(tokens.size());
+  SPARQ_RETURN_IF_ERROR(CheckSize("ModelLogits", "logits", logits, {n, c.n_vocab}));
+  std::vector<float> x, xf;
+  SPARQ_RETURN_IF_ERROR(Trunk(c, w, tokens, nullptr, &x));
+  return Head(c, w, x, n, &xf, logits);
+}
+
+Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
+                        std::span<const BlockMasks> masks, std::span<const int32_t> tokens,
+                        const LossSpec& spec, LossResult* result, ModelWeights* grads) {
+  constexpr const char* kOp = "ModelLossAndGrad";
+  SPARQ_RETURN_IF_ERROR(CheckModel(c, w, masks));
+  if (grads != nullptr) SPARQ_RETURN_IF_ERROR(CheckModel(c, *grads).WithContext("gradient"));
+  SPARQ_RETURN_IF_ERROR(CheckTokens(kOp, tokens, 2));
+  if (!(spec.ce_weight >= 0) || !(spec.kl_weight >= 0) || !std::isfinite(spec.ce_weight) ||
+      !std::isfinite(spec.kl_weight)) {
+    return InvalidInput(std::string(kOp) + ": loss weights must be finite and >= 0, got ce " +
+                        std::to_string(spec.ce_weight) + ", kl " + std::to_string(spec.kl_weight));
+  }
+  const auto n = static_cast<int64_t>(tokens.size()) - 1;
+  const int64_t d = c.n_embd, vocab = c.n_vocab;
+  const bool use_kl = spec.kl_weight > 0;
+  if (use_kl)
+    SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher_logits", spec.teacher_logits, {n, vocab}));
+  const std::span<const int32_t> inputs = tokens.first(n), targets = tokens.subspan(1);
+  SPARQ_RETURN_IF_ERROR(CheckIds(kOp, "tokens", tokens, vocab));
+
+  std::vector<std::vector<float>> block_in;  // the checkpoints
+  std::vector<float> x, xf, logits(n * vocab);
+  SPARQ_RETURN_IF_ERROR(Trunk(c, w, inputs, grads != nullptr ? &block_in : nullptr, &x));
+  SPARQ_RETURN_IF_ERROR(Head(c, w, x, n, &xf, logits));
+  const bool backward = grads != nullptr;
+  std::vector<float> dlogits(backward ? n * vocab : 0), dkl(backward && use_kl ? n * vocab : 0);
+  LossResult r;
+  SPARQ_RETURN_IF_ERROR(CrossEntropy(logits, targets, n, vocab, &r.ce, dlogits));
+  if (use_kl) {
+    SPARQ_RETURN_IF_ERROR(
+        KlDivergence(spec.teacher_logits, logits, n, vocab, spec.tau, &r.kl, dkl));
+  }
+  r.loss = spec.ce_weight * r.ce + (use_kl ? spec.kl_weight * r.kl : 0.0);
+  *result = r;
+  if (!backward) return Status::Ok();
+
+  for (size_t i = 0; i < dlogits.size(); ++i) {
+    dlogits[i] =
+        static_cast<float>(spec.ce_weight * dlogits[i] + (use_kl ? spec.kl_weight * dkl[i] : 0.0));
+  }
+  // Tied head: logits = xf E^T, so E gets dlogits^T xf here and the lookup's rows below.
+  std::vector<float> dxf(n * d), dx(n * d), dprev(n * d), y(n * d);
+  SPARQ_RETURN_IF_ERROR(LinearBackwardWeight(dlogits, xf, n, d, vocab, grads->token_embd));
+  SPARQ_RETURN_IF_ERROR(LinearBackwardInput(dlogits, w.token_embd, n, d, vocab, dxf));
+  SPARQ_RETURN_IF_ERROR(
+      RmsNormBackward(x, w.output_norm, dxf, n, d, c.rms_eps, dx, grads->output_norm));
+  BlockActivations acts;
+  for (int64_t l = c.n_layer - 1; l >= 0; --l) {
+    const auto bi = static_cast<int>(l);
+    // Recompute: the block's activations from its checkpointed input (bitwise the forward's).
+    SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], bi, block_in[l], n, y, &acts));
+    const BlockMasks* m = masks.empty() ? nullptr : &masks[l];
+    SPARQ_RETURN_IF_ERROR(BlockBackward(c, w.blocks[l], bi, m, acts, dx, dprev, &grads->blocks[l]));
+    dx.swap(dprev);
+  }
+  return EmbeddingBackward(dx, inputs, vocab, d, grads->token_embd);
+}
+
+}  // namespace sparq::train
