@@ -12,6 +12,7 @@
 #include "sparq/format.h"
 #include "sparq/pattern.h"
 #include "sparq/quant.h"
+#include "sparq/blas_threads.h"
 #include "src/cpu/spmm.h"
 
 namespace sparq {
@@ -45,7 +46,7 @@ void BM_Kernel(benchmark::State& state, const cpu::KernelRow* kern, Shape s, std
   cpu::PackOptions options;
   options.values = values;
   auto packed = cpu::Pack(*enc, "w", options);
-  const KernelConfig& cfg = KernelConfig::Default();
+  static const KernelConfig cfg = KernelConfig::FromMachine().value();
   if (!packed.ok() || !cpu::Declines(*kern, *packed, n, cfg, true).empty()) {
     state.SkipWithError("kernel does not take this format");
     return;
@@ -53,7 +54,7 @@ void BM_Kernel(benchmark::State& state, const cpu::KernelRow* kern, Shape s, std
   const std::vector<float> x = Random(n * s.k, 2);
   std::vector<float> y(n * s.m);
   ThreadPool pool(static_cast<int>(state.range(0)));
-  openblas_set_num_threads(static_cast<int>(state.range(0)));
+  blas::OpenBlasThreads pin(static_cast<int>(state.range(0)));  // restored after the run
   cpu::SpmmArgs a;
   a.x = x.data();
   a.n = n;
@@ -72,7 +73,7 @@ void BM_Kernel(benchmark::State& state, const cpu::KernelRow* kern, Shape s, std
 void BM_OpenBlas(benchmark::State& state, Shape s, int64_t n) {
   const std::vector<float> w = Random(s.m * s.k, 1), x = Random(n * s.k, 2);
   std::vector<float> y(n * s.m);
-  openblas_set_num_threads(static_cast<int>(state.range(0)));
+  blas::OpenBlasThreads pin(static_cast<int>(state.range(0)));  // restored after the run
   for (auto _ : state) {
     if (n == 1) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, s.m, s.k, 1, w.data(), s.k, x.data(), 1, 0, y.data(), 1);

@@ -1,10 +1,11 @@
 // The main of every test executable (in place of GTest::gtest_main). With SPARQ_MAX_ISA set (AVX3_DL,
 // AVX3, AVX2, SSE4, SSSE3, EMU128, SCALAR: the spellings of `sparq --max-isa`), the whole suite runs
 // as on a CPU that has at most that instruction set: Highway's targets above it are disabled (so
-// hwy::SupportedTargets(), the tests' "every target" loops and HWY_DYNAMIC_DISPATCH stop there)
-// and, in the executables that link the kernels (SPARQ_TEST_MAIN_CPU), the library's default
-// KernelConfig is the capped one. CLI runs started by the tests inherit the variable and are capped
-// by the CLI itself. Only tests read the environment; the library never does.
+// hwy::SupportedTargets(), the tests' "every target" loops and HWY_DYNAMIC_DISPATCH stop there).
+// KernelConfig::FromMachine() picks from those targets, so every config a test builds for "this
+// machine" is the capped one: no process-wide config is set. CLI runs started by the tests inherit
+// the variable and are capped by the CLI itself. Only tests read the environment; the library
+// never does.
 //
 //   SPARQ_MAX_ISA=AVX2 ctest --preset release        (docs/building.md)
 #include <gtest/gtest.h>
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "SPARQ_MAX_ISA=%s: %s\n", env, cfg.status().ToString().c_str());
       return 2;
     }
-    sparq::KernelConfig::SetDefault(*cfg);
+    // Not stored anywhere: this only reports what every FromMachine() of the tests now returns.
     std::fprintf(stderr, "sparq tests: SPARQ_MAX_ISA=%s: kernels run on %s; Highway targets left:%s\n",
                  env, cfg->target_name().c_str(), left.c_str());
 #else

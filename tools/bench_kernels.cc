@@ -198,7 +198,7 @@ std::string PeerScriptDir(const Options& o) {
   return dir.empty() ? "." : dir;
 }
 
-Status RunKernels(const Options& o) {
+Status RunKernels(const Options& o, const KernelConfig& cfg) {
   if (!o.plot_path.empty()) SPARQ_RETURN_IF_ERROR(CheckPlotter(PeerScriptDir(o)));
   SPARQ_ASSIGN_OR_RETURN(auto shape_list, ParseList<std::string>(o.shapes, "--shapes"));
   SPARQ_ASSIGN_OR_RETURN(auto ns, ParseList<int64_t>(o.ns, "--n"));
@@ -231,7 +231,7 @@ Status RunKernels(const Options& o) {
   }
   auto encode_dtype = [](const ValueSpec& v) { return v.quantized() ? DType::kF32 : v.dtype; };
   const int64_t nmax = *std::max_element(ns.begin(), ns.end());
-  const MachineInfo machine = DescribeMachine();
+  const MachineInfo machine = DescribeMachine(cfg);
   std::printf("%s\n", MachineLine(machine).c_str());
   if (o.explain) {
     std::mt19937_64 erng(42);
@@ -249,7 +249,7 @@ Status RunKernels(const Options& o) {
           auto s = Encode(w, m, k, PickFormat(p), p, encode_dtype(spec));
           if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
           SPARQ_ASSIGN_OR_RETURN(LinearWeight lw,
-                                 LinearWeight::FromMatrix(std::move(s).value(), spec, "bench"));
+                                 LinearWeight::FromMatrix(std::move(s).value(), spec, "bench", cfg));
           for (int64_t n : ns) {
             std::printf("%lldx%lld %s %s n=%lld (stored as %s)\n%s", static_cast<long long>(m),
                         static_cast<long long>(k), pattern_list[pi].c_str(),
@@ -264,10 +264,11 @@ Status RunKernels(const Options& o) {
 
   std::map<int, double> peak, load_fma, bw;
   for (int t : threads_list) {
-    peak[t] = cpu::MeasurePeakFmaGflops(t);
-    load_fma[t] = cpu::MeasureLoadFmaGflops(t);
+    peak[t] = cpu::MeasurePeakFmaGflops(t, cfg);
+    load_fma[t] = cpu::MeasureLoadFmaGflops(t, cfg);
     // Twice the last-level cache at least: a smaller buffer measures the cache, not memory.
-    bw[t] = cpu::MeasureReadGbps(t, std::max<int64_t>(int64_t{64} << 20, 2 * LastLevelCacheBytes()));
+    bw[t] = cpu::MeasureReadGbps(
+        t, std::max<int64_t>(int64_t{64} << 20, 2 * LastLevelCacheBytes()), cfg);
     std::printf(
         "machine, %d thread(s): peak FMA %.1f GFLOP/s (%.1f with one L1 load per FMA), read "
         "bandwidth %.1f GB/s\n",
@@ -348,7 +349,7 @@ Status RunKernels(const Options& o) {
     auto make_bf16_dense = [&]() -> Status {
       auto d = DenseMatrix::FromDense(w0, m, k, DType::kBF16);
       if (!d.ok()) return d.status();
-      auto lw = LinearWeight::FromMatrix(std::move(d).value(), "dense_bf16");
+      auto lw = LinearWeight::FromMatrix(std::move(d).value(), "dense_bf16", cfg);
       if (!lw.ok()) return lw.status();
       bf16_dense.push_back(std::move(lw).value());
       return Status::Ok();
@@ -380,7 +381,7 @@ Status RunKernels(const Options& o) {
         auto encode = [&]() -> Result<LinearWeight> {
           auto s = Encode(w, m, k, PickFormat(p), p, encode_dtype(spec));
           if (!s.ok()) return s.status().WithContext("pattern " + pattern_list[pi]);
-          auto lw = LinearWeight::FromMatrix(std::move(s).value(), spec, "bench");
+          auto lw = LinearWeight::FromMatrix(std::move(s).value(), spec, "bench", cfg);
           if (!lw.ok()) return lw.status().WithContext("pattern " + pattern_list[pi] + ", values " + spec.Name());
           return lw;
         };
@@ -531,10 +532,10 @@ BenchRegistrar kernels(
                      "Bytes of weight copies each side of a row with n <= 16 cycles through, so "
                      "that weights come from memory as in a model (default: twice the last-level "
                      "cache; 0: no copies)");
-      return [o]() -> Status {
+      return [o](const KernelConfig& cfg) -> Status {
         if (o->repeats < 1) return InvalidInput("--repeats must be >= 1");
         StdoutToStderr table_to_stderr(&o->json);  // bare --json: stdout holds the rows alone
-        return RunKernels(*o);
+        return RunKernels(*o, cfg);
       };
     });
 

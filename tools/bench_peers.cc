@@ -4,7 +4,10 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <optional>
 #include <eigen3/Eigen/Sparse>
+
+#include "sparq/blas_threads.h"
 
 #if defined(SPARQ_HAVE_DNNL)
 #include <dnnl.h>
@@ -23,7 +26,12 @@ void SetOmpThreads(int threads) {
 class OpenBlasPeer : public DensePeer {
  public:
   std::string name() const override { return "openblas"; }
-  void SetThreads(int threads) override { openblas_set_num_threads(threads); }
+  // The count is held by a guard (sparq's one OpenBLAS thread policy) until the next SetThreads or
+  // the peer's end, not set for good; the timed calls themselves pay no set / restore.
+  void SetThreads(int threads) override {
+    pin_.reset();
+    pin_.emplace(threads);
+  }
   void Run(const float* w, const float* x, float* y, int64_t m, int64_t k, int64_t n) override {
     if (n == 1) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, m, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
@@ -31,6 +39,9 @@ class OpenBlasPeer : public DensePeer {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, w, k, 0.0f, y, m);
     }
   }
+
+ private:
+  std::optional<blas::OpenBlasThreads> pin_;
 };
 
 #if defined(SPARQ_HAVE_DNNL)

@@ -28,9 +28,9 @@ Registrar reg("bench", "Benchmarks: `bench kernels` (sparse vs dense products), 
                   CLI::App* s = sub.add_subcommand(c.name, c.help);
                   (*runs)[s] = c.setup(*s);
                 }
-                return [runs]() -> Status {
+                return [runs](const KernelConfig& cfg) -> Status {
                   for (auto& [s, run] : *runs) {
-                    if (s->parsed()) return run();
+                    if (s->parsed()) return run(cfg);
                   }
                   return InvalidInput("bench: choose a subcommand");
                 };
@@ -40,18 +40,18 @@ BenchRegistrar machine("machine",
                        "Measure peak f32 FMA rate (also with one L1 load per FMA) and read "
                        "bandwidth (1 and 2 threads)",
                        [](CLI::App& sub) -> RunFn {
-                         return []() -> Status {
+                         return [](const KernelConfig& cfg) -> Status {
                            // The limits of the kernels' target (--max-isa caps both).
-                           std::printf("isa: %s\n",
-                                       KernelConfig::Default().target_name().c_str());
+                           std::printf("isa: %s\n", cfg.target_name().c_str());
                            for (int t : {1, 2}) {
                              std::printf(
                                  "threads %d: peak FMA %.1f GFLOP/s (%.1f with one L1 load "
                                  "per FMA), read bandwidth %.1f GB/s (64 MiB) %.1f GB/s "
                                  "(1 GiB)\n",
-                                 t, cpu::MeasurePeakFmaGflops(t), cpu::MeasureLoadFmaGflops(t),
-                                 cpu::MeasureReadGbps(t, int64_t{64} << 20),
-                                 cpu::MeasureReadGbps(t, int64_t{1} << 30));
+                                 t, cpu::MeasurePeakFmaGflops(t, cfg),
+                                 cpu::MeasureLoadFmaGflops(t, cfg),
+                                 cpu::MeasureReadGbps(t, int64_t{64} << 20, cfg),
+                                 cpu::MeasureReadGbps(t, int64_t{1} << 30, cfg));
                            }
                            return Status::Ok();
                          };

@@ -46,19 +46,19 @@ struct BenchRow {
   std::string variant;  // "as_stored" | "dense_bf16"
 };
 
-Status RunBenchModel(const BenchModelOptions& o) {
+Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
   ThreadPool pool(o.threads);
-  const MachineInfo machine = DescribeMachine();
+  const MachineInfo machine = DescribeMachine(cfg);
   std::vector<LlamaModel> models;
   std::vector<BenchRow> names;
   for (const std::string& m : o.models) {
-    SPARQ_ASSIGN_OR_RETURN(LlamaModel lm, LlamaModel::Load(m));
+    SPARQ_ASSIGN_OR_RETURN(LlamaModel lm, LlamaModel::Load(m, cfg));
     models.push_back(std::move(lm));
     names.push_back({Base(m), "as_stored"});
     if (names.size() > 1 || o.no_dense_bf16) continue;
     // The first model again, its linear layers dense bf16; a first model that is not dense f32
     // (a pruned checkpoint) has no such row.
-    SPARQ_ASSIGN_OR_RETURN(LlamaModel bf, LlamaModel::Load(m));
+    SPARQ_ASSIGN_OR_RETURN(LlamaModel bf, LlamaModel::Load(m, cfg));
     if (Status st = StoreLinearsAsBf16(&bf); !st.ok()) {
       std::fprintf(stderr, "no dense bf16 row: %s\n", st.message().c_str());
       continue;
@@ -165,7 +165,7 @@ BenchRegistrar reg("model", "Prefill/decode tokens/s and weight bytes of models 
                      o->json.Register(sub, "the rows (docs/bench-json.md)");
                      sub.add_flag("--no-dense-bf16", o->no_dense_bf16,
                                   "Leave out the first model's dense bf16 row");
-                     return [o]() { return RunBenchModel(*o); };
+                     return [o](const KernelConfig& cfg) { return RunBenchModel(*o, cfg); };
                    });
 
 }  // namespace

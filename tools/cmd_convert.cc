@@ -198,7 +198,7 @@ Registrar reg("convert", "Magnitude-prune the selected weights of a model file t
                                "values of converted tensors: f32 | bf16 | f16 | int8[:gN] | "
                                "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm format)");
                 sub.add_option("--threads", o->threads, "worker threads");
-                return [o]() { return Run(*o); };
+                return [o](const KernelConfig&) { return Run(*o); };
               });
 
 }  // namespace

@@ -235,7 +235,7 @@ Status ToDenseBf16(LlamaModel& model) {
     SPARQ_ASSIGN_OR_RETURN(SparseMatrix m,
                            Encode(std::span<const float>(d, static_cast<size_t>(rows * cols)),
                                   rows, cols, FormatKind::kDense, Pattern::Dense(), DType::kBF16));
-    SPARQ_ASSIGN_OR_RETURN(lw, LinearWeight::FromMatrix(std::move(m), name));
+    SPARQ_ASSIGN_OR_RETURN(lw, LinearWeight::FromMatrix(std::move(m), name, lw.config()));
     return Status::Ok();
   };
   for (size_t l = 0; l < w.blocks.size(); ++l) {
@@ -262,7 +262,7 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-Status RunModelDemo(DemoOptions o) {
+Status RunModelDemo(DemoOptions o, const KernelConfig& cfg) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.quick) {
     o.calib_samples = std::min(o.calib_samples, kQuickCalibSamples);
@@ -328,13 +328,13 @@ Status RunModelDemo(DemoOptions o) {
     po.calib_samples = o.calib_samples;
     po.calib_len = o.calib_len;
     std::fprintf(stderr, "pruning: %s\n", rows[i].label.c_str());
-    SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(model, calib, po, rows[i].path, &pool));
+    SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(model, calib, po, rows[i].path, cfg, &pool));
     rows[i].prune_s = r.seconds;
     rows[i].pruned = true;
   }
   std::vector<LlamaModel> models;
   for (size_t i = 0; i < rows.size(); ++i) {
-    SPARQ_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::Load(rows[i].path));
+    SPARQ_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::Load(rows[i].path, cfg));
     if (i == kDenseBf16) SPARQ_RETURN_IF_ERROR(ToDenseBf16(m));
     rows[i].bytes = m.weight_bytes();
     rows[i].linear_bytes = m.block_linear_bytes();
@@ -459,7 +459,9 @@ Registrar reg("demo",
                     ->capture_default_str();
                 sub.add_option("--ctx", o->ctx, "Perplexity window (tokens)")
                     ->capture_default_str();
-                return [o]() { return o->formats ? RunFormatsDemo(*o) : RunModelDemo(*o); };
+                return [o](const KernelConfig& cfg) {
+                  return o->formats ? RunFormatsDemo(*o) : RunModelDemo(*o, cfg);
+                };
               });
 
 }  // namespace

@@ -30,11 +30,11 @@ Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
   return Status::Ok();
 }
 
-Status RunEval(const EvalOptions& o) {
+Status RunEval(const EvalOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.text));
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg));
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.tokenizer().Encode(text));
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
   if (!o.tokens_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.tokens_out, ids));
@@ -82,7 +82,7 @@ Registrar reg("eval", "Perplexity of a model (GGUF, .sparq or HF folder) on a te
                 sub.add_flag("--tokenize-only", o->tokenize_only,
                              "Only tokenize (with --tokens-out: dump the ids), no evaluation");
                 o->json.Register(sub, "{\"perplexity\", \"tokens\", \"ctx\", ...}");
-                return [o]() { return RunEval(*o); };
+                return [o](const KernelConfig& cfg) { return RunEval(*o, cfg); };
               });
 
 }  // namespace

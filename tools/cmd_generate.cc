@@ -55,10 +55,10 @@ Result<PromptIds> PromptTokens(const GenOptions& o, const Tokenizer& tok) {
   return p;
 }
 
-Status RunGenerate(const GenOptions& o) {
+Status RunGenerate(const GenOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg));
   const Tokenizer& tok = model.tokenizer();
   SPARQ_ASSIGN_OR_RETURN(PromptIds prompt, PromptTokens(o, tok));
   GenerateOptions g;
@@ -105,7 +105,7 @@ Registrar reg("generate", "Generate text from a prompt (greedy or sampled)",
                 sub.add_flag("--chat", o->chat,
                              "Apply the model's chat template (the default; kept as an alias)")
                     ->excludes(raw);
-                return [o]() { return RunGenerate(*o); };
+                return [o](const KernelConfig& cfg) { return RunGenerate(*o, cfg); };
               });
 
 }  // namespace

@@ -211,7 +211,7 @@ Registrar reg("inspect", "List the tensors of a GGUF, safetensors or sparq file 
                     ->required();
                 json->Register(sub, "the file's metadata and tensors");
                 sub.add_option("--threads", *threads, "worker threads (default: SPARQ_NUM_THREADS or all cores)");
-                return [=]() { return Run(*path, *json, *threads); };
+                return [=](const KernelConfig&) { return Run(*path, *json, *threads); };
               });
 
 }  // namespace

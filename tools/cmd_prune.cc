@@ -23,7 +23,7 @@ struct PruneCliOptions {
   JsonOutput json;
 };
 
-Status RunPrune(const PruneCliOptions& o) {
+Status RunPrune(const PruneCliOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
   ModelPruneOptions opt;
@@ -46,7 +46,7 @@ Status RunPrune(const PruneCliOptions& o) {
   opt.seed = o.seed;
   if (!o.include.empty()) opt.include = o.include;
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.calib));
-  SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(o.model, text, opt, o.out, &pool));
+  SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(o.model, text, opt, o.out, cfg, &pool));
   if (!o.report.empty()) {
     const std::string text = r.ToJson(true) + "\n";
     io::AtomicWriter wr;
@@ -112,7 +112,7 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                                "Write the JSON report (with timings) to FILE (as --json FILE)");
                 o->json.Register(sub, "the report (with timings)");
                 sub.add_option("-o,--output", o->out, "Output .sparq")->required();
-                return [o]() { return RunPrune(*o); };
+                return [o](const KernelConfig& cfg) { return RunPrune(*o, cfg); };
               });
 
 }  // namespace

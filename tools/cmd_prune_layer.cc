@@ -172,7 +172,7 @@ Registrar reg("prune-layer", "Prune one linear layer (.npy in, .npy out) with ca
                 sub.add_option("-o,--output", f->out, "Wp.npy (pruned weight, original column order)")
                     ->required();
                 sub.add_option("--report", f->report, "report.json");
-                return [f]() { return Run(*f); };
+                return [f](const KernelConfig&) { return Run(*f); };
               });
 
 struct SynthFlags {
@@ -192,7 +192,7 @@ Registrar reg_synth(
       sub.add_option("--seed", f->seed)->default_val(1);
       sub.add_option("--weight", f->weight)->required();
       sub.add_option("--inputs", f->inputs)->required();
-      return [f]() -> Status {
+      return [f](const KernelConfig&) -> Status {
         if (f->m < 1 || f->k < 1 || f->n < 1 || f->m * f->k > (int64_t{1} << 30) ||
             f->n * f->k > (int64_t{1} << 30)) {
           return InvalidInput("prune-layer-synth: sizes must be >= 1 and below 2^30 elements");

@@ -10,13 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "sparq/kernel_config.h"
 #include "sparq/status.h"
 #include "sparq/thread_pool.h"
 
 namespace sparq::cli {
 
 // `setup` adds the subcommand's options to `sub` and returns the function to run when it is chosen.
-using RunFn = std::function<Status()>;
+// main() builds the one KernelConfig of the run from the flags (--max-isa) after parsing and hands
+// it to that function, which passes it on to everything that packs weights or runs kernels.
+using RunFn = std::function<Status(const KernelConfig& cfg)>;
 using SetupFn = std::function<RunFn(CLI::App& sub)>;
 
 struct CommandInfo {

@@ -41,12 +41,9 @@ std::string CpuModel() {
   return "unknown";
 }
 
-// The target the kernels run: the process's KernelConfig (the CLI applies --max-isa to it first).
-std::string RunningIsa() { return KernelConfig::Default().target_name(); }
-
 }  // namespace
 
-MachineInfo DescribeMachine() { return {CpuModel(), RunningIsa()}; }
+MachineInfo DescribeMachine(const KernelConfig& cfg) { return {CpuModel(), cfg.target_name()}; }
 
 std::string MachineLine(const MachineInfo& m) { return "cpu: " + m.cpu_model + "; isa: " + m.isa; }
 

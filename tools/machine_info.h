@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "sparq/kernel_config.h"
+
 namespace sparq::cli {
 
 struct MachineInfo {
@@ -11,8 +13,8 @@ struct MachineInfo {
   std::string isa;        // the running Highway target: "AVX3", "AVX2", "SSE4", "EMU128", ...
 };
 
-// `isa` is the target of KernelConfig::Default(), which main() caps by --max-isa first.
-MachineInfo DescribeMachine();
+// `isa` is the target of cfg, the run's config (main() caps it by --max-isa).
+MachineInfo DescribeMachine(const KernelConfig& cfg);
 
 // "cpu: MODEL; isa: TARGET" (one line, no newline).
 std::string MachineLine(const MachineInfo& m);

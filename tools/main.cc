@@ -168,14 +168,12 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 1;
   }
-  if (!max_isa.empty()) {
-    auto cfg = KernelConfig::FromMachine(max_isa);
-    if (!cfg.ok()) return ExitCodeFor(cfg.status());
-    KernelConfig::SetDefault(*cfg);
-  }
+  // The run's one configuration: this machine, capped by --max-isa; passed down, never global.
+  auto cfg = KernelConfig::FromMachine(max_isa);
+  if (!cfg.ok()) return ExitCodeFor(cfg.status());
   try {
     for (auto& [sub, run] : runs) {
-      if (sub->parsed()) return ExitCodeFor(run());
+      if (sub->parsed()) return ExitCodeFor(run(*cfg));
     }
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "sparq: out of memory\n");

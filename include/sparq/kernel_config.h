@@ -53,14 +53,10 @@ struct KernelConfig {
   StreamYMode stream_y = StreamYMode::kAuto;
 
   // This machine with the best target it supports, capped at max_isa when given ("AVX3_DL",
-  // "AVX3" (or "AVX512"), "AVX2", "SSE4", "SSSE3", "SCALAR"); an unknown name is an error.
+  // "AVX3" (or "AVX512"), "AVX2", "SSE4", "SSSE3", "SCALAR"); an unknown name is an error. The
+  // targets are Highway's supported ones, so hwy::DisableTargets (the tests' SPARQ_MAX_ISA) caps
+  // this too. There is no process-wide default: whoever packs a weight passes its config.
   static Result<KernelConfig> FromMachine(const std::string& max_isa = "");
-  // The configuration a caller that passes none gets: FromMachine() of this machine, built on
-  // first use, unless the application replaced it (SetDefault) before its first product.
-  static const KernelConfig& Default();
-  // For applications (the CLI's --max-isa), once at startup, before any weight is packed: not
-  // thread-safe against concurrent Default() calls. Library code and tests pass configs instead.
-  static void SetDefault(const KernelConfig& cfg);
   // The same machine on another compiled target (tests: every target the CPU supports).
   KernelConfig WithTarget(int64_t target) const;
   // Compiled targets this CPU can run, best first.

@@ -43,14 +43,13 @@ class LinearWeight {
 
   // Validates the matrix (Validate(matrix, name)) and packs it for cfg's machine and target (every
   // product of this weight runs with cfg). The matrix is moved in.
-  static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name = "weight",
-                                         const KernelConfig& cfg = KernelConfig::Default());
+  static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name,
+                                         const KernelConfig& cfg);
   // The same with the values stored as `values` (sparq/quant.h): int8 / int4 specs quantize the
   // matrix's values round-to-nearest (N:M weights so far; other formats are an error naming the
   // weight); float specs keep the matrix's values.
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const ValueSpec& values,
-                                         const std::string& name,
-                                         const KernelConfig& cfg = KernelConfig::Default());
+                                         const std::string& name, const KernelConfig& cfg);
 
   int64_t rows() const;  // m (outputs)
   int64_t cols() const;  // k (inputs)
@@ -66,7 +65,8 @@ class LinearWeight {
   const std::string& format() const;
   // The weights [rows, cols] row-major when stored dense f32 (what pruning starts from), else null.
   const float* dense_f32() const;
-  // The configuration the weight was packed for and runs with.
+  // The configuration the weight was packed for and runs with (a default-constructed one, target
+  // 0, for an empty weight, which runs nothing).
   const KernelConfig& config() const;
 
   // ldx >= k, ldy >= m (0 means k resp. m). pool may be null (single thread).

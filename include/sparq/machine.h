@@ -10,20 +10,20 @@ namespace sparq::cpu {
 // The Measure* limits run on the target of `cfg` (its vectors), as the kernels they bound do: under
 // `--max-isa AVX2` an AVX-512 host's limits are those of its AVX2 code.
 // Best of 3 runs of an FMA-only loop on `threads` threads (GFLOP/s, f32, 2 flops per FMA lane).
-double MeasurePeakFmaGflops(int threads, const KernelConfig& cfg = KernelConfig::Default());
+double MeasurePeakFmaGflops(int threads, const KernelConfig& cfg);
 
 // The FMA loop's chains: chain i starts at FmaChainStart(i) and steps a <- a * kFmaMul + kFmaAdd.
 inline constexpr float kFmaMul = 0.999999f;
 inline constexpr float kFmaAdd = 1e-7f;
 constexpr float FmaChainStart(int i) { return 1.0f + 0.0625f * static_cast<float>(i); }
-// One run of the loop on this thread (best dispatched target): the sum over chains of one lane's
-// final value; *flops = what it counted, *chains = how many chains it ran.
-double FmaLoop(int64_t iters, int64_t* flops, int* chains);
+// One run of the loop on this thread, on cfg's target: the sum over chains of one lane's final
+// value; *flops = what it counted, *chains = how many chains it ran.
+double FmaLoop(int64_t iters, int64_t* flops, int* chains, const KernelConfig& cfg);
 // Best of 3 runs of the FMA loop with one fresh L1 load per FMA (GFLOP/s, f32): the ceiling of a
 // kernel whose every FMA needs its own load. On this project's AVX-512 host it measured about 70%
 // of MeasurePeakFmaGflops (175 of 245 GFLOP/s on one thread, 2026-12-01): vector loads, not
 // FMAs, are then the limit.
-double MeasureLoadFmaGflops(int threads, const KernelConfig& cfg = KernelConfig::Default());
+double MeasureLoadFmaGflops(int threads, const KernelConfig& cfg);
 // Its buffer: kLoadFmaBlocks blocks of one vector per chain (16 KiB with 16 chains of 16 lanes).
 inline constexpr int kLoadFmaBlocks = 16;
 // Every lane of block b's vector for chain j.
@@ -33,10 +33,9 @@ constexpr float LoadFmaValue(int b, int j) {
 // One run of that loop on this thread: chain j steps a <- LoadFmaValue(i % kLoadFmaBlocks, j) *
 // kFmaMul + a from FmaChainStart(j); returns the sum over chains of lane 0, *flops and *chains as
 // FmaLoop.
-double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains);
+double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains, const KernelConfig& cfg);
 // Best of 5 sums over `bytes` (split across `threads` threads) in GB/s.
-double MeasureReadGbps(int threads, int64_t bytes,
-                       const KernelConfig& cfg = KernelConfig::Default());
+double MeasureReadGbps(int threads, int64_t bytes, const KernelConfig& cfg);
 
 }  // namespace sparq::cpu
 

@@ -118,9 +118,11 @@ class LlamaModel {
 
   // A .gguf file, a .sparq checkpoint, or a Hugging Face folder (config.json, *.safetensors,
   // tokenizer.json). Quantized GGUF weights are dequantized to f32: that is the dense model.
-  static Result<LlamaModel> Load(const std::string& path);
-  static Result<LlamaModel> FromGguf(const std::string& path);
-  static Result<LlamaModel> FromSparq(const std::string& path);
+  // Every linear layer is packed for `cfg` (its target and knobs), and so runs with it, attention
+  // too: two models loaded with two configs run on their own targets in one process.
+  static Result<LlamaModel> Load(const std::string& path, const KernelConfig& cfg);
+  static Result<LlamaModel> FromGguf(const std::string& path, const KernelConfig& cfg);
+  static Result<LlamaModel> FromSparq(const std::string& path, const KernelConfig& cfg);
   // A Hugging Face Llama folder: config.json (model_type "llama"), tokenizer.json, and the weights
   // in model.safetensors, or in the shards named by model.safetensors.index.json ("weight_map"),
   // or, with neither, in every *.safetensors of the folder. F32, F16 and BF16 tensors are
@@ -129,7 +131,7 @@ class LlamaModel {
   // same model. Errors name the file and tensor: missing files, shards or tensors, shapes that
   // do not match config.json, other dtypes, non-finite values, tensors the runtime has no place
   // for (biases, ...).
-  static Result<LlamaModel> FromHfFolder(const std::string& dir);
+  static Result<LlamaModel> FromHfFolder(const std::string& dir, const KernelConfig& cfg);
   // Assembles a model from parts (weights must match the config; checked).
   static Result<LlamaModel> FromParts(LlamaConfig config, LlamaWeights weights,
                                       Tokenizer tokenizer, const std::string& what);
@@ -223,7 +225,8 @@ Result<ModelSpeed> MeasureSpeed(const LlamaModel& model, std::span<const int32_t
 // bf16 (round to nearest even), so they run through sparq's dense bf16 kernel: the dense model at
 // bf16's bytes, the baseline that separates what bf16 storage buys from what sparsity buys. The
 // token embedding and norms stay f32. Errors, naming the layer, if one is not stored dense f32
-// (a pruned or already converted model); the model is then unchanged.
+// (a pruned or already converted model); the model is then unchanged. Each layer is repacked
+// for the KernelConfig it already has.
 Status StoreLinearsAsBf16(LlamaModel* model);
 
 // ---- calibration, pruning, checkpoints ----------------------------------------------------------
@@ -285,9 +288,10 @@ struct ModelPruneResult {
 // activations are held. `model_path` is a GGUF file (its dequantized weights are the dense
 // model); the result is written atomically to `out_path` as a self-contained .sparq checkpoint
 // (config and tokenizer in the metadata). Same inputs and options give byte-identical files.
+// `cfg`: the target the calibration passes and the pruned layers run on (not in the file).
 Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_view calib_text,
                                     const ModelPruneOptions& opt, const std::string& out_path,
-                                    ThreadPool* pool);
+                                    const KernelConfig& cfg, ThreadPool* pool);
 
 // Reads a whole text file, checking it is non-empty UTF-8 (error names the file and byte offset).
 Result<std::string> ReadTextFile(const std::string& path);

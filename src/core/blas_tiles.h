@@ -16,28 +16,12 @@
 
 #include <cstdint>
 
+#include "sparq/blas_threads.h"
 #include "sparq/thread_pool.h"
 
 namespace sparq::blas {
 
-// sparq's one OpenBLAS thread policy: every OpenBLAS / LAPACKE call in the library runs inside one
-// of these guards, which sets OpenBLAS's (process-wide) thread count to `threads` for the guard's
-// lifetime and restores the previous count on destruction, so no call leaves it changed for the
-// code after it. The library's calls all use 1 (the tiled products above, SparseGPT's
-// factorization, the model's prefill attention): their parallelism comes from sparq's pool, and
-// OpenBLAS's own threading changes bits. The commands set no count of their own; only the
-// OpenBLAS peer of `sparq bench` sets one, since its thread count is what it measures.
-// Guards nest; do not create them concurrently from several threads.
-class OpenBlasThreads {
- public:
-  explicit OpenBlasThreads(int threads);
-  ~OpenBlasThreads();
-  OpenBlasThreads(const OpenBlasThreads&) = delete;
-  OpenBlasThreads& operator=(const OpenBlasThreads&) = delete;
-
- private:
-  int saved_;
-};
+// OpenBlasThreads, the one OpenBLAS thread policy: sparq/blas_threads.h.
 
 // Row-major C[m, n] = alpha * A[m, kk] * B[kk, n] + beta * C (leading dimensions lda, ldb, ldc).
 // pool may be null (tiles run in order on the calling thread).

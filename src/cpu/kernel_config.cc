@@ -115,14 +115,4 @@ Result<KernelConfig> KernelConfig::FromMachine(const std::string& max_isa) {
   return c.WithTarget(HWY_SCALAR);
 }
 
-namespace {
-KernelConfig& DefaultSlot() {
-  static KernelConfig slot = KernelConfig::FromMachine().value();
-  return slot;
-}
-}  // namespace
-
-const KernelConfig& KernelConfig::Default() { return DefaultSlot(); }
-void KernelConfig::SetDefault(const KernelConfig& cfg) { DefaultSlot() = cfg; }
-
 }  // namespace sparq

@@ -51,7 +51,8 @@ const float* LinearWeight::dense_f32() const {
   return impl_->packed.dense().data_as<float>();
 }
 const KernelConfig& LinearWeight::config() const {
-  return impl_ ? impl_->cfg : KernelConfig::Default();
+  static const KernelConfig kNone;
+  return impl_ ? impl_->cfg : kNone;
 }
 
 std::string LinearWeight::kernel_name(int64_t n) const {

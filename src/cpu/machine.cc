@@ -141,8 +141,8 @@ double RunOnThreads(int threads, Fn fn) {
 }
 }  // namespace
 
-double FmaLoop(int64_t iters, int64_t* flops, int* chains) {
-  return HWY_DYNAMIC_DISPATCH(FmaLoopT)(iters, flops, chains);
+double FmaLoop(int64_t iters, int64_t* flops, int* chains, const KernelConfig& cfg) {
+  return HWY_DISPATCH_TABLE(FmaLoopT)[cfg.dispatch_index](iters, flops, chains);
 }
 
 // Best of three timed runs of loop(t, &flops) on each of `threads` threads, in GFLOP/s (loop
@@ -170,9 +170,9 @@ double MeasurePeakFmaGflops(int threads, const KernelConfig& cfg) {
   });
 }
 
-double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains) {
+double LoadFmaLoop(int64_t iters, int64_t* flops, int* chains, const KernelConfig& cfg) {
   auto buf = hwy::AllocateAligned<float>(kLoadFmaFloats);
-  return HWY_DYNAMIC_DISPATCH(LoadFmaLoopT)(buf.get(), iters, flops, chains);
+  return HWY_DISPATCH_TABLE(LoadFmaLoopT)[cfg.dispatch_index](buf.get(), iters, flops, chains);
 }
 
 double MeasureLoadFmaGflops(int threads, const KernelConfig& cfg) {

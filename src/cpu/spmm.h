@@ -11,6 +11,7 @@
 // so results are bitwise identical for any number of threads and for repeated calls.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,8 +30,13 @@ struct SpmmArgs {
   float* y = nullptr;
   int64_t ldy = 0;         // ldy >= rows
   Epilogue ep;
-  const KernelConfig* cfg = nullptr;  // null: KernelConfig::Default()
-  const KernelConfig& config() const { return cfg ? *cfg : KernelConfig::Default(); }
+  // Required: every caller (LinearWeight, the fused and shared-input paths, tests) sets it; there
+  // is no default machine to fall back on.
+  const KernelConfig* cfg = nullptr;
+  const KernelConfig& config() const {
+    assert(cfg != nullptr);
+    return *cfg;
+  }
 };
 
 // The largest n for which `w` runs its decode kernel (above: its tiled kernel), on cfg's target.

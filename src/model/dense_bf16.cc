@@ -16,7 +16,7 @@ Result<LinearWeight> DenseBf16(const LinearWeight& w, const std::string& name) {
   const uint64_t n = static_cast<uint64_t>(w.rows()) * static_cast<uint64_t>(w.cols());
   SPARQ_ASSIGN_OR_RETURN(DenseMatrix d, DenseMatrix::FromDense(std::span<const float>(f, n), w.rows(),
                                                                w.cols(), DType::kBF16));
-  return LinearWeight::FromMatrix(SparseMatrix(std::move(d)), name);
+  return LinearWeight::FromMatrix(SparseMatrix(std::move(d)), name, w.config());  // its own target
 }
 
 }  // namespace

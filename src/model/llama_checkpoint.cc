@@ -39,7 +39,8 @@ std::vector<float> ToVector(const Tensor& t) {
 }
 
 Result<LinearWeight> MatrixLinear(Checkpoint& ck, const std::string& path,
-                                  const std::string& name, int64_t m, int64_t k) {
+                                  const std::string& name, int64_t m, int64_t k,
+                                  const KernelConfig& cfg) {
   for (CheckpointTensor& ct : ck.matrices) {
     if (ct.name != name) continue;
     if (Rows(ct.matrix) != m || Cols(ct.matrix) != k) {
@@ -47,7 +48,7 @@ Result<LinearWeight> MatrixLinear(Checkpoint& ck, const std::string& path,
                           ", " + std::to_string(Cols(ct.matrix)) + "], the configuration needs [" +
                           std::to_string(m) + ", " + std::to_string(k) + "]");
     }
-    auto lw = LinearWeight::FromMatrix(std::move(ct.matrix), name);
+    auto lw = LinearWeight::FromMatrix(std::move(ct.matrix), name, cfg);
     if (!lw.ok()) return lw.status().WithContext(path);
     return lw;
   }
@@ -56,7 +57,7 @@ Result<LinearWeight> MatrixLinear(Checkpoint& ck, const std::string& path,
 
 }  // namespace
 
-Result<LlamaModel> LlamaModel::FromSparq(const std::string& path) {
+Result<LlamaModel> LlamaModel::FromSparq(const std::string& path, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(path));
   auto meta = [&](const char* key) -> const std::string* {
     auto it = ck.metadata.find(key);
@@ -84,9 +85,10 @@ Result<LlamaModel> LlamaModel::FromSparq(const std::string& path) {
     // A bf16 embedding (`sparq prune --dtype bf16`) makes a bf16 head: half the bytes per token.
     const NamedTensor* te = ck.FindTensor("token_embd.weight");
     dm.values = te->tensor.dtype() == DType::kBF16 ? te->tensor.Clone() : w.token_embd.Clone();
-    SPARQ_ASSIGN_OR_RETURN(w.output, LinearWeight::FromMatrix(std::move(dm), "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(w.output, LinearWeight::FromMatrix(std::move(dm), "output.weight", cfg));
   } else {
-    SPARQ_ASSIGN_OR_RETURN(w.output, MatrixLinear(ck, path, "output.weight", c.n_vocab, c.n_embd));
+    SPARQ_ASSIGN_OR_RETURN(w.output,
+                           MatrixLinear(ck, path, "output.weight", c.n_vocab, c.n_embd, cfg));
   }
   w.blocks.resize(c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -100,7 +102,7 @@ Result<LlamaModel> LlamaModel::FromSparq(const std::string& path) {
       const auto slot = static_cast<LinearSlot>(s);
       const auto [m, k] = SlotShape(c, slot);
       const std::string name = blk + std::string(SlotName(slot)) + ".weight";
-      SPARQ_ASSIGN_OR_RETURN(b.linear[s], MatrixLinear(ck, path, name, m, k));
+      SPARQ_ASSIGN_OR_RETURN(b.linear[s], MatrixLinear(ck, path, name, m, k, cfg));
       if (const NamedTensor* p = ck.FindTensor(name + ".perm"); p != nullptr) {
         if (p->tensor.dtype() != DType::kI32 || p->tensor.rank() != 1 || p->tensor.dim(0) != k) {
           return InvalidInput(path + ": tensor '" + name + ".perm' must be i32[" +

@@ -228,7 +228,7 @@ constexpr const char* kHfSlotNames[kNumSlots] = {
 
 }  // namespace
 
-Result<LlamaModel> LlamaModel::FromHfFolder(const std::string& path) {
+Result<LlamaModel> LlamaModel::FromHfFolder(const std::string& path, const KernelConfig& cfg) {
   std::string dir = path;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string config_path = dir + "/config.json";
@@ -251,10 +251,10 @@ Result<LlamaModel> LlamaModel::FromHfFolder(const std::string& path) {
   SPARQ_ASSIGN_OR_RETURN(Tensor onorm, shards.ReadF32("model.norm.weight", {c.n_embd}));
   w.output_norm = ToVector(onorm);
   if (c.tied_output) {
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(w.token_embd.Clone(), "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(w.token_embd.Clone(), "output.weight", cfg));
   } else {
     SPARQ_ASSIGN_OR_RETURN(Tensor out, shards.ReadF32("lm_head.weight", {c.n_vocab, c.n_embd}));
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(std::move(out), "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(std::move(out), "output.weight", cfg));
   }
   w.blocks.resize(c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -276,7 +276,7 @@ Result<LlamaModel> LlamaModel::FromHfFolder(const std::string& path) {
       // Runtime names in the LinearWeight (what pruning and checkpoints see).
       SPARQ_ASSIGN_OR_RETURN(
           b.linear[s],
-          DenseLinearFromF32(std::move(t), blk + std::string(SlotName(slot)) + ".weight"));
+          DenseLinearFromF32(std::move(t), blk + std::string(SlotName(slot)) + ".weight", cfg));
     }
   }
   // A tensor this runtime has no place for (a bias, an extra norm) means the model computes

@@ -42,7 +42,8 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
               float* kc, float* vc, BlockScratch* s, ThreadPool* pool);
 
 // A dense f32 [m, k] tensor as a LinearWeight named `name` (for error messages).
-Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name);
+Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name,
+                                        const KernelConfig& cfg);
 
 // out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * w, for n rows of d.
 void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out,

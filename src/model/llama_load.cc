@@ -72,12 +72,13 @@ std::vector<float> ToVector(const Tensor& t) {
 
 }  // namespace
 
-Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name) {
+Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name,
+                                        const KernelConfig& cfg) {
   DenseMatrix dm;
   dm.rows = values.dim(0);
   dm.cols = values.dim(1);
   dm.values = std::move(values);
-  return LinearWeight::FromMatrix(SparseMatrix(std::move(dm)), name);
+  return LinearWeight::FromMatrix(SparseMatrix(std::move(dm)), name, cfg);
 }
 
 Result<LlamaModel> LlamaModel::FromParts(LlamaConfig config, LlamaWeights weights,
@@ -131,7 +132,7 @@ Result<LlamaModel> LlamaModel::FromParts(LlamaConfig config, LlamaWeights weight
   return model;
 }
 
-Result<LlamaModel> LlamaModel::FromGguf(const std::string& path) {
+Result<LlamaModel> LlamaModel::FromGguf(const std::string& path, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
   SPARQ_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfig::FromGguf(f));
   SPARQ_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromGguf(f));
@@ -140,10 +141,10 @@ Result<LlamaModel> LlamaModel::FromGguf(const std::string& path) {
   SPARQ_ASSIGN_OR_RETURN(Tensor onorm, ReadChecked(f, "output_norm.weight", {c.n_embd}));
   w.output_norm = ToVector(onorm);
   if (c.tied_output) {
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(w.token_embd.Clone(), "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(w.token_embd.Clone(), "output.weight", cfg));
   } else {
     SPARQ_ASSIGN_OR_RETURN(Tensor out, ReadChecked(f, "output.weight", {c.n_vocab, c.n_embd}));
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(std::move(out), "output.weight"));
+    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(std::move(out), "output.weight", cfg));
   }
   w.blocks.resize(c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -158,22 +159,22 @@ Result<LlamaModel> LlamaModel::FromGguf(const std::string& path) {
       const auto [m, k] = SlotShape(c, slot);
       const std::string name = blk + std::string(SlotName(slot)) + ".weight";
       SPARQ_ASSIGN_OR_RETURN(Tensor t, ReadChecked(f, name, {m, k}));
-      SPARQ_ASSIGN_OR_RETURN(b.linear[s], DenseLinearFromF32(std::move(t), name));
+      SPARQ_ASSIGN_OR_RETURN(b.linear[s], DenseLinearFromF32(std::move(t), name, cfg));
     }
   }
   return FromParts(c, std::move(w), std::move(tok), path);
 }
 
-Result<LlamaModel> LlamaModel::Load(const std::string& path) {
+Result<LlamaModel> LlamaModel::Load(const std::string& path, const KernelConfig& cfg) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return IoError(path + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return FromHfFolder(path);
+  if (S_ISDIR(st.st_mode)) return FromHfFolder(path, cfg);
   auto ends_with = [&](const char* suffix) {
     const size_t n = std::strlen(suffix);
     return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
   };
-  if (ends_with(".sparq") || ends_with(".safetensors")) return FromSparq(path);
-  return FromGguf(path);
+  if (ends_with(".sparq") || ends_with(".safetensors")) return FromSparq(path, cfg);
+  return FromGguf(path, cfg);
 }
 
 }  // namespace sparq

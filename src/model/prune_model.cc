@@ -75,7 +75,8 @@ struct PrunedLayer {
 };
 
 Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
-                             const ModelPruneOptions& opt, bool allow_permute, ThreadPool* pool) {
+                             const ModelPruneOptions& opt, bool allow_permute,
+                             const KernelConfig& cfg, ThreadPool* pool) {
   PruneOptions po;
   po.method = opt.method;
   po.damp = opt.damp;
@@ -142,7 +143,7 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
     }
   }
   SparseMatrix copy = out.stored;  // LinearWeight takes its matrix; the checkpoint keeps ours
-  SPARQ_ASSIGN_OR_RETURN(out.linear, LinearWeight::FromMatrix(std::move(copy), job.name));
+  SPARQ_ASSIGN_OR_RETURN(out.linear, LinearWeight::FromMatrix(std::move(copy), job.name, cfg));
   out.result.name = job.name;
   out.result.format = std::string(FormatName(fmt));
   out.result.stored_bytes = ByteSize(out.stored);
@@ -182,7 +183,7 @@ std::string ModelPruneResult::ToJson(bool with_timings) const {
 
 Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_view calib_text,
                                     const ModelPruneOptions& opt, const std::string& out_path,
-                                    ThreadPool* pool) {
+                                    const KernelConfig& cfg, ThreadPool* pool) {
   const auto t_start = Clock::now();
   SPARQ_RETURN_IF_ERROR(opt.pattern.Validate());
   if (!opt.values.quantized() && opt.values.dtype != DType::kF32 &&
@@ -203,7 +204,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   const bool prune_head = std::regex_match(std::string("output.weight"), include);
   // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
   const DType small_dtype = opt.values.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
   LlamaConfig c = model.config();
   LlamaWeights& w = model.mutable_weights();
   const int64_t d = c.n_embd, L = opt.calib_len, S = opt.calib_samples;
@@ -255,7 +256,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
         LayerJob job{blk + std::string(SlotName(slot)) + ".weight", m, k, &acc[kSlotInput[s]]};
         SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
                                DenseWeights(b.linear[s], model_path, job.name));
-        SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, true, pool));
+        SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, true, cfg, pool));
         result.prune_seconds += p.result.report.seconds;
         result.dense_bytes += static_cast<double>(m * k * 4);
         result.stored_bytes += static_cast<double>(p.result.stored_bytes);
@@ -301,7 +302,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     SPARQ_RETURN_IF_ERROR(acc.Add(xn.data(), S * L, d, pool, "output.weight inputs"));
     LayerJob job{"output.weight", c.n_vocab, d, &acc};
     SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, DenseWeights(w.output, model_path, job.name));
-    SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, false, pool));
+    SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, false, cfg, pool));
     result.prune_seconds += p.result.report.seconds;
     result.dense_bytes += static_cast<double>(c.n_vocab * d * 4);
     result.stored_bytes += static_cast<double>(p.result.stored_bytes);

@@ -2,9 +2,11 @@
 // as it counts flops for (a loop whose chains the compiler can prove equal collapses to one
 // latency-bound chain and overstates the peak).
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 
+#include "sparq/kernel_config.h"
 #include "sparq/machine.h"
 
 namespace sparq::cpu {
@@ -14,7 +16,7 @@ TEST(MachineTest, FmaLoopRunsDistinctChainsItCounts) {
   const int64_t iters = 5000;
   int64_t flops = 0;
   int chains = 0;
-  const double sum = FmaLoop(iters, &flops, &chains);
+  const double sum = FmaLoop(iters, &flops, &chains, KernelConfig::FromMachine().value());
   ASSERT_GE(chains, 12);
   // Independent model: each chain in double, a <- a * m + c, from its own start value.
   double want = 0;
@@ -40,7 +42,8 @@ TEST(MachineTest, LoadFmaLoopRunsDistinctChainsOnTheLoadedValues) {
   const int64_t iters = 5000;
   int64_t flops = 0;
   int chains = 0;
-  const double sum = LoadFmaLoop(iters, &flops, &chains);
+  const double sum =
+      LoadFmaLoop(iters, &flops, &chains, KernelConfig::FromMachine().value());
   ASSERT_GE(chains, 12);
   // Independent model: each chain in double, a <- v(i % blocks, j) * m + a.
   double want = 0, chain0 = 0;
@@ -65,6 +68,32 @@ TEST(MachineTest, LoadFmaLoopRunsDistinctChainsOnTheLoadedValues) {
   ASSERT_EQ(flops % (iters * chains * 2), 0);
   const int64_t lanes = flops / (iters * chains * 2);
   EXPECT_TRUE(lanes == 1 || lanes == 2 || lanes == 4 || lanes == 8 || lanes == 16) << lanes;
+}
+
+// f32 lanes of an x86 target's vectors (the compiled x86 ones and the portable two), else 0.
+int64_t F32Lanes(int64_t t) {
+  if (t == HWY_AVX3 || t == HWY_AVX3_DL) return 16;
+  if (t == HWY_AVX2) return 8;
+  if (t == HWY_SSE4 || t == HWY_SSSE3 || t == HWY_EMU128) return 4;
+  if (t == HWY_SCALAR) return 1;
+  return 0;
+}
+
+// The probes run the target of the config they are passed, not Highway's dispatch: every supported
+// target's loop counts its own vector width (AVX-512 16 f32 lanes, AVX2 8, SSE4 4, ...).
+TEST(MachineTest, ProbesRunTheTargetOfTheirConfig) {
+  const KernelConfig best = KernelConfig::FromMachine().value();
+  for (int64_t t : KernelConfig::SupportedTargets()) {
+    const KernelConfig cfg = best.WithTarget(t);
+    const int64_t want = F32Lanes(t);
+    if (want == 0) continue;  // a target this table does not know (another architecture)
+    int64_t flops = 0, load_flops = 0;
+    int chains = 0, load_chains = 0;
+    FmaLoop(100, &flops, &chains, cfg);
+    LoadFmaLoop(100, &load_flops, &load_chains, cfg);
+    EXPECT_EQ(flops / (100 * chains * 2), want) << cfg.target_name();
+    EXPECT_EQ(load_flops / (100 * load_chains * 2), want) << cfg.target_name();
+  }
 }
 
 }  // namespace

@@ -843,7 +843,7 @@ TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
   std::vector<float> w = testing_cpu::PatternWeights(Pattern::NM(2, 4), m, k, 5);
   auto s = NmMatrix::FromDense(w, m, k, 2, 4, DType::kF32);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  auto lw = LinearWeight::FromMatrix(std::move(s).value(), "blk.0.ffn_up");
+  auto lw = LinearWeight::FromMatrix(std::move(s).value(), "blk.0.ffn_up", Cfg());
   ASSERT_TRUE(lw.ok()) << lw.status().ToString();
   EXPECT_EQ(lw->rows(), m);
   EXPECT_EQ(lw->cols(), k);
@@ -876,7 +876,7 @@ TEST(LinearWeightTest, CsrLayoutFollowsDensity) {
     auto s = CsrMatrix::FromDense(w, m, k, DType::kF32);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     const uint64_t nnz = s->values.numel();
-    auto lw = LinearWeight::FromMatrix(std::move(s).value(), "w");
+    auto lw = LinearWeight::FromMatrix(std::move(s).value(), "w", Cfg());
     ASSERT_TRUE(lw.ok()) << lw.status().ToString();
     if (sparsity == 0.5) {
       EXPECT_EQ(lw->kernel_name(1), "f32_mask_decode_4xT(csr f32 as bitmask)");
@@ -1218,13 +1218,13 @@ TEST(LinearWeightTest, MalformedInputsAreErrorsNamingThePart) {
   csr.col_idx = Tensor::Alloc(DType::kU16, {2});
   csr.col_idx.mutable_data_as<uint16_t>()[1] = 9;  // >= cols
   csr.values = Tensor::Alloc(DType::kF32, {2});
-  auto r = LinearWeight::FromMatrix(csr, "layer.w");
+  auto r = LinearWeight::FromMatrix(csr, "layer.w", Cfg());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("layer.w.col_idx[1]"), std::string::npos) << r.status().message();
 
   csr.col_idx.mutable_data_as<uint16_t>()[1] = 1;
   csr.row_ptr.mutable_data_as<int64_t>()[1] = 5;  // beyond nnz
-  r = LinearWeight::FromMatrix(csr, "layer.w");
+  r = LinearWeight::FromMatrix(csr, "layer.w", Cfg());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("row_ptr"), std::string::npos) << r.status().message();
 
@@ -1236,12 +1236,12 @@ TEST(LinearWeightTest, MalformedInputsAreErrorsNamingThePart) {
   nm.values = Tensor::Alloc(DType::kF32, {1, 2});
   nm.meta = Tensor::Alloc(DType::kU8, {1, 1});
   nm.meta.mutable_data_as<uint8_t>()[0] = 0x05;  // indices 1, 1: not ascending
-  auto q = LinearWeight::FromMatrix(nm, "nm.w");
+  auto q = LinearWeight::FromMatrix(nm, "nm.w", Cfg());
   ASSERT_FALSE(q.ok());
   EXPECT_NE(q.status().message().find("nm.w.meta"), std::string::npos) << q.status().message();
 
   nm.meta = Tensor::Alloc(DType::kU8, {1, 3});  // wrong size
-  q = LinearWeight::FromMatrix(nm, "nm.w");
+  q = LinearWeight::FromMatrix(nm, "nm.w", Cfg());
   ASSERT_FALSE(q.ok());
 
   BsrMatrix bsr;
@@ -1255,7 +1255,7 @@ TEST(LinearWeightTest, MalformedInputsAreErrorsNamingThePart) {
   bsr.col_idx = Tensor::Alloc(DType::kU32, {1});
   bsr.col_idx.mutable_data_as<uint32_t>()[0] = 2;  // >= 2 block columns
   bsr.values = Tensor::Alloc(DType::kF32, {1, 2, 2});
-  auto b = LinearWeight::FromMatrix(bsr, "bsr.w");
+  auto b = LinearWeight::FromMatrix(bsr, "bsr.w", Cfg());
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("bsr.w.col_idx[0]"), std::string::npos) << b.status().message();
 }
@@ -1266,7 +1266,7 @@ TEST(LinearWeightTest, CsrWithU32IndicesBeyond65536Columns) {
   auto s = CsrMatrix::FromDense(w, m, k, DType::kF32);
   ASSERT_TRUE(s.ok());
   ASSERT_EQ(s->col_idx.dtype(), DType::kU32);
-  auto lw = LinearWeight::FromMatrix(std::move(s).value());
+  auto lw = LinearWeight::FromMatrix(std::move(s).value(), "weight", Cfg());
   ASSERT_TRUE(lw.ok());
   for (int64_t n : {1, 4}) {
     const std::vector<float> x = RandomVector(n * k, 9);

@@ -64,7 +64,7 @@ void ReferenceForward(const std::vector<float>& w, int64_t m, int64_t k, const f
 
 namespace {
 KernelConfig& CfgSlot() {
-  static KernelConfig cfg = KernelConfig::Default();
+  static KernelConfig cfg = KernelConfig::FromMachine().value();
   return cfg;
 }
 }  // namespace
@@ -77,7 +77,7 @@ int ForEachTarget(const std::function<void(const std::string&)>& fn) {
   int ran = 0;
   for (int64_t t : KernelConfig::SupportedTargets()) {
     CfgSlot() = saved.WithTarget(t);
-    // Code that still dispatches through Highway's own table (the machine probes) follows too.
+    // hwy::SupportedTargets() follows too (what FromMachine and Highway's own checks read).
     hwy::SetSupportedTargetsForTest(t);
     fn(hwy::TargetName(t));
     ++ran;

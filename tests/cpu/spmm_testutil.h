@@ -30,8 +30,8 @@ void ReferenceForward(const std::vector<float>& w, int64_t m, int64_t k, const f
 // name. Returns how many targets ran: callers check it (at least a SIMD target and the
 // emulated / scalar one), so a loop that silently ran nothing fails.
 int ForEachTarget(const std::function<void(const std::string&)>& fn);
-// The configuration the tests run kernels with: the target ForEachTarget is on, else the
-// machine's default. MutableCfg: for a test that forces a knob (reset it after).
+// The configuration the tests run kernels with: the target ForEachTarget is on, else this
+// machine's best (FromMachine(); capped under SPARQ_MAX_ISA, as test_main disables the rest). MutableCfg: for a test that forces a knob (reset it after).
 const KernelConfig& Cfg();
 KernelConfig& MutableCfg();
 

@@ -231,7 +231,7 @@ void WriteTinyFolder(const TempFolder& f, const LlamaConfig& c,
 
 // The load fails and the message contains every one of `parts`.
 void ExpectError(const std::string& dir, std::initializer_list<std::string> parts) {
-  auto m = LlamaModel::Load(dir);
+  auto m = LlamaModel::Load(dir, testing::MachineConfig());
   ASSERT_FALSE(m.ok()) << "loaded " << dir;
   for (const std::string& p : parts) {
     EXPECT_NE(m.status().message().find(p), std::string::npos)
@@ -244,7 +244,7 @@ TEST(HfFolderTest, TinyFolderMapsNamesAndRopeRows) {
   TempFolder f("tiny");
   std::vector<NamedTensor> t = TinyTensors(c, 1);
   WriteTinyFolder(f, c, t);
-  auto m = LlamaModel::Load(f.path + "/");  // a trailing slash is fine
+  auto m = LlamaModel::Load(f.path + "/", testing::MachineConfig());  // a trailing slash is fine
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->config().ToJson(), c.ToJson());
   EXPECT_EQ(m->tokenizer().vocab_size(), 4);
@@ -278,6 +278,39 @@ TEST(HfFolderTest, TinyFolderMapsNamesAndRopeRows) {
   }
 }
 
+// The config is passed, never global: one folder loaded twice in one process, on this machine's
+// best target and on its last (the portable fallback), packs and runs every layer on its own
+// load's target, and both give the same model up to float reassociation.
+TEST(HfFolderTest, TwoLoadsWithTwoConfigsRunTheirOwnTargets) {
+  const std::vector<int64_t> targets = KernelConfig::SupportedTargets();
+  ASSERT_GE(targets.size(), 2u);
+  const KernelConfig best = testing::MachineConfig();
+  const KernelConfig last = best.WithTarget(targets.back());
+  ASSERT_NE(best.target, last.target);
+  const LlamaConfig c = TinyConfig();
+  TempFolder f("two_cfgs");
+  WriteTinyFolder(f, c, TinyTensors(c, 3));
+  auto a = LlamaModel::Load(f.path, best);
+  auto b = LlamaModel::Load(f.path, last);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& [m, cfg] : {std::pair{&*a, &best}, std::pair{&*b, &last}}) {
+    EXPECT_EQ(m->weights().output.config().target, cfg->target);
+    for (const LlamaBlock& blk : m->weights().blocks) {
+      for (int s = 0; s < kNumSlots; ++s) {
+        EXPECT_EQ(blk.at(static_cast<LinearSlot>(s)).config().target_name(), cfg->target_name());
+      }
+    }
+  }
+  const std::vector<int32_t> tokens = {3, 0, 1, 2, 2, 1};
+  std::vector<float> la(tokens.size() * c.n_vocab), lb(la.size());
+  auto ca = KvCache::Create(c, 16), cb = KvCache::Create(c, 16);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  ASSERT_TRUE(a->Forward(tokens, &*ca, la.data(), true, nullptr).ok());
+  ASSERT_TRUE(b->Forward(tokens, &*cb, lb.data(), true, nullptr).ok());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-3 * (1 + std::fabs(la[i])));
+}
+
 TEST(HfFolderTest, F16UntiedHeadAndShardsWithoutIndex) {
   LlamaConfig c = TinyConfig();
   c.tied_output = false;
@@ -292,7 +325,7 @@ TEST(HfFolderTest, F16UntiedHeadAndShardsWithoutIndex) {
   WriteText(f.file("tokenizer.json"), HfTokenizerJson(TinyTokenizer(), true).dump());
   ASSERT_TRUE(WriteSafetensors(f.file("part-a.safetensors"), a).ok());
   ASSERT_TRUE(WriteSafetensors(f.file("part-b.safetensors"), b).ok());
-  auto m = LlamaModel::Load(f.path);
+  auto m = LlamaModel::Load(f.path, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->config().tied_output);
   const Tensor head = Convert(FindNamed(t, "lm_head.weight")->tensor, DType::kF16);
@@ -367,7 +400,7 @@ TEST(HfFolderTest, ErrorsNameTheFileAndTensor) {
           {"model.layers.0.self_attn.rotary_emb.inv_freq", Tensor::Alloc(DType::kF32, {2})});
       t.push_back({"lm_head.weight", Tensor::Alloc(DType::kF32, {8, 8})});
     });
-    auto m = LlamaModel::Load(f->path);
+    auto m = LlamaModel::Load(f->path, testing::MachineConfig());
     EXPECT_TRUE(m.ok()) << m.status().ToString();
   }
   {
@@ -406,7 +439,7 @@ TEST(HfFolderTest, ErrorsNameTheFileAndTensor) {
     ExpectError(f.path, {f.file("model.safetensors.index.json"), "model-00002-of-00002.safetensors",
                          "is missing"});
     ASSERT_TRUE(WriteSafetensors(f.file("model-00002-of-00002.safetensors"), b).ok());
-    EXPECT_TRUE(LlamaModel::Load(f.path).ok());
+    EXPECT_TRUE(LlamaModel::Load(f.path, testing::MachineConfig()).ok());
     ASSERT_TRUE(WriteIndex(f.file("model.safetensors.index.json"), b,
                            "model-00001-of-00002.safetensors", a,
                            "model-00002-of-00002.safetensors")
@@ -420,7 +453,7 @@ TEST(HfFolderTest, ErrorsNameTheFileAndTensor) {
     ExpectError(f.path, {f.file("model.safetensors.index.json"), "not a file name in the folder"});
     // Without the index every *.safetensors is read; a tensor in two of them is an error.
     fs::remove(f.file("model.safetensors.index.json"));
-    EXPECT_TRUE(LlamaModel::Load(f.path).ok());
+    EXPECT_TRUE(LlamaModel::Load(f.path, testing::MachineConfig()).ok());
     ASSERT_TRUE(
         WriteSafetensors(f.file("model-extra.safetensors"), std::span<const NamedTensor>(&a[0], 1))
             .ok());
@@ -534,7 +567,7 @@ TempFolder* SmolLmHfFolderTest::f32_ = nullptr;
 TempFolder* SmolLmHfFolderTest::bf16_ = nullptr;
 
 TEST_F(SmolLmHfFolderTest, F32FolderIsTheGgufModelBitwise) {
-  auto m = LlamaModel::Load(f32_->path);
+  auto m = LlamaModel::Load(f32_->path, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->config().ToJson(), gguf_model_->config().ToJson());
   // Tokenizer from tokenizer.json: the same ids as the GGUF's on a WikiText slice.
@@ -575,8 +608,8 @@ TEST_F(SmolLmHfFolderTest, PruningTheFolderGivesTheGgufsPrunedMatrices) {
   o.progress = false;
   ThreadPool pool(2);
   const std::string a = f32_->path + "_pruned_gguf.sparq", b = f32_->path + "_pruned_hf.sparq";
-  ASSERT_TRUE(PruneLlama(testing::SmolLmPath(), calib, o, a, &pool).ok());
-  auto r = PruneLlama(f32_->path, calib, o, b, &pool);
+  ASSERT_TRUE(PruneLlama(testing::SmolLmPath(), calib, o, a, testing::MachineConfig(), &pool).ok());
+  auto r = PruneLlama(f32_->path, calib, o, b, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->layers.size(), 7u);
   auto ca = ReadCheckpoint(a), cb = ReadCheckpoint(b);
@@ -603,7 +636,7 @@ TEST_F(SmolLmHfFolderTest, PruningTheFolderGivesTheGgufsPrunedMatrices) {
 // greedy flip is allowed for a top-2 gap inside that order noise. A wrong q/k row order or a
 // mis-mapped tensor moves logits by whole units and the greedy agreement to near 0.
 TEST_F(SmolLmHfFolderTest, Bf16ShardsAreClose) {
-  auto m = LlamaModel::Load(bf16_->path);
+  auto m = LlamaModel::Load(bf16_->path, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const std::vector<int32_t> ids = WikiIds(*gguf_model_, 4000);
   ASSERT_GT(ids.size(), static_cast<size_t>(kTokens));

@@ -284,7 +284,7 @@ TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
         auto m = Encode(w, rows[i], cols[i], mlp ? kind.format : FormatKind::kDense,
                         mlp ? pat : Pattern::Dense(), mlp ? kind.dtype : DType::kF32);
         ASSERT_TRUE(m.ok()) << m.status().ToString();
-        auto lw = LinearWeight::FromMatrix(std::move(m).value(), "w");
+        auto lw = LinearWeight::FromMatrix(std::move(m).value(), "w", testing::MachineConfig());
         ASSERT_TRUE(lw.ok()) << lw.status().ToString();
         b.linear[i] = std::move(lw).value();
       }
@@ -332,7 +332,7 @@ TEST(LlamaBlockTest, PrefillRestoresTheOpenBlasThreadCount) {
     auto mat = Encode(random(static_cast<size_t>(m * k)), m, k, FormatKind::kDense,
                       Pattern::Dense(), DType::kF32);
     ASSERT_TRUE(mat.ok()) << mat.status().ToString();
-    auto lw = LinearWeight::FromMatrix(std::move(mat).value(), "w");
+    auto lw = LinearWeight::FromMatrix(std::move(mat).value(), "w", testing::MachineConfig());
     ASSERT_TRUE(lw.ok()) << lw.status().ToString();
     b.linear[i] = std::move(lw).value();
   }
@@ -367,7 +367,7 @@ TEST(LlamaConfigTest, ValidateNamesTheProblem) {
 }
 
 TEST(LlamaLoadTest, MissingAndTruncatedFiles) {
-  auto r = LlamaModel::Load("/nonexistent/model.gguf");
+  auto r = LlamaModel::Load("/nonexistent/model.gguf", testing::MachineConfig());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("/nonexistent/model.gguf"), std::string::npos);
   SPARQ_REQUIRE_MODEL();
@@ -381,7 +381,7 @@ TEST(LlamaLoadTest, MissingAndTruncatedFiles) {
     std::fwrite(bytes.data(), 1, bytes.size() / 2, f);
     std::fclose(f);
   }
-  auto t = LlamaModel::Load(cut);
+  auto t = LlamaModel::Load(cut, testing::MachineConfig());
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("truncated.gguf"), std::string::npos)
       << t.status().message();

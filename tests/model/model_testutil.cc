@@ -32,10 +32,15 @@ nlohmann::json LoadTestJson(const std::string& name) {
   return nlohmann::json::parse(s);
 }
 
+const KernelConfig& MachineConfig() {
+  static const KernelConfig cfg = KernelConfig::FromMachine().value();
+  return cfg;
+}
+
 LlamaModel* NewSmolLm() {
   const std::string path = SmolLmPath();
   if (path.empty()) return nullptr;
-  auto m = LlamaModel::FromGguf(path);
+  auto m = LlamaModel::FromGguf(path, MachineConfig());
   if (!m.ok()) {
     ADD_FAILURE() << m.status().ToString();
     return nullptr;

@@ -17,6 +17,10 @@ std::string SmolLmPath();
 // failure is recorded).
 LlamaModel* NewSmolLm();
 
+// This machine's KernelConfig, built once (FromMachine(): under SPARQ_MAX_ISA the capped target,
+// since test_main disables Highway's targets above it first); what the model tests load with.
+const KernelConfig& MachineConfig();
+
 // Whole file as bytes ("" if missing).
 std::string ReadFileOrEmpty(const std::string& path);
 // tests/model/data/<name> parsed as JSON (aborts the test program if it is missing: a repo file).

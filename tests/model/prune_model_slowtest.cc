@@ -9,11 +9,11 @@ TEST_F(PruneModelTest, SparseGptBeatsMagnitudeOnPerplexity) {
   ThreadPool pool(2);
   const std::string out_sgpt = Out("sgpt.sparq"), out_mag = Out("mag.sparq");
   ASSERT_TRUE(
-      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out_sgpt, &pool).ok());
+      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out_sgpt, testing::MachineConfig(), &pool).ok());
   ASSERT_TRUE(
-      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kMagnitude, "2:4"), out_mag, &pool).ok());
-  auto m_sgpt = LlamaModel::Load(out_sgpt);
-  auto m_mag = LlamaModel::Load(out_mag);
+      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kMagnitude, "2:4"), out_mag, testing::MachineConfig(), &pool).ok());
+  auto m_sgpt = LlamaModel::Load(out_sgpt, testing::MachineConfig());
+  auto m_mag = LlamaModel::Load(out_mag, testing::MachineConfig());
   ASSERT_TRUE(m_sgpt.ok() && m_mag.ok());
   const double dense = Ppl(*dense_), sgpt = Ppl(*m_sgpt), mag = Ppl(*m_mag);
   std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 (2 blocks) %.3f, "
@@ -32,7 +32,7 @@ TEST_F(PruneModelTest, PermutedTwoFourStoresPermutationAndRuns) {
   o.permute_max_rounds = 4;
   o.values.dtype = DType::kBF16;
   const std::string out = Out("perm.sparq");
-  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   int permuted = 0;
   for (const LayerPruneResult& l : r->layers) {
@@ -40,7 +40,7 @@ TEST_F(PruneModelTest, PermutedTwoFourStoresPermutationAndRuns) {
     EXPECT_GE(l.report.saliency_kept_permuted, l.report.saliency_kept_identity) << l.name;
   }
   EXPECT_EQ(permuted, 7);
-  auto m = LlamaModel::Load(out);
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->weights().blocks[0].perm[0].size(), 576u);
   const double ppl = Ppl(*m);

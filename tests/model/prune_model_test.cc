@@ -13,10 +13,10 @@ TEST_F(PruneModelTest, UnprunedCheckpointRoundTripsExactly) {
   o.max_blocks = 0;
   ThreadPool pool(2);
   const std::string out = Out("dense.sparq");
-  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->layers.empty());
-  auto m = LlamaModel::Load(out);
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   // Same weights, same kernels, same threads: bitwise-identical logits.
   const std::span<const int32_t> ids(eval_ids_->data(), 40);
@@ -32,7 +32,7 @@ TEST_F(PruneModelTest, UnprunedCheckpointRoundTripsExactly) {
 TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
   ThreadPool pool(2);
   const std::string out1 = Out("sgpt1.sparq"), out2 = Out("sgpt2.sparq");
-  auto r = PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out1, &pool);
+  auto r = PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out1, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->layers.size(), 14u);  // 7 linears x 2 blocks
   for (const LayerPruneResult& l : r->layers) {
@@ -62,18 +62,18 @@ TEST_F(PruneModelTest, SparseGptTwoBlocksTwoFour) {
   EXPECT_EQ(nm, 14);
   // Same flags, same bytes.
   ASSERT_TRUE(
-      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out2, &pool).ok());
+      PruneLlama(path_, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"), out2, testing::MachineConfig(), &pool).ok());
   EXPECT_TRUE(testing::ReadFileOrEmpty(out1) == testing::ReadFileOrEmpty(out2))
       << "pruning twice gave different checkpoints";
   // Pruning starts from dense f32 weights: a pruned checkpoint is refused with its tensor named.
   auto again = PruneLlama(out1, calib_, SmallOptions(PruneMethod::kSparseGpt, "2:4"),
-                          Out("again.sparq"), &pool);
+                          Out("again.sparq"), testing::MachineConfig(), &pool);
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().message().find("blk.0.attn_q.weight' is stored as nm 2:4"),
             std::string::npos)
       << again.status().ToString();
   // The pruned model runs and stays close to the dense one (2 of 30 blocks pruned).
-  auto m = LlamaModel::Load(out1);
+  auto m = LlamaModel::Load(out1, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   // docs/model.md: SparseGPT 2:4 on blocks 0-1 (8 x 256 calibration tokens) gives 38.67 against
   // dense 26.99 on these 1,024 tokens. SparseGPT's choices at near-ties follow the calibration
@@ -93,12 +93,12 @@ TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
   ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
   o.values = *ValueSpec::Parse("int4:g64");
   const std::string out = Out("sgpt_int4.sparq"), rtn_out = Out("sgpt_int4_rtn.sparq");
-  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->layers.size(), 14u);
   auto ck = ReadCheckpoint(out);
   ASSERT_TRUE(ck.ok()) << ck.status().ToString();
-  auto m = LlamaModel::Load(out);
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   int quantized = 0;
   for (const CheckpointTensor& ct : ck->matrices) {
@@ -152,7 +152,7 @@ TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
   // (PruneSparseGpt.JointGroupQuantizerStoresExactlyWhatItSwept). Bound: int4 costs at most 6% over
   // f32 values (twice the measured cost), against the f32 ratio 38.67 / 26.99.
   o.quant_method = ModelPruneOptions::QuantMethod::kRtn;
-  auto r_rtn = PruneLlama(path_, calib_, o, rtn_out, &pool);
+  auto r_rtn = PruneLlama(path_, calib_, o, rtn_out, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r_rtn.ok()) << r_rtn.status().ToString();
   // Each report's error is that of the stored weights: for RTN measured after the rounding, so
   // GPTQ's (which fed each rounding error to the columns not yet fixed) is lower in every layer.
@@ -160,7 +160,7 @@ TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
   for (size_t i = 0; i < r->layers.size(); ++i) {
     EXPECT_LT(r->layers[i].report.rel_error, r_rtn->layers[i].report.rel_error) << r->layers[i].name;
   }
-  auto m_rtn = LlamaModel::Load(rtn_out);
+  auto m_rtn = LlamaModel::Load(rtn_out, testing::MachineConfig());
   ASSERT_TRUE(m_rtn.ok()) << m_rtn.status().ToString();
   const double dense = Ppl(*dense_), gptq = Ppl(*m), rtn = Ppl(*m_rtn);
   std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 int4:g64 (2 blocks): "
@@ -177,7 +177,7 @@ TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
   o.calib_len = 128;
   o.include = "output\\.weight";
   const std::string out = Out("head_sgpt.sparq");
-  auto r = PruneLlama(path_, calib_, o, out, &pool);
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->layers.size(), 1u);
   EXPECT_EQ(r->layers[0].name, "output.weight");
@@ -188,7 +188,7 @@ TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
   // README's noise floor of pruned perplexities under a change of float order).
   std::printf("head rel_error %.5f\n", r->layers[0].report.rel_error);
   EXPECT_NEAR(r->layers[0].report.rel_error, 0.0019, 0.05 * 0.0019);
-  auto m = LlamaModel::Load(out);
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->config().tied_output);
   EXPECT_NE(m->weights().output.format().find("csr"), std::string::npos)
@@ -209,8 +209,8 @@ TEST_F(PruneModelTest, Bf16CheckpointHasABf16HeadAndCanBePruned) {
   o.max_blocks = 0;  // nothing pruned: the dense model with a bf16 embedding and head
   o.values.dtype = DType::kBF16;
   const std::string out16 = Out("dense16.sparq"), again = Out("again.sparq");
-  ASSERT_TRUE(PruneLlama(path_, calib_, o, out16, &pool).ok());
-  auto m16 = LlamaModel::Load(out16);
+  ASSERT_TRUE(PruneLlama(path_, calib_, o, out16, testing::MachineConfig(), &pool).ok());
+  auto m16 = LlamaModel::Load(out16, testing::MachineConfig());
   ASSERT_TRUE(m16.ok()) << m16.status().ToString();
   const LlamaConfig& c = m16->config();
   EXPECT_TRUE(c.tied_output);
@@ -232,7 +232,7 @@ TEST_F(PruneModelTest, Bf16CheckpointHasABf16HeadAndCanBePruned) {
   EXPECT_NEAR(p16, p32, 5e-4 * p32);
   // An unpruned .sparq is a valid starting point for pruning.
   o.max_blocks = 1;
-  auto r = PruneLlama(out16, calib_, o, again, &pool);
+  auto r = PruneLlama(out16, calib_, o, again, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->layers.size(), 7u);
   for (const auto& p : {out16, again}) std::remove(p.c_str());
@@ -242,15 +242,15 @@ TEST_F(PruneModelTest, BadOptionsAreErrors) {
   ThreadPool pool(1);
   ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
   o.include = "([";
-  auto r = PruneLlama(path_, calib_, o, Out("x.sparq"), &pool);
+  auto r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not a valid regex"), std::string::npos);
   o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
   o.calib_len = 1 << 20;
-  r = PruneLlama(path_, calib_, o, Out("x.sparq"), &pool);
+  r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("fewer than --calib-len"), std::string::npos);
-  EXPECT_FALSE(LlamaModel::Load(Out("does-not-exist.sparq")).ok());
+  EXPECT_FALSE(LlamaModel::Load(Out("does-not-exist.sparq"), testing::MachineConfig()).ok());
 }
 
 }  // namespace

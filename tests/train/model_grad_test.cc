@@ -191,11 +191,12 @@ TEST(TrainModel, BlockInputGradientMatchesFiniteDifferences) {
 TEST(TrainModel, LogitsMatchLlamaModelForward) {
   Problem p = MakeProblem(405);
   const LlamaConfig& c = p.c;
-  auto dense = [](const std::vector<float>& v, int64_t rows, int64_t cols,
-                  const std::string& name) {
+  const KernelConfig cfg = KernelConfig::FromMachine().value();  // passed, never a global
+  auto dense = [&cfg](const std::vector<float>& v, int64_t rows, int64_t cols,
+                      const std::string& name) {
     auto dm = DenseMatrix::FromDense(v, rows, cols);
     EXPECT_TRUE(dm.ok());
-    auto lw = LinearWeight::FromMatrix(SparseMatrix(std::move(*dm)), name);
+    auto lw = LinearWeight::FromMatrix(SparseMatrix(std::move(*dm)), name, cfg);
     EXPECT_TRUE(lw.ok()) << lw.status().ToString();
     return std::move(*lw);
   };
