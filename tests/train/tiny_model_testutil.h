@@ -95,8 +95,9 @@ struct SlotStorage {
 inline LlamaModel TinyLlamaModel(
     const LlamaConfig& c, const ModelWeights& w,
     const std::vector<std::array<SlotStorage, kNumSlots>>& storage = {}) {
+  static const KernelConfig cfg = KernelConfig::FromMachine().value();  // passed, never global
   auto linear = [](SparseMatrix sm, const std::string& name) {
-    auto lw = LinearWeight::FromMatrix(std::move(sm), name);
+    auto lw = LinearWeight::FromMatrix(std::move(sm), name, cfg);
     EXPECT_TRUE(lw.ok()) << lw.status().ToString();
     return std::move(*lw);
   };
