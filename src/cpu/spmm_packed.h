@@ -1,13 +1,13 @@
 // Internal packed weight layouts for the sparse x dense products (Y[n, m] = X[n, k] W[m, k]^T).
 //
-// Every format of format.h is packed at load time into one of three layouts, each with its own
-// kernels (spmm-inl.h) and a plain reference (spmm_ref.cc):
+// Every format of format.h is packed at load time into one of four layouts (PackedWeight::layout),
+// each with its own kernel table rows (table_rows.h) and a plain reference (spmm_ref.cc):
 //  - kDenseF32: the f32 matrix as is; runs through OpenBLAS (sgemv for n = 1, sgemm otherwise).
 //  - kNm:  N:M with n in {1, 2, 4, 8, 16} (so a chunk of 16 kept values holds whole groups) and
 //          m <= 16. Values stay compressed ([rows, chunks * 16], padded with zeros); the position
 //          indices are re-packed per chunk of 16 values into one u32 (2-bit indices, m <= 4:
 //          0.5 bit per weight for 2:4, as in the source format) or two u32 (4-bit, m <= 16).
-//  - kRowGroups: row groups: groups of g (1, 2 or 4) consecutive rows share one ascending
+//  - kRowGroups: groups of g (1, 2 or 4) consecutive rows share one ascending
 //          column list; values are interleaved [col][row-in-group] so that one load of X (or of
 //          a row of X^T) feeds g rows. CSR / COO / other N:M are g = 1; BSR and V:N:M share
 //          columns across the rows of a block row / slab; dense bf16 is g = 4 with implicit
@@ -17,7 +17,8 @@
 //          per 16 columns plus the kept values packed row after row. Decode expands the values in
 //          registers to a dense 16-column vector and multiplies it with contiguous X (no gather);
 //          the tiled kernels turn each k block's bits into column offsets.
-// Values are f32 or bf16 (f16 is widened to f32 at pack time: correct, not fast).
+// Values are f32 or bf16 (f16 is widened to f32 at pack time: correct, not fast); N:M values may
+// also be int8 / int4 codes with f16 group scales (ValueKind).
 #pragma once
 
 #include <cstdint>

@@ -36,10 +36,11 @@ enum class KernelLayout : uint8_t {
   kNm24,         // kNm 2:4 (a case of kNmWindowM4), for rows written for 2:4 only
   kNmM16,        // kNm with 4 < m <= 16 (4-bit indices): 1:8, 2:8, 4:16, ...
   kNmWindowM16,  // kNm with m = 2n > 4 (4:8, 8:16): X windows permuted (a case of kNmM16)
-  kCsr,          // kRowGroups, groups of one row with explicit columns
-  kRowGroups,    // kRowGroups, groups of 2-4 rows sharing columns (V:N:M, BSR)
-  kRowGroups4,   // kRowGroups, groups of 4 rows (a case of kRowGroups), for rows written for 4-row groups
-  kDenseBf16,    // kRowGroups with implicit columns (dense bf16 rows)
+  // The row-group family (PackedKind::kRowGroups) by its group size:
+  kCsr,          // groups of one row with explicit columns
+  kRowGroups,    // groups of 2-4 rows sharing columns (V:N:M, BSR)
+  kRowGroups4,   // groups of 4 rows (a case of kRowGroups), for rows written for 4-row groups
+  kDenseBf16,    // groups of 4 rows with implicit columns (dense bf16 rows)
   kMask,         // kMask
 };
 const char* LayoutName(KernelLayout layout);
