@@ -54,7 +54,8 @@ Status RunEval(const EvalOptions& o, const KernelConfig& cfg) {
   if (!o.argmax_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.argmax_out, argmax));
   const nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens", r.tokens}, {"ctx", r.ctx},
                             {"windows", r.windows},       {"seconds", r.seconds},
-                            {"model", o.model},           {"threads", threads}};
+                            {"model", o.model},           {"threads", threads},
+                            {"isa", cfg.target_name()},  {"attention_isa", model.attention_target()}};
   SPARQ_RETURN_IF_ERROR(o.json.Write(j.dump()));
   if (!o.json.to_stdout()) {
     std::printf("perplexity %.4f over %lld predicted tokens (%lld windows of ctx %lld) in %.1f s\n",

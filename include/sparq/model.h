@@ -141,6 +141,9 @@ class LlamaModel {
   const LlamaWeights& weights() const;
   LlamaWeights& mutable_weights();
   const std::string& source() const;  // the path it was loaded from
+  // The Highway target its attention runs on (its layers' KernelConfig's), e.g. "AVX2"; "" with
+  // no blocks.
+  std::string attention_target() const;
   // Bytes of all weights as stored for compute: linear layers' packed bytes (output head
   // included) + embedding + norms.
   uint64_t weight_bytes() const;

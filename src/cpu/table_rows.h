@@ -18,13 +18,14 @@
 // The N:M rows of one value kind (f32, bf16, and the quantized int8 / int4: the f32 bodies with
 // the values dequantized in registers for decode, into the decoded block for tiled). Index bits
 // (2 for m <= 4, 4 above) and the X access (window permute or gather) are body arguments. The
-// window rows need n to divide the lanes (Declines), so not on one-lane SCALAR.
+// window rows need n to divide the lanes (Declines), so not on one-lane SCALAR (EMU128, the
+// 4-lane emulation clang builds compile instead, keeps them).
 #define SPARQ_NM_ROWS(ROW, p, V)                                                                  \
   ROW(p##_nm24_decode_4xT__avx2, kNm24, V, kDecode, "4xT", HWY_AVX2, HWY_AVX2, 0, 16, RunDecode,  \
       0, SPARQ_BODY(NmDecodeBody, 2, kVal##V, kNmHalves))                                          \
-  ROW(p##_nm_m4_window_decode_4xT, kNmWindowM4, V, kDecode, "4xT", HWY_AVX3_DL, HWY_SSSE3, 0,     \
+  ROW(p##_nm_m4_window_decode_4xT, kNmWindowM4, V, kDecode, "4xT", HWY_AVX3_DL, HWY_EMU128, 0,    \
       16, RunDecode, 0, SPARQ_BODY(NmDecodeBody, 2, kVal##V, kNmWindow))                           \
-  ROW(p##_nm_m16_window_decode_4xT, kNmWindowM16, V, kDecode, "4xT", HWY_AVX3_DL, HWY_SSSE3, 0,   \
+  ROW(p##_nm_m16_window_decode_4xT, kNmWindowM16, V, kDecode, "4xT", HWY_AVX3_DL, HWY_EMU128, 0,  \
       16, RunDecode, 0, SPARQ_BODY(NmDecodeBody, 4, kVal##V, kNmWindow))                           \
   ROW(p##_nm_m4_gather_decode_4xT, kNmM4, V, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,      \
       RunDecode, 0, SPARQ_BODY(NmDecodeBody, 2, kVal##V, kNmGather))                               \

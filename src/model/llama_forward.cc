@@ -1,6 +1,7 @@
 // The Llama forward pass: RMSNorm, RoPE (llama.cpp's NORM type), grouped-query attention over a
 // KV cache, SwiGLU MLP; linear layers through LinearWeight.
 #include <cblas.h>
+#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
@@ -387,6 +388,12 @@ Result<KvCache> KvCache::Create(const LlamaConfig& c, int64_t capacity) {
   kv.k_.assign(static_cast<size_t>(per_layer * c.n_layer), 0.0f);
   kv.v_.assign(static_cast<size_t>(per_layer * c.n_layer), 0.0f);
   return kv;
+}
+
+std::string LlamaModel::attention_target() const {
+  const LlamaWeights& w = weights();
+  if (w.blocks.empty()) return "";
+  return hwy::TargetName(cpu::AttentionTarget(w.blocks[0].at(LinearSlot::kQ).config()));
 }
 
 }  // namespace sparq

@@ -204,6 +204,22 @@ TEST_F(CliModelTest, EvalEveryOutputMode) {
   EXPECT_EQ(json::parse(Slurp(file))["perplexity"], j["perplexity"]);  // same run, same bits
 }
 
+// `--max-isa AVX2 eval` runs the layers and attention on AVX2 (every x86-64 host this project
+// supports has it), and says so in its JSON; uncapped, attention runs the layers' target.
+TEST_F(CliModelTest, EvalMaxIsaRunsAttentionOnTheCappedTarget) {
+  const std::string text = testing::TempDir() + "/eval_isa.txt";
+  std::ofstream(text) << "It was the best of times, it was the worst of times.\n";
+  const std::string cmd = "eval " + *pruned_ + " --text " + text + " --ctx 8 --threads 1 --json";
+  std::string out, err;
+  ASSERT_EQ(RunSplit("--max-isa AVX2 " + cmd, &out, &err), 0) << err;
+  json j = json::parse(out);
+  EXPECT_EQ(j["isa"], "AVX2") << out;
+  EXPECT_EQ(j["attention_isa"], "AVX2") << out;
+  ASSERT_EQ(RunSplit(cmd, &out, &err), 0) << err;
+  j = json::parse(out);
+  EXPECT_EQ(j["attention_isa"], j["isa"]) << out;
+}
+
 // bench model at a tiny size: the dense model, its dense bf16 row right after it, the pruned
 // checkpoint; every row names the CPU and the running ISA.
 TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {

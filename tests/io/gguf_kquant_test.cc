@@ -107,6 +107,7 @@ TEST(GgufKQuantTest, HandPackedQ4_K) {
   }
 }
 
+// A view of b (GgufFile::FromMemory does not copy): b must outlive the result.
 Result<GgufFile> Parse(const Bytes& b) {
   return GgufFile::FromMemory(b.data(), b.size(), "k.gguf");
 }
@@ -170,7 +171,8 @@ TEST(GgufKQuantMalformedTest, NonFiniteScaleNamesTensorAndBlock) {
     Append(data, BadBlock(c.bytes, c.at, c.bad));
     GgufBuilder g;
     g.Tensor({"w", {512}, c.type, data});
-    auto f = Parse(g.Build());
+    const Bytes file = g.Build();  // FromMemory reads it in place: it must outlive f
+    auto f = Parse(file);
     ASSERT_TRUE(f.ok()) << f.status().ToString();  // the header is fine; the data is not
     auto t = f->ReadF32(f->tensors()[0]);
     ASSERT_FALSE(t.ok()) << c.message;
