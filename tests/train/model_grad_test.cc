@@ -32,6 +32,7 @@
 #include "sparq/train_model.h"
 #include "sparq/train_ops.h"
 #include "tests/train/llama64_testutil.h"
+#include "tests/train/tiny_model_testutil.h"
 #include "tests/train/train_testutil.h"
 
 namespace sparq::train {
@@ -41,52 +42,12 @@ using testing::ExpectGradNear;
 using testing::Model64;
 using testing::RandomNormal;
 using testing::Seeded;
+using testing::TinyConfig;
 using testing::Vec64;
 
 constexpr double kModelGradTol = 1e-4;
 constexpr double kModelFdStep = 1e-4;
 constexpr int kSamplesPerTensor = 12;
-
-// d 16, 2 query heads on 1 KV head (GQA) of hd 8, ffn 24, vocab 11, 2 layers; rope_dim 6 < hd
-// leaves two dims of each head unrotated (the pass-through path).
-LlamaConfig TinyConfig() {
-  LlamaConfig c;
-  c.n_vocab = 11;
-  c.n_embd = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_head_kv = 1;
-  c.n_ff = 24;
-  c.n_ctx_train = 64;
-  c.rope_dim = 6;
-  c.rope_theta = 10000.0;
-  c.rms_eps = 1e-5;
-  c.tied_output = true;
-  return c;
-}
-
-// Weights ~N(0, 1/sqrt(k)) keep every activation O(1); gains near 1 as trained gains are.
-ModelWeights RandomWeights(const LlamaConfig& c, std::mt19937_64* gen) {
-  auto gains = [&]() {
-    auto g = RandomNormal(gen, c.n_embd, 0.2f);
-    for (float& x : g) x += 1.0f;
-    return g;
-  };
-  ModelWeights w;
-  w.token_embd = RandomNormal(gen, c.n_vocab * c.n_embd, 0.4f);  // logits ~N(0, 2): CE ~ 3
-  w.output_norm = gains();
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    BlockWeights b;
-    b.attn_norm = gains();
-    b.ffn_norm = gains();
-    for (int s = 0; s < kNumSlots; ++s) {
-      const auto [m, k] = SlotShape(c, static_cast<LinearSlot>(s));
-      b.linear[s] = RandomNormal(gen, m * k, static_cast<float>(1.0 / std::sqrt(double(k))));
-    }
-    w.blocks.push_back(std::move(b));
-  }
-  return w;
-}
 
 // One tensor of the model: its name, its f64 copy (perturbed by the FD) and its f32 gradient.
 struct TensorRef {
@@ -120,7 +81,7 @@ struct Problem {
 Problem MakeProblem(uint64_t seed) {
   auto gen = Seeded(seed);
   Problem p;
-  p.w = RandomWeights(p.c, &gen);
+  p.w = testing::TinyWeights(p.c, &gen);
   p.teacher = RandomNormal(&gen, (p.tokens.size() - 1) * p.c.n_vocab, 2.0f);
   return p;
 }
@@ -191,45 +152,14 @@ TEST(TrainModel, BlockInputGradientMatchesFiniteDifferences) {
 TEST(TrainModel, LogitsMatchLlamaModelForward) {
   Problem p = MakeProblem(405);
   const LlamaConfig& c = p.c;
-  const KernelConfig cfg = KernelConfig::FromMachine().value();  // passed, never a global
-  auto dense = [&cfg](const std::vector<float>& v, int64_t rows, int64_t cols,
-                      const std::string& name) {
-    auto dm = DenseMatrix::FromDense(v, rows, cols);
-    EXPECT_TRUE(dm.ok());
-    auto lw = LinearWeight::FromMatrix(SparseMatrix(std::move(*dm)), name, cfg);
-    EXPECT_TRUE(lw.ok()) << lw.status().ToString();
-    return std::move(*lw);
-  };
-  LlamaWeights lw;
-  lw.token_embd = Tensor::Alloc(DType::kF32, {c.n_vocab, c.n_embd});
-  std::copy(p.w.token_embd.begin(), p.w.token_embd.end(), lw.token_embd.mutable_data_as<float>());
-  lw.output_norm = p.w.output_norm;
-  lw.output = dense(p.w.token_embd, c.n_vocab, c.n_embd, "output.weight");
-  for (const BlockWeights& b : p.w.blocks) {
-    LlamaBlock lb;
-    lb.attn_norm = b.attn_norm;
-    lb.ffn_norm = b.ffn_norm;
-    for (int s = 0; s < kNumSlots; ++s) {
-      const auto [m, k] = SlotShape(c, static_cast<LinearSlot>(s));
-      lb.linear[s] = dense(b.linear[s], m, k, std::string(SlotName(static_cast<LinearSlot>(s))));
-    }
-    lw.blocks.push_back(std::move(lb));
-  }
-  // A real tokenizer of n_vocab one-letter tokens: FromParts reads its vocab_size (a
-  // default-constructed Tokenizer has no implementation behind it and crashes there).
-  TokenizerData td;
-  for (int64_t t = 0; t < c.n_vocab; ++t) td.tokens.push_back(std::string(1, char('a' + t)));
-  auto tok = Tokenizer::FromData(std::move(td), "tiny tokenizer");
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  auto model = LlamaModel::FromParts(c, std::move(lw), std::move(*tok), "tiny");
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const LlamaModel model = testing::TinyLlamaModel(c, p.w);  // every slot dense f32
   // n = 5 >= 4 runs the runtime's batched (prompt) attention; n = 3 its decode path.
   for (int64_t n : {5, 3}) {
     const std::span<const int32_t> ids(p.tokens.data(), static_cast<size_t>(n));
     auto cache = KvCache::Create(c, n);
     ASSERT_TRUE(cache.ok());
     std::vector<float> want(n * c.n_vocab), got(n * c.n_vocab);
-    ASSERT_TRUE(model->Forward(ids, &*cache, want.data(), true, nullptr).ok());
+    ASSERT_TRUE(model.Forward(ids, &*cache, want.data(), true, nullptr).ok());
     ASSERT_TRUE(ModelLogits(c, p.w, ids, got).ok());
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
