@@ -88,7 +88,7 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                     ->capture_default_str()
                     ->check(CLI::Range(int64_t{1}, int64_t{8192}));
                 sub.add_option("--values,--dtype", o->values,
-                               "Stored values: f32 | bf16 | int8[:gN] | int4[:gN][:sym] (N = 32, "
+                               "Stored values: f32 | bf16 | f16 | int8[:gN] | int4[:gN][:sym] (N = 32, "
                                "64, 128; quantized: N:M patterns)")
                     ->capture_default_str();
                 sub.add_option("--quant-method", o->quant_method,

@@ -108,11 +108,7 @@ ValueKind ValueKindOf(const PackedWeight& w) {
   return std::visit(
       Overloaded{
           [](const DenseF32Weight&) { return ValueKind::kF32; },
-          [&](const NmWeight& nm) {
-            if (nm.value_dtype == DType::kI4) return nm.has_min ? ValueKind::kI4 : ValueKind::kI4Sym;
-            if (nm.value_dtype == DType::kI8) return ValueKind::kI8;
-            return of_float(nm.value_dtype);
-          },
+          [](const NmWeight& nm) { return ValueKindOf(nm.spec); },
           [&](const RowGroupWeight& s) { return of_float(s.value_dtype); },
           [&](const MaskWeight& m) { return of_float(m.value_dtype); },
       },

@@ -395,13 +395,11 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
                         std::to_string(kNmChunk));
   }
   const int64_t row_vals = w.chunks * kNmChunk;
-  w.group = spec.group;
   w.group_shift = __builtin_ctz(static_cast<unsigned>(spec.group));
   if ((1 << w.group_shift) != spec.group) {
     return InvalidInput(name + ": group " + std::to_string(spec.group) + " is not a power of two");
   }
   w.groups_per_row = CeilDiv(row_vals, int64_t{spec.group});
-  w.has_min = spec.has_min();
   // Stored codes: per_row values of a row; the chunk layout pads the row to row_vals (no new group:
   // the group size is a multiple of the chunk).
   const int64_t per_row = stored ? stored->groups() * stored->n : 0;
@@ -412,7 +410,7 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
   }
   SPARQ_ASSIGN_OR_RETURN(Tensor q, Tensor::TryAlloc(spec.dtype, {w.rows, row_vals}, name + ".values"));
   w.scales.assign(static_cast<size_t>(w.rows * w.groups_per_row), 0.0f);
-  if (w.has_min) w.mins.assign(w.scales.size(), 0.0f);
+  if (spec.has_min()) w.mins.assign(w.scales.size(), 0.0f);
   std::vector<float> v(static_cast<size_t>(spec.group));
   std::vector<int8_t> codes(v.size());
   uint8_t* out = q.mutable_data_as<uint8_t>();
@@ -425,7 +423,7 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
       if (stored) {
         const int64_t gi = r * stored_groups + g;
         qg = QuantGroupFromF16(stored->quant.scales.data_as<uint16_t>()[gi],
-                               w.has_min ? stored->quant.mins.data_as<uint16_t>()[gi] : 0, spec);
+                               spec.has_min() ? stored->quant.mins.data_as<uint16_t>()[gi] : 0, spec);
         const uint8_t* src = stored->values.data_as<uint8_t>() + r * code_row_bytes;
         for (int64_t i = 0; i < count; ++i) {
           const int64_t j = g * spec.group + i;
@@ -447,7 +445,7 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
         qg = *fit;
       }
       w.scales[r * w.groups_per_row + g] = qg.scale;
-      if (w.has_min) w.mins[r * w.groups_per_row + g] = qg.min;
+      if (spec.has_min()) w.mins[r * w.groups_per_row + g] = qg.min;
       for (int64_t i = 0; i < count; ++i) {
         const int64_t e = at + i;
         if (spec.dtype == DType::kI8) {
@@ -464,7 +462,7 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
     }
   }
   w.values = std::move(q);
-  w.value_dtype = spec.dtype;
+  w.spec = spec;
   return Status::Ok();
 }
 
@@ -516,7 +514,7 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
     w.n = s.n;
     w.m = s.m;
     w.bits = s.m <= 4 ? 2 : 4;
-    w.value_dtype = vt;
+    w.spec.dtype = vt;
     w.chunks = CeilDiv(per_row, kNmChunk);
     w.k_pad = std::max<int64_t>(w.chunks * (kNmChunk / s.n) * s.m, 1);
     SPARQ_ASSIGN_OR_RETURN(w.values, Tensor::TryAlloc(vt, {s.rows, w.chunks * kNmChunk}, name + ".values"));
@@ -651,18 +649,15 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
 
 float NmWeight::Value(int64_t r, int64_t j) const {
   const int64_t e = r * chunks * kNmChunk + j;
-  if (value_dtype != DType::kI8 && value_dtype != DType::kI4) return ValueAt(values, e);
-  ValueSpec spec;
-  spec.dtype = value_dtype;
-  spec.sym = !has_min;
+  if (!spec.quantized()) return ValueAt(values, e);
   QuantGroup g;
-  const size_t gi = static_cast<size_t>(r * groups_per_row + j / group);
+  const size_t gi = static_cast<size_t>(r * groups_per_row + j / spec.group);
   g.scale = scales[gi];
-  g.min = has_min ? mins[gi] : 0.0f;
+  g.min = spec.has_min() ? mins[gi] : 0.0f;
   const uint8_t* b = values.data_as<uint8_t>();
   // (kI4: byte b of a chunk holds values b and b + 8, NmWeight::values.)
   const int64_t byte = e / kNmChunk * (kNmChunk / 2) + e % (kNmChunk / 2);
-  const int code = value_dtype == DType::kI8 ? int(static_cast<int8_t>(b[e]))
+  const int code = spec.dtype == DType::kI8 ? int(static_cast<int8_t>(b[e]))
                                              : (b[byte] >> (e % kNmChunk >= kNmChunk / 2 ? 4 : 0)) & 0x0F;
   return Dequantize(code, g, spec);
 }

@@ -42,17 +42,18 @@ struct NmWeight {
   int64_t rows = 0, cols = 0;
   int n = 0, m = 0;
   int bits = 0;                      // 2 (m <= 4) or 4 (m <= 16): bits per index in `meta`
-  DType value_dtype = DType::kF32;   // kF32, kBF16, or quantized: kI8 / kI4 (sparq/quant.h)
+  // What the values are, as the flag and the .sparq name them: f32, bf16, or quantized int8 / int4
+  // (sparq/quant.h; its group and min apply to quantized specs only). ValueKindOf picks the rows.
+  ValueSpec spec;
   int64_t chunks = 0;                // chunks per row
   int64_t k_pad = 0;                 // chunks * (kNmChunk / n) * m >= cols: X is zero-padded to it
   Tensor values;                     // [rows, chunks * kNmChunk]; kI4: 8 bytes per chunk, byte b
                                      // holding value b (low nibble) and value b + 8 (high)
-  // Quantized values: groups of `group` values of a row (a multiple of kNmChunk, so a chunk lies
-  // in one group; the row's last group may be short), each with the f32 value of its f16 scale
-  // (and min), [rows, groups_per_row]. Code q of value j is Dequantize(q, ...) of sparq/quant.h.
-  bool has_min = false;              // kI4: fma(q, scale, min); else symmetric
-  int group = 0;
-  int group_shift = 0;               // log2(group): groups are 32, 64 or 128 values
+  // Quantized values: groups of spec.group values of a row (a multiple of kNmChunk, so a chunk
+  // lies in one group; the row's last group may be short), each with the f32 value of its f16
+  // scale (and min, spec.has_min()), [rows, groups_per_row]. Code q of value j is Dequantize(q,
+  // ...) of sparq/quant.h.
+  int group_shift = 0;               // log2(spec.group): groups are 32, 64 or 128 values
   int64_t groups_per_row = 0;
   std::vector<float> scales, mins;
   Tensor meta;                       // u32 [rows, chunks * bits / 2]; lane j in bits [b*j, b*j+b)

@@ -1,19 +1,35 @@
 // Sequential calibration and pruning of a Llama model (SparseGPT's procedure), writing a .sparq.
 #include <chrono>
-#include <optional>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <regex>
 
-#include "src/model/llama_internal.h"
 #include "sparq/progress.h"
+#include "src/model/llama_internal.h"
 
 namespace sparq {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// f16 holds magnitudes up to 65504: a weight beyond it would be stored as inf. Refused, naming the
+// tensor, rather than written (bf16 keeps f32's range).
+Status FitsValueType(std::span<const float> w, DType dt, const std::string& name) {
+  if (dt != DType::kF16) return Status::Ok();
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(F16ToF32(F32ToF16(w[i])))) {
+      return InvalidInput(name + ": value " + std::to_string(w[i]) + " at " + std::to_string(i) +
+                          " does not fit f16 (|v| <= 65504); use --values bf16 or f32");
+    }
+  }
+  return Status::Ok();
+}
 
 // Which Hessian feeds each slot: q/k/v share the attention input, gate/up the MLP input.
 constexpr int kSlotInput[kNumSlots] = {0, 0, 0, 1, 2, 2, 3};
@@ -90,7 +106,8 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   const bool quantized = opt.values.quantized();
   std::optional<GroupQuantizer> gq;
   if (quantized && opt.quant_method == ModelPruneOptions::QuantMethod::kGptq) {
-    SPARQ_ASSIGN_OR_RETURN(GroupQuantizer q, GroupQuantizer::Make(opt.values, opt.pattern, job.m, job.k));
+    SPARQ_ASSIGN_OR_RETURN(GroupQuantizer q,
+                           GroupQuantizer::Make(opt.values, opt.pattern, job.m, job.k));
     gq.emplace(std::move(q));
     po.quantizer = &*gq;
   }
@@ -99,8 +116,7 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   const bool rtn = quantized && !gq;
   std::vector<float> orig;
   if (rtn && po.compute_error) orig = w;
-  SPARQ_ASSIGN_OR_RETURN(PruneReport rep,
-                         Prune(w, job.m, job.k, *job.acc, opt.pattern, po));
+  SPARQ_ASSIGN_OR_RETURN(PruneReport rep, Prune(w, job.m, job.k, *job.acc, opt.pattern, po));
   if (gq) {
     SPARQ_RETURN_IF_ERROR(gq->status().WithContext(job.name));
   }
@@ -116,17 +132,18 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
     to_store = std::move(w);
   }
   const FormatKind fmt = PickFormat(opt.pattern);
+  SPARQ_RETURN_IF_ERROR(FitsValueType(to_store, opt.values.dtype, job.name));
   SPARQ_ASSIGN_OR_RETURN(out.stored, Encode(to_store, job.m, job.k, fmt, opt.pattern,
                                             quantized ? DType::kF32 : opt.values.dtype));
   if (quantized) {
     // GPTQ's swept weights lie on the grids it fitted: their nearest codes give them back exactly
     // (stored order = swept order, permuted or not). RTN fits each group of the stored values.
     const auto& nm = std::get<NmMatrix>(out.stored);
-    SPARQ_ASSIGN_OR_RETURN(NmMatrix q, NmMatrix::Quantize(
-                                           nm, opt.values,
-                                           gq ? std::span<const QuantGroup>(gq->groups())
-                                              : std::span<const QuantGroup>(),
-                                           job.name));
+    SPARQ_ASSIGN_OR_RETURN(NmMatrix q,
+                           NmMatrix::Quantize(nm, opt.values,
+                                              gq ? std::span<const QuantGroup>(gq->groups())
+                                                 : std::span<const QuantGroup>(),
+                                              job.name));
     out.stored = std::move(q);
     if (!orig.empty()) {
       // The report's error is that of what is stored: the dequantized values, in the original
@@ -187,13 +204,17 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   const auto t_start = Clock::now();
   SPARQ_RETURN_IF_ERROR(opt.pattern.Validate());
   if (!opt.values.quantized() && opt.values.dtype != DType::kF32 &&
-      opt.values.dtype != DType::kBF16) {
-    return InvalidInput("prune: --values must be f32, bf16, int8[:gN] or int4[:gN][:sym], not " +
-                        opt.values.Name());
+      opt.values.dtype != DType::kBF16 && opt.values.dtype != DType::kF16) {
+    return InvalidInput(
+        "prune: --values must be f32, bf16, f16, int8[:gN] or int4[:gN][:sym], "
+        "not " +
+        opt.values.Name());
   }
   if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM) {
-    return InvalidInput("prune: " + opt.values.Name() + " values are stored for N:M patterns only "
-                        "so far, not " + opt.pattern.ToString());
+    return InvalidInput("prune: " + opt.values.Name() +
+                        " values are stored for N:M patterns only "
+                        "so far, not " +
+                        opt.pattern.ToString());
   }
   std::regex include;
   try {
@@ -203,7 +224,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   }
   const bool prune_head = std::regex_match(std::string("output.weight"), include);
   // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
-  const DType small_dtype = opt.values.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+  // f16 stays f16 (the runtime widens it to f32: no f16 kernel rows); quantized specs keep bf16.
+  const DType small_dtype = opt.values.dtype == DType::kF32 || opt.values.dtype == DType::kF16
+                                ? opt.values.dtype
+                                : DType::kBF16;
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
   LlamaConfig c = model.config();
   LlamaWeights& w = model.mutable_weights();
@@ -228,10 +252,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     std::array<bool, kNumSlots> selected{};
     bool any = false;
     for (int s = 0; s < kNumSlots; ++s) {
-      selected[s] = l < blocks &&
-                    std::regex_match(blk + std::string(SlotName(static_cast<LinearSlot>(s))) +
-                                         ".weight",
-                                     include);
+      selected[s] =
+          l < blocks &&
+          std::regex_match(blk + std::string(SlotName(static_cast<LinearSlot>(s))) + ".weight",
+                           include);
       any = any || selected[s];
     }
     if (any) {
@@ -256,7 +280,8 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
         LayerJob job{blk + std::string(SlotName(slot)) + ".weight", m, k, &acc[kSlotInput[s]]};
         SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
                                DenseWeights(b.linear[s], model_path, job.name));
-        SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, true, cfg, pool));
+        SPARQ_ASSIGN_OR_RETURN(PrunedLayer p,
+                               PruneOne(std::move(dense), job, opt, true, cfg, pool));
         result.prune_seconds += p.result.report.seconds;
         result.dense_bytes += static_cast<double>(m * k * 4);
         result.stored_bytes += static_cast<double>(p.result.stored_bytes);
@@ -279,9 +304,8 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
       const auto [m, k] = SlotShape(c, slot);
       const std::string name = blk + std::string(SlotName(slot)) + ".weight";
       SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, DenseWeights(b.linear[s], model_path, name));
-      SPARQ_ASSIGN_OR_RETURN(SparseMatrix dm,
-                             Encode(dense, m, k, FormatKind::kDense, Pattern::Dense(),
-                                    DType::kF32));
+      SPARQ_ASSIGN_OR_RETURN(
+          SparseMatrix dm, Encode(dense, m, k, FormatKind::kDense, Pattern::Dense(), DType::kF32));
       ck.matrices.push_back({name, std::move(dm), Pattern::Dense()});
     }
     ck.tensors.push_back({blk + "attn_norm.weight", VectorTensor(b.attn_norm)});
@@ -312,6 +336,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   } else if (!c.tied_output) {
     SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
                            DenseWeights(w.output, model_path, "output.weight"));
+    SPARQ_RETURN_IF_ERROR(FitsValueType(dense, small_dtype, "output.weight"));
     SPARQ_ASSIGN_OR_RETURN(SparseMatrix dm, Encode(dense, c.n_vocab, d, FormatKind::kDense,
                                                    Pattern::Dense(), small_dtype));
     ck.matrices.push_back({"output.weight", std::move(dm), Pattern::Dense()});
@@ -319,8 +344,11 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // --values bf16 (or quantized) stores the embedding in bf16; a tied head then runs as a dense
   // bf16 product (half the bytes per generated token of the f32 head, the largest matrix of a
   // small model). Quantized embeddings and heads are not stored yet.
-  if (small_dtype == DType::kBF16) {
-    SPARQ_ASSIGN_OR_RETURN(Tensor te, FromF32(w.token_embd, DType::kBF16));
+  if (small_dtype != DType::kF32) {
+    SPARQ_RETURN_IF_ERROR(
+        FitsValueType(std::span<const float>(w.token_embd.data_as<float>(), w.token_embd.numel()),
+                      small_dtype, "token_embd.weight"));
+    SPARQ_ASSIGN_OR_RETURN(Tensor te, FromF32(w.token_embd, small_dtype));
     ck.tensors.push_back({"token_embd.weight", std::move(te)});
   } else {
     ck.tensors.push_back({"token_embd.weight", w.token_embd.Clone()});
@@ -342,7 +370,8 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         {"damp", opt.damp},
                         {"summary", nlohmann::json::parse(result.ToJson(false))}};
   if (opt.values.quantized()) {
-    how["quant_method"] = opt.quant_method == ModelPruneOptions::QuantMethod::kGptq ? "gptq" : "rtn";
+    how["quant_method"] =
+        opt.quant_method == ModelPruneOptions::QuantMethod::kGptq ? "gptq" : "rtn";
   }
   ck.metadata["sparq.prune"] = how.dump();
   SPARQ_RETURN_IF_ERROR(WriteCheckpoint(out_path, ck));

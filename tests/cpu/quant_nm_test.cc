@@ -41,7 +41,7 @@ struct QBuilt {
 // byte per value; int4: 8 bytes per chunk of 16, byte b holding value b low and value b + 8 high).
 int PackedCode(const cpu::NmWeight& nm, int64_t r, int64_t j) {
   const int64_t row_vals = nm.chunks * cpu::kNmChunk;
-  if (nm.value_dtype == DType::kI8) return nm.values.data_as<int8_t>()[r * row_vals + j];
+  if (nm.spec.dtype == DType::kI8) return nm.values.data_as<int8_t>()[r * row_vals + j];
   const uint8_t byte = nm.values.data_as<uint8_t>()[r * row_vals / 2 + (j / 16) * 8 + (j % 8)];
   return (j % 16) < 8 ? (byte & 0x0F) : (byte >> 4);
 }
@@ -49,9 +49,9 @@ int PackedCode(const cpu::NmWeight& nm, int64_t r, int64_t j) {
 // The value of a code, computed here from quant.h's formulas (not through NmWeight::Value).
 float Dequantized(const cpu::NmWeight& nm, int64_t r, int64_t j) {
   const int q = PackedCode(nm, r, j);
-  const int64_t g = r * nm.groups_per_row + j / nm.group;
-  if (nm.value_dtype == DType::kI8) return float(q) * nm.scales[g];
-  if (!nm.has_min) return float(q - 8) * nm.scales[g];
+  const int64_t g = r * nm.groups_per_row + j / nm.spec.group;
+  if (nm.spec.dtype == DType::kI8) return float(q) * nm.scales[g];
+  if (!nm.spec.has_min()) return float(q - 8) * nm.scales[g];
   return std::fma(float(q), nm.scales[g], nm.mins[g]);
 }
 
@@ -90,8 +90,7 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
   QBuilt b;
   b.q = std::move(q).value();
   const cpu::NmWeight& nm = b.q.nm();
-  EXPECT_EQ(nm.value_dtype, spec.dtype);
-  EXPECT_EQ(nm.group, spec.group);
+  EXPECT_EQ(nm.spec.Name(), spec.Name());
   b.dense.assign(size_t(m * k), 0.0f);
   std::vector<uint8_t> slot(size_t(m * k), 0);
   int kept_zeros = 0;
@@ -106,7 +105,7 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
         EXPECT_EQ(nm.Value(r, vj), d) << c.pattern << " " << c.values << " row " << r;
         b.dense[r * k + col] = d;
         slot[r * k + col] = 1;
-        const float scale = nm.scales[r * nm.groups_per_row + vj / nm.group];
+        const float scale = nm.scales[r * nm.groups_per_row + vj / nm.spec.group];
         // Round to nearest on the group's grid: within half a step (plus one f32 rounding of the
         // dequantization, an ulp of the value).
         EXPECT_LE(std::fabs(double(d) - w[r * k + col]),
@@ -115,10 +114,10 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
         if (w[r * k + col] == 0.0f) {
           ++kept_zeros;
           // quant.h: exact 0 on symmetric grids; with a min, the grid value nearest 0.
-          if (!nm.has_min) {
+          if (!nm.spec.has_min()) {
             EXPECT_EQ(d, 0.0f) << c.values << " row " << r << " col " << col;
           } else {
-            const float mn = nm.mins[r * nm.groups_per_row + vj / nm.group];
+            const float mn = nm.mins[r * nm.groups_per_row + vj / nm.spec.group];
             float best = std::numeric_limits<float>::infinity();
             for (int code = 0; code <= 15; ++code) {
               best = std::min(best, std::fabs(std::fma(float(code), scale, mn)));
@@ -158,10 +157,9 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
       f.values.mutable_data_as<float>()[r * nm.chunks * cpu::kNmChunk + j] = Dequantized(nm, r, j);
     }
   }
-  f.value_dtype = DType::kF32;
+  f.spec = ValueSpec{};  // f32
   f.scales.clear();
   f.mins.clear();
-  f.has_min = false;
   return b;
 }
 
