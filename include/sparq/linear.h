@@ -63,6 +63,8 @@ class LinearWeight {
   std::string explain(int64_t n) const;
   // How the weight is stored for compute, e.g. "dense f32", "nm 2:4 bf16", "csr f32 u16".
   const std::string& format() const;
+  // The values as the kernels read them: f32, bf16, or a quantized spec (int4:g64, ...).
+  ValueSpec values() const;
   // The weights [rows, cols] row-major when stored dense f32 (what pruning starts from), else null.
   const float* dense_f32() const;
   // The configuration the weight was packed for and runs with (a default-constructed one, target

@@ -149,6 +149,12 @@ class LlamaModel {
   uint64_t weight_bytes() const;
   // Bytes of the linear layers of the blocks only (what pruning changes).
   uint64_t block_linear_bytes() const;
+  // Bytes of weights one decoded token reads: every linear layer (the head included), the norms
+  // and one embedding row (weight_bytes() less the rest of the embedding).
+  uint64_t weight_bytes_per_token() const;
+  // The values the blocks' linear layers store, as the kernels read them: "bf16", "int4:g64", or
+  // the distinct specs joined by "+" in layer order ("bf16+f32" when some layers stay f32).
+  std::string block_linear_values() const;
 
   // Runs `tokens` at positions cache->length() ... and appends them to the cache. logits: if not
   // null, [n, n_vocab] for every token when all_logits, else [n_vocab] for the last token only.

@@ -46,6 +46,21 @@ const std::string& LinearWeight::format() const {
   static const std::string kNone = "none";
   return impl_ ? impl_->packed.source : kNone;
 }
+ValueSpec LinearWeight::values() const {
+  if (!impl_) return ValueSpec{};
+  auto of = [](DType dt) {
+    ValueSpec v;
+    v.dtype = dt;
+    return v;
+  };
+  return std::visit(cpu::Overloaded{
+                        [](const cpu::DenseF32Weight&) { return ValueSpec{}; },
+                        [](const cpu::NmWeight& nm) { return nm.spec; },
+                        [&](const cpu::RowGroupWeight& g) { return of(g.value_dtype); },
+                        [&](const cpu::MaskWeight& m) { return of(m.value_dtype); },
+                    },
+                    impl_->packed.layout);
+}
 const float* LinearWeight::dense_f32() const {
   if (!impl_ || impl_->packed.kind() != cpu::PackedKind::kDenseF32) return nullptr;
   return impl_->packed.dense().data_as<float>();

@@ -2,6 +2,7 @@
 // Load() dispatcher. .sparq checkpoints: llama_checkpoint.cc; Hugging Face folders: llama_hf.cc.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -38,6 +39,28 @@ uint64_t LlamaModel::weight_bytes() const {
     total += (b.attn_norm.size() + b.ffn_norm.size()) * sizeof(float);
   }
   return total;
+}
+
+uint64_t LlamaModel::weight_bytes_per_token() const {
+  const LlamaWeights& w = impl_->weights;
+  const uint64_t embd = w.token_embd.nbytes();
+  const uint64_t row = w.token_embd.rank() == 2 && w.token_embd.dim(0) > 0
+                           ? embd / static_cast<uint64_t>(w.token_embd.dim(0))
+                           : 0;
+  return weight_bytes() - embd + row;
+}
+
+std::string LlamaModel::block_linear_values() const {
+  std::vector<std::string> seen;
+  for (const LlamaBlock& b : impl_->weights.blocks) {
+    for (const LinearWeight& lw : b.linear) {
+      const std::string v = lw.values().Name();
+      if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+    }
+  }
+  std::string out;
+  for (const std::string& v : seen) out += (out.empty() ? "" : "+") + v;
+  return out;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include "sparq/kernel_config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -204,6 +205,38 @@ TEST_F(CliModelTest, EvalEveryOutputMode) {
   EXPECT_EQ(json::parse(Slurp(file))["perplexity"], j["perplexity"]);  // same run, same bits
 }
 
+// bench model --ppl-text scores every row on the same ids: its perplexity is eval's on the same
+// text, token count and window (the same model, the same windows, so the same bits).
+TEST_F(CliModelTest, BenchModelPerplexityIsEvalsOnTheSameTokens) {
+  const std::string text = testing::TempDir() + "/bench_ppl.txt";
+  std::ofstream(text) << "It was the best of times, it was the worst of times, it was the age of "
+                         "wisdom, it was the age of foolishness, it was the epoch of belief.\n";
+  std::string out, err;
+  ASSERT_EQ(RunSplit("bench model " + *pruned_ +
+                         " --threads 1 --prompt 8 --decode 2 --repeats 1 --ppl-text " + text +
+                         " --ppl-tokens 24 --ctx 8 --json",
+                     &out, &err),
+            0)
+      << err;
+  const json rows = json::parse(out);
+  ASSERT_EQ(rows.size(), 1u) << out;
+  ASSERT_EQ(RunSplit("eval " + *pruned_ + " --text " + text +
+                         " --max-tokens 24 --ctx 8 --threads 1 --json",
+                     &out, &err),
+            0)
+      << err;
+  const json e = json::parse(out);
+  EXPECT_EQ(e["tokens"], 21) << out;  // 3 windows of 8 predict 7 each
+  EXPECT_EQ(rows[0]["perplexity"].get<double>(), e["perplexity"].get<double>());
+  // A text too short to score is refused.
+  std::ofstream(text) << "It";
+  EXPECT_EQ(RunSplit("bench model " + *pruned_ + " --prompt 8 --decode 2 --repeats 1 --ppl-text " +
+                         text,
+                     &out, &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("fewer than 2 tokens to score"));
+}
+
 // `--max-isa AVX2 eval` runs the layers and attention on AVX2 (every x86-64 host this project
 // supports has it), and says so in its JSON; uncapped, attention runs the layers' target.
 TEST_F(CliModelTest, EvalMaxIsaRunsAttentionOnTheCappedTarget) {
@@ -243,10 +276,30 @@ TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {
   EXPECT_EQ(rows[1]["weight_bytes"].get<int64_t>(), 2 * (linears + embd) + 4 * (embd + norms));
   // The CLI's run inherits SPARQ_MAX_ISA, and this process's detection is capped the same way.
   const std::string running = KernelConfig::FromMachine().value().target_name();
+  // Bytes a decoded token reads: every linear layer, the head, the norms and one embedding row.
+  EXPECT_EQ(rows[0]["weight_bytes_per_token"].get<int64_t>(),
+            4 * (linears + embd + norms) + 4 * 576);
+  EXPECT_EQ(rows[1]["weight_bytes_per_token"].get<int64_t>(),
+            2 * (linears + embd) + 4 * norms + 4 * 576);
+  EXPECT_EQ(rows[0]["values"], "f32");  // the GGUF's Q4_1 dequantized, as sparq runs it
+  EXPECT_EQ(rows[1]["values"], "bf16");
+  EXPECT_EQ(rows[2]["values"], "f32");  // magnitude 50%, f32 values
+  // File bytes and bits per weight of the file (all parameters: linears, embedding, norms); the
+  // bf16 row exists only in memory.
+  const int64_t gguf = static_cast<int64_t>(std::filesystem::file_size(*model_));
+  EXPECT_EQ(rows[0]["file_bytes"].get<int64_t>(), gguf);
+  EXPECT_DOUBLE_EQ(rows[0]["bits_per_weight"].get<double>(),
+                   8.0 * double(gguf) / double(linears + embd + norms));
+  EXPECT_TRUE(rows[1]["file_bytes"].is_null());
+  EXPECT_TRUE(rows[1]["bits_per_weight"].is_null());
+  EXPECT_EQ(rows[2]["file_bytes"].get<int64_t>(),
+            static_cast<int64_t>(std::filesystem::file_size(*pruned_)));
   for (const auto& r : rows) {
+    EXPECT_TRUE(r["perplexity"].is_null()) << "no --ppl-text, no perplexity: " << r;
     for (const char* k : {"model", "variant", "runtime", "decode_tok_s", "prefill_tok_s", "weight_bytes",
                           "block_linear_bytes", "threads", "prompt_tokens", "decode_tokens", "cpu_model",
-                          "isa"}) {
+                          "isa", "values", "file_bytes", "bits_per_weight", "weight_bytes_per_token",
+                          "perplexity"}) {
       EXPECT_TRUE(r.contains(k)) << k << " missing in " << r;
     }
     EXPECT_EQ(r["decode_tokens"], 2);
