@@ -46,10 +46,20 @@ class LinearWeight {
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name,
                                          const KernelConfig& cfg);
   // The same with the values stored as `values` (sparq/quant.h): int8 / int4 specs quantize the
-  // matrix's values round-to-nearest (N:M weights so far; other formats are an error naming the
-  // weight); float specs keep the matrix's values.
+  // matrix's values round-to-nearest (N:M and dense weights so far; other formats are an error
+  // naming the weight); float specs keep the matrix's values.
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const ValueSpec& values,
                                          const std::string& name, const KernelConfig& cfg);
+  // A dense [rows, cols] weight stored quantized (GGUF Q8_0 = int8:g32, Q4_0 = int4:g32:sym,
+  // Q4_1 = int4:g32; .sparq int8 / int4), run as stored (no requantization). codes: int8 i8
+  // [rows, cols], or int4 u8 [rows, ceil(cols / 2)] with code 2i in the low nibble of byte i;
+  // scales (and mins, int4 with a min; else empty) f16 bits [rows, ceil(cols / values.group)].
+  // Values are Dequantize(code) of sparq/quant.h. Sizes are checked; errors name `name`.
+  static Result<LinearWeight> FromDenseQuant(int64_t rows, int64_t cols, const ValueSpec& values,
+                                             std::span<const uint8_t> codes,
+                                             std::span<const uint16_t> scales,
+                                             std::span<const uint16_t> mins,
+                                             const std::string& name, const KernelConfig& cfg);
 
   int64_t rows() const;  // m (outputs)
   int64_t cols() const;  // k (inputs)

@@ -44,6 +44,9 @@ DecodeInput StageDecodeInput(const PackedWeight& pw, const float* x, int64_t n, 
             return {xrep, w.cols * 4};
           },
           [&](const DenseF32Weight&) -> DecodeInput { return {x, ldx}; },
+          [&](const DenseQuantWeight& w) -> DecodeInput {
+            return {PaddedX(x, n, ldx, w.cols, w.k_pad), w.k_pad};
+          },
       },
       pw.layout);
 }
@@ -56,6 +59,7 @@ bool SameDecodeInput(const PackedWeight& a, const PackedWeight& b) {
     case PackedKind::kNm: return a.nm().k_pad == b.nm().k_pad;
     case PackedKind::kMask: return a.mask().k_pad() == b.mask().k_pad();
     case PackedKind::kRowGroups: return a.row_groups().implicit_cols == b.row_groups().implicit_cols;
+    case PackedKind::kDenseQuant: return a.dense_quant().k_pad == b.dense_quant().k_pad;
     case PackedKind::kDenseF32: return false;
   }
   return false;

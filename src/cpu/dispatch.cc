@@ -40,6 +40,7 @@ const char* LayoutName(KernelLayout layout) {
     case KernelLayout::kRowGroups4: return "row groups of 4";
     case KernelLayout::kDenseBf16: return "dense bf16";
     case KernelLayout::kMask: return "bit mask";
+    case KernelLayout::kDenseQuant: return "dense quantized";
   }
   return "?";
 }
@@ -60,6 +61,7 @@ KernelLayout LayoutOf(const PackedWeight& w) {
             return s.g == 4 ? KernelLayout::kRowGroups4 : KernelLayout::kRowGroups;
           },
           [](const MaskWeight&) { return KernelLayout::kMask; },
+          [](const DenseQuantWeight&) { return KernelLayout::kDenseQuant; },
       },
       w.layout);
 }
@@ -111,6 +113,7 @@ ValueKind ValueKindOf(const PackedWeight& w) {
           [](const NmWeight& nm) { return ValueKindOf(nm.spec); },
           [&](const RowGroupWeight& s) { return of_float(s.value_dtype); },
           [&](const MaskWeight& m) { return of_float(m.value_dtype); },
+          [](const DenseQuantWeight& d) { return ValueKindOf(d.values); },
       },
       w.layout);
 }
@@ -145,6 +148,7 @@ int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
     case KernelLayout::kDenseBf16: return b.dense_bf16;
     case KernelLayout::kMask:  // denser than 40%, or sparser
       return 10 * w.stored >= 4 * w.rows * w.cols ? b.mask : b.sparse_mask;
+    case KernelLayout::kDenseQuant: return b.dense_quant;
     case KernelLayout::kDenseF32: break;
   }
   return 0;

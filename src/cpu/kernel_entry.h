@@ -20,6 +20,7 @@ struct DecodeLimits {
   int64_t dense_bf16;   // dense bf16 rows
   int64_t mask;         // bit-mask rows, at least 40% kept
   int64_t sparse_mask;  // bit-mask rows, under 40% kept
+  int64_t dense_quant;  // dense int8 / int4 rows
 };
 // V:N:M / BSR decode limit on AVX-512 on AMD family 19h (Zen 4), where its X gathers made the
 // decode slower than the tiled kernel from 3 tokens (4 elsewhere on AVX-512).

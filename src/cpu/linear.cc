@@ -39,6 +39,30 @@ Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const ValueSp
   return lw;
 }
 
+Result<LinearWeight> LinearWeight::FromDenseQuant(int64_t rows, int64_t cols,
+                                                  const ValueSpec& values,
+                                                  std::span<const uint8_t> codes,
+                                                  std::span<const uint16_t> scales,
+                                                  std::span<const uint16_t> mins,
+                                                  const std::string& name,
+                                                  const KernelConfig& cfg) {
+  if (values.has_min() && mins.size() != scales.size()) {
+    return InvalidInput(name + ".mins: " + std::to_string(mins.size()) + " groups, expected " +
+                        std::to_string(scales.size()));
+  }
+  SPARQ_ASSIGN_OR_RETURN(
+      cpu::PackedWeight packed,
+      cpu::PackDenseQuantCodes(rows, cols, values, codes.data(), int64_t(codes.size()),
+                               scales.data(), mins.empty() ? nullptr : mins.data(),
+                               int64_t(scales.size()), name));
+  LinearWeight lw;
+  lw.impl_ = std::make_unique<Impl>();
+  lw.impl_->packed = std::move(packed);
+  lw.impl_->name = name;
+  lw.impl_->cfg = cfg;
+  return lw;
+}
+
 int64_t LinearWeight::rows() const { return impl_ ? impl_->packed.rows : 0; }
 int64_t LinearWeight::cols() const { return impl_ ? impl_->packed.cols : 0; }
 uint64_t LinearWeight::weight_bytes() const { return impl_ ? impl_->packed.weight_bytes : 0; }

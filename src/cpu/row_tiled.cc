@@ -17,16 +17,27 @@ namespace sparq::cpu {
 constexpr int64_t kOneTileBlockMinNt = 80;
 
 int64_t RowTiledKRows(const PackedWeight& w) {
-  return w.kind() == PackedKind::kNm ? w.nm().k_pad : w.mask().k_pad();
+  switch (w.kind()) {
+    case PackedKind::kNm: return w.nm().k_pad;
+    case PackedKind::kDenseQuant: return w.dense_quant().k_pad;
+    default: return w.mask().k_pad();
+  }
 }
 
 
 RowTiled::RowTiled(const KernelRow& row, const PackedWeight& w, const float* xt_tiles, int64_t n,
                    int64_t nt_, int64_t stride_, const KernelConfig& c)
     : pw(&w), body(row.Body(c)), cfg(&c), xt(xt_tiles), nt(nt_), tiles(CeilDiv(n, nt_)), stride(stride_) {
-  const bool nm = w.kind() == PackedKind::kNm;
-  chunks = nm ? w.nm().chunks : w.mask().chunks;
-  chunk_cols = nm ? (kNmChunk / w.nm().n) * w.nm().m : kMaskChunk;
+  if (w.kind() == PackedKind::kNm) {
+    chunks = w.nm().chunks;
+    chunk_cols = (kNmChunk / w.nm().n) * w.nm().m;
+  } else if (w.kind() == PackedKind::kDenseQuant) {
+    chunks = w.dense_quant().k_pad / kDqChunk;
+    chunk_cols = kDqChunk;
+  } else {
+    chunks = w.mask().chunks;
+    chunk_cols = kMaskChunk;
+  }
   kb_chunks = tiles == 1 && nt < kOneTileBlockMinNt
                   ? std::max<int64_t>(1, chunks)
                   : std::max<int64_t>(1, c.row_xt_block_bytes / (nt * 4) / chunk_cols);

@@ -50,7 +50,9 @@ struct RowTiled {
   RowTiled(const KernelRow& row, const PackedWeight& w, const float* xt_tiles, int64_t n,
            int64_t nt_, int64_t stride_, const KernelConfig& cfg);
   // Row blocks the kernel runs whole (tasks are cut at multiples of them).
-  int64_t align() const { return pw->kind() == PackedKind::kNm ? 4 : 2; }
+  int64_t align() const {
+    return pw->kind() == PackedKind::kNm || pw->kind() == PackedKind::kDenseQuant ? 4 : 2;
+  }
   // int32 offsets a bit-mask task needs (MaskTiled's `off`).
   int64_t off_entries() const { return 4 * (kb_chunks + 1) * kMaskChunk; }
   bool prefetch(int64_t rows) const;

@@ -26,6 +26,7 @@
 #include "src/cpu/csr-inl.h"
 #include "src/cpu/row_groups-inl.h"
 #include "src/cpu/mask-inl.h"
+#include "src/cpu/dense_quant-inl.h"
 #include "src/cpu/kernel_entry.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -130,6 +131,29 @@ struct NmTiledBody {
     auto run = [&c](auto nv) {
       NmTiledImpl<kBits, kV, decltype(nv)::value>(c.w->nm(), c.u0, c.u1, c.xt, c.c0, c.c1,
                                                    c.scratch, *c.next);
+    };
+    if constexpr (kNv > 0) {
+      run(std::integral_constant<int, kNv>());
+    } else {
+      WithRowNv(c.nt / static_cast<int64_t>(hn::Lanes(DF())), run);
+    }
+  }
+};
+
+// Dense int8 / int4 rows (dense_quant-inl.h): decode R = 4 rows x T tokens; tiled in the N:M
+// tiled geometry (kNv: a fixed tile of kNv vectors, 0: chosen by n).
+template <int kV>
+struct DenseQuantDecodeBody {
+  static void Run(const KernelCall& c) {
+    DqDecodeImpl<kV>(c.w->dense_quant(), c.x, c.n, c.u0, c.u1, c.raw);
+  }
+};
+template <int kV, int kNv>
+struct DenseQuantTiledBody {
+  static void Run(const KernelCall& c) {
+    auto run = [&c](auto nv) {
+      DqTiledImpl<kV, decltype(nv)::value>(c.w->dense_quant(), c.u0, c.u1, c.xt, c.c0, c.c1,
+                                           c.scratch, *c.next);
     };
     if constexpr (kNv > 0) {
       run(std::integral_constant<int, kNv>());

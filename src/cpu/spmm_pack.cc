@@ -698,10 +698,17 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
   return std::visit(
       [&](const auto& s) -> Result<PackedWeight> {
         using T = std::decay_t<decltype(s)>;
-        if constexpr (!std::is_same_v<T, NmMatrix>) {
+        if constexpr (std::is_same_v<T, DenseMatrix>) {
+          // Dense int8 / int4: round-to-nearest of the f32 values (bf16 / f16 widened).
+          if (options.values.quantized()) {
+            const Tensor f = s.ToDense();
+            return PackDenseQuant(f.data_as<float>(), s.rows, s.cols, s.cols, options.values, name);
+          }
+        }
+        if constexpr (!std::is_same_v<T, NmMatrix> && !std::is_same_v<T, DenseMatrix>) {
           if (options.values.quantized()) {
             return InvalidInput(name + ": " + options.values.Name() +
-                                " values are packed for N:M weights only so far (this one is " +
+                                " values are packed for N:M and dense weights only so far (this one is " +
                                 std::string(FormatName(KindOf(matrix))) + ")");
           }
         }

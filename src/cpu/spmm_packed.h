@@ -1,8 +1,9 @@
 // Internal packed weight layouts for the sparse x dense products (Y[n, m] = X[n, k] W[m, k]^T).
 //
-// Every format of format.h is packed at load time into one of four layouts (PackedWeight::layout),
+// Every format of format.h is packed at load time into one of five layouts (PackedWeight::layout),
 // each with its own kernel table rows (table_rows.h) and a plain reference (spmm_ref.cc):
 //  - kDenseF32: the f32 matrix as is; runs through OpenBLAS (sgemv for n = 1, sgemm otherwise).
+//  - kDenseQuant: a dense matrix of int8 / int4 codes with group scales (DenseQuantWeight).
 //  - kNm:  N:M with n in {1, 2, 4, 8, 16} (so a chunk of 16 kept values holds whole groups) and
 //          m <= 16. Values stay compressed ([rows, chunks * 16], padded with zeros); the position
 //          indices are re-packed per chunk of 16 values into one u32 (2-bit indices, m <= 4:
@@ -127,8 +128,33 @@ struct DenseF32Weight {
   Tensor values;  // f32 [rows, cols]
 };
 
+// Dense quantized values (int8 / int4 codes with per-group f16 scales, and mins for int4 with a
+// min), as GGUF's Q8_0 / Q4_0 / Q4_1 and `--values int8|int4` store a dense matrix. Codes are
+// row-major, each row zero-code padded to k_pad = cols rounded up to kDqChunk so a vector load
+// never crosses a row; X is zero-padded to k_pad, so padded codes add 0 * finite. Groups are
+// `values.group` consecutive columns (32, 64 or 128, multiples of kDqChunk: a chunk lies in one
+// group); a row's last group may be short.
+inline constexpr int kDqChunk = 16;
+struct DenseQuantWeight {
+  int64_t rows = 0, cols = 0;
+  ValueSpec values;       // kI8, or kI4 (with a min unless values.sym); Dequantize of quant.h
+  int64_t k_pad = 0;      // cols rounded up to kDqChunk
+  int group_shift = 0;    // log2(values.group)
+  int64_t groups_per_row = 0;  // ceil(cols / group)
+  // int8: i8 [rows, k_pad]. int4: u8 [rows, k_pad / 2], per chunk of 16 codes byte b holds code
+  // b (low nibble) and code b + 8 (high), as NmWeight: one 8-byte load widened to 16 lanes and
+  // shifted by 0 or 4 per half unpacks a chunk (AVX-512 one vpsrlvd; AVX2 the 8 low nibbles, then
+  // the 8 high), where GGUF's adjacent-pair order would need a lane interleave.
+  Tensor codes;
+  std::vector<float> scales, mins;  // f32 values of the f16 scales (mins) [rows, groups_per_row]
+  int64_t row_bytes() const { return values.dtype == DType::kI8 ? k_pad : k_pad / 2; }
+  int Code(int64_t r, int64_t c) const;
+  // W[r, c] as f32: Dequantize of its code in its group (c < cols).
+  float Value(int64_t r, int64_t c) const;
+};
+
 // The packed layouts, in the order of PackedWeight::layout's alternatives.
-enum class PackedKind : uint8_t { kDenseF32, kNm, kRowGroups, kMask };
+enum class PackedKind : uint8_t { kDenseF32, kNm, kRowGroups, kMask, kDenseQuant };
 
 // How a weight's values are stored, as the kernels read them: each kind has its own rows in the
 // kernel table (table.h) and its own body instantiation (kValF32... in nm-inl.h are these).
@@ -146,7 +172,7 @@ ValueKind ValueKindOf(const ValueSpec& spec);
 struct PackedWeight {
   int64_t rows = 0, cols = 0;
   std::string source;     // "nm 2:4 f32", "csr bf16 u16", ... (for names and logs)
-  std::variant<DenseF32Weight, NmWeight, RowGroupWeight, MaskWeight> layout;
+  std::variant<DenseF32Weight, NmWeight, RowGroupWeight, MaskWeight, DenseQuantWeight> layout;
   uint64_t weight_bytes = 0;  // bytes a product streams: values + indices/metadata
   int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
 
@@ -156,6 +182,7 @@ struct PackedWeight {
   const NmWeight& nm() const { return std::get<NmWeight>(layout); }
   const RowGroupWeight& row_groups() const { return std::get<RowGroupWeight>(layout); }
   const MaskWeight& mask() const { return std::get<MaskWeight>(layout); }
+  const DenseQuantWeight& dense_quant() const { return std::get<DenseQuantWeight>(layout); }
   NmWeight& nm() { return std::get<NmWeight>(layout); }
   RowGroupWeight& row_groups() { return std::get<RowGroupWeight>(layout); }
   MaskWeight& mask() { return std::get<MaskWeight>(layout); }
@@ -184,6 +211,19 @@ inline PackOptions PackOptionsFor(const KernelConfig& cfg) { return PackOptions{
 // `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").
 Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
                           const PackOptions& options = {});
+
+// Dense quantized packing (dense_quant_pack.cc). From f32 [rows, cols] (row stride ld >= cols):
+// round-to-nearest per group (FitQuantGroup / NearestCode of quant.h) under `values` (int8 or
+// int4). Errors name `name` (a non-finite value, a scale past f16).
+Result<PackedWeight> PackDenseQuant(const float* w, int64_t rows, int64_t cols, int64_t ld,
+                                    const ValueSpec& values, const std::string& name);
+// From stored codes as the file formats hold them (format.h QuantParts): int8 codes i8 [rows,
+// cols]; int4 codes u8 [rows, ceil(cols / 2)], code 2i in the low nibble of byte i; f16 scales
+// (and mins, int4 with a min) [rows, ceil(cols / group)]. Spans are checked for their sizes.
+Result<PackedWeight> PackDenseQuantCodes(int64_t rows, int64_t cols, const ValueSpec& values,
+                                         const uint8_t* codes, int64_t code_bytes,
+                                         const uint16_t* scales_f16, const uint16_t* mins_f16,
+                                         int64_t group_count, const std::string& name);
 
 // Lane permutations that expand up to 8 packed values to the set bits of an 8-bit mask (for
 // targets without an expand instruction): entry [mask][j] is the rank of lane j among the set

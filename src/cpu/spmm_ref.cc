@@ -40,6 +40,11 @@ void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* /*pool*
                 }
               }
             },
+            [&](const DenseQuantWeight& d) {
+              for (int64_t r = 0; r < w.rows; ++r) {
+                for (int64_t c = 0; c < w.cols; ++c) acc[r] += double(d.Value(r, c)) * x[c];
+              }
+            },
             [&](const MaskWeight& mw) {
               const uint16_t* bits = mw.bits.data_as<uint16_t>();
               for (int64_t r = 0; r < w.rows; ++r) {

@@ -42,6 +42,7 @@ enum class KernelLayout : uint8_t {
   kRowGroups4,   // groups of 4 rows (a case of kRowGroups), for rows written for 4-row groups
   kDenseBf16,    // groups of 4 rows with implicit columns (dense bf16 rows)
   kMask,         // kMask
+  kDenseQuant,   // kDenseQuant: int8 / int4 codes of every column with group scales
 };
 const char* LayoutName(KernelLayout layout);
 KernelLayout LayoutOf(const PackedWeight& w);

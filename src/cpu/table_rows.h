@@ -65,6 +65,14 @@
   ROW(p##_mask_tiled_2xNV, kMask, V, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,       \
       RunRowTiled, 0, SPARQ_BODY(MaskTiledBody, BF, 0))
 
+// The dense quantized rows of one value kind (i8, i4, i4s): every column's code dequantized in
+// registers (decode, 4 rows x T tokens) or into the N:M tiled kernel's block (tiled).
+#define SPARQ_DENSE_QUANT_ROWS(ROW, p, V)                                                         \
+  ROW(p##_dense_decode_4xT, kDenseQuant, V, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
+      RunDecode, 0, SPARQ_BODY(DenseQuantDecodeBody, kVal##V))                                     \
+  ROW(p##_dense_tiled_4xNV, kDenseQuant, V, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, \
+      RunRowTiled, 0, SPARQ_BODY(DenseQuantTiledBody, kVal##V, 0))
+
 #define SPARQ_KERNEL_ROWS(ROW)                                                                    \
   ROW(f32_dense_blas, kDenseF32, F32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX, \
       RunDenseBlas, 0, SPARQ_BODY(NoBody))                                                         \
@@ -73,6 +81,9 @@
   SPARQ_NM_ROWS(ROW, i8, I8)                                                                      \
   SPARQ_NM_ROWS(ROW, i4, I4)                                                                      \
   SPARQ_NM_ROWS(ROW, i4s, I4Sym)                                                                  \
+  SPARQ_DENSE_QUANT_ROWS(ROW, i8, I8)                                                             \
+  SPARQ_DENSE_QUANT_ROWS(ROW, i4, I4)                                                             \
+  SPARQ_DENSE_QUANT_ROWS(ROW, i4s, I4Sym)                                                         \
   SPARQ_FLOAT_ROWS(ROW, f32, F32, false)                                                          \
   SPARQ_FLOAT_ROWS(ROW, bf16, Bf16, true)                                                         \
   ROW(bf16_dense_decode_4x1, kDenseBf16, Bf16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,    \

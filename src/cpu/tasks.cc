@@ -67,6 +67,10 @@ std::vector<int64_t> RowCost(const PackedWeight& w) {
             cum.resize(w.rows + 1);
             for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * w.cols;
           },
+          [&](const DenseQuantWeight& d) {
+            cum.resize(w.rows + 1);
+            for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * d.k_pad;
+          },
           [&](const NmWeight& nm) {
             cum.resize(w.rows + 1);
             for (int64_t r = 0; r <= w.rows; ++r) cum[r] = r * nm.chunks * kNmChunk;

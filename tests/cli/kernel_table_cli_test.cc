@@ -180,7 +180,7 @@ TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
                    "--values int4:g64",
                    &out, &err),
             1);
-  EXPECT_THAT(err, HasSubstr("int4:g64 values are packed for N:M weights only"));
+  EXPECT_THAT(err, HasSubstr("int4:g64 values are packed for N:M and dense weights only"));
 }
 
 }  // namespace
