@@ -80,6 +80,7 @@ ValueSpec LinearWeight::values() const {
   return std::visit(cpu::Overloaded{
                         [](const cpu::DenseF32Weight&) { return ValueSpec{}; },
                         [](const cpu::NmWeight& nm) { return nm.spec; },
+                        [](const cpu::DenseQuantWeight& d) { return d.values; },
                         [&](const cpu::RowGroupWeight& g) { return of(g.value_dtype); },
                         [&](const cpu::MaskWeight& m) { return of(m.value_dtype); },
                     },
