@@ -1,7 +1,10 @@
 // libFuzzer target: the GGUF reader on arbitrary bytes; every tensor of an accepted file is
-// dequantized (their sizes are bounded by the input, so this never allocates much).
+// dequantized, and read as stored (ReadQuantized; their sizes are bounded by the input, so this
+// never allocates much). Where both succeed they must agree bit for bit.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "sparq/gguf.h"
 
@@ -14,7 +17,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const auto& t : f->tensors()) {
     auto x = f->ReadF32(t);
-    (void)x;
+    auto q = f->ReadQuantized(t);
+    if (x.ok() && q.ok()) {
+      const sparq::Tensor d = q->ToDense();
+      if (d.nbytes() != x->nbytes() ||
+          (d.nbytes() != 0 && std::memcmp(d.data(), x->data(), d.nbytes()) != 0)) {
+        std::abort();  // ReadQuantized disagrees with ggml's dequantization
+      }
+    }
   }
   return 0;
 }

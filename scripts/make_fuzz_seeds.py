@@ -108,6 +108,24 @@ def main():
     nan[144:146] = struct.pack("<H", 0x7E00)  # Q4_K super-block 1: d = NaN
     write("gguf", "broken_kquant_nan_scale.gguf", gguf(kvs[:1], [("k12", [256, 2], 12, bytes(nan))]))
 
+    # Quantized dense checkpoints (no CLI flag makes them): codes, f16 scales (and mins) as parts.
+    def dense_quant(spec, rows, cols, scale=0x2E66, min_=0xBC00):
+        i8, groups = spec.startswith("int8"), (cols + 31) // 32
+        row_bytes = cols if i8 else (cols + 1) // 2
+        codes = bytes(((i * 37 + 3) % 255 - 127) % 256 if i8 else (i * 7 + 1) % 256
+                      for i in range(rows * row_bytes))
+        parts = {"w.values": ("I8" if i8 else "U8", [rows, row_bytes], codes),
+                 "w.scales": ("F16", [rows, groups], struct.pack("<H", scale) * (rows * groups))}
+        if spec == "int4:g32":
+            parts["w.mins"] = ("F16", [rows, groups], struct.pack("<H", min_) * (rows * groups))
+        entry = {"format": "dense", "pattern": "dense", "shape": [rows, cols],
+                 "dtype": "i8" if i8 else "u8", "values": spec}
+        return st(parts, {"sparq": json.dumps({"format_version": 2, "tensors": {"w": entry}})})
+    write("checkpoint", "dense_int8_g32.sparq", dense_quant("int8:g32", 3, 40))
+    write("checkpoint", "dense_int4_g32.sparq", dense_quant("int4:g32", 4, 40))
+    write("checkpoint", "dense_int4_g32_sym.sparq", dense_quant("int4:g32:sym", 2, 64, scale=0xAE66))
+    write("checkpoint", "broken_dense_nan_scale.sparq", dense_quant("int8:g32", 2, 32, scale=0x7E00))
+
     if len(sys.argv) > 1:
         cli, tmp = sys.argv[1], os.path.join(ROOT, "..", "..", "build", "seed_tmp")
         os.makedirs(tmp, exist_ok=True)

@@ -12,6 +12,11 @@
 //     Version 2 adds quantized nm values (format.h, QuantParts): "values": "int4:g64" (the spec),
 //     "dtype" the codes' storage (i8 for int8, u8 for int4), and the parts `<name>.scales` (f16)
 //     and, for int4 with a min, `<name>.mins`. Version 1 files read unchanged.
+//     A quantized dense matrix is stored the same way ("format": "dense", "values": "int8:g32",
+//     parts `<name>.values` (codes i8 [rows, cols] or u8 [rows, ceil(cols/2)]), `<name>.scales`,
+//     `<name>.mins`) and never as a plain `<name>` tensor. This needs no new format_version: a
+//     version-2 reader that predates it rejects such a file (it allows "values" on nm only, and
+//     finds no `<name>` part) rather than misreading it.
 // A tensor that is not listed under "sparq" is a plain tensor, so a plain safetensors file reads
 // as a checkpoint without matrices.
 //

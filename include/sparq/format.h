@@ -6,7 +6,7 @@
 // Validate (rejects malformed parts with a message naming the tensor and the position) and
 // ByteSize (exact bytes of all parts). Values are f32, bf16 or f16; FromDense converts f32 input
 // to `value_dtype` with round-to-nearest-even, so ToDense returns the rounded values.
-// N:M matrices can hold quantized values instead (QuantParts below, sparq/quant.h).
+// N:M and dense matrices can hold quantized values instead (QuantParts below, sparq/quant.h).
 #pragma once
 
 #include <cstdint>
@@ -146,16 +146,33 @@ struct VnmMatrix {
   int Index(int64_t slab, int64_t j) const;
 };
 
-// Plain dense storage (f32/bf16/f16 [rows, cols]) in the same family, for uniform handling.
+// Plain dense storage (f32/bf16/f16 [rows, cols]) in the same family, for uniform handling, or
+// quantized values (QuantParts): groups of spec.group consecutive columns of a row (a row's last
+// group may be shorter), codes as i8 [rows, cols] (int8) or u8 [rows, ceil(cols / 2)] (int4, code
+// 2i in the low nibble of byte i). Two things N:M's quantized values do not allow are legal here,
+// both so that GGUF Q4_0 blocks load as stored (gguf.h ReadQuantized): any finite scale, negative
+// too (Q4_0 stores d = extremum / -8), and symmetric int4 code 0 ((0 - 8) * scale; rounding to
+// nearest never writes it). Dequantize (quant.h) gives every code's value.
 struct DenseMatrix {
   int64_t rows = 0, cols = 0;
-  Tensor values;
+  Tensor values;  // f32/bf16/f16 [rows, cols], or codes (QuantParts)
+  QuantParts quant;
 
   static Result<DenseMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols,
                                        DType value_dtype = DType::kF32);
+  // The same matrix with quantized values, as NmMatrix::Quantize: each group's parameters fitted
+  // by round to nearest, or taken from `fitted` (rows * quant_groups(spec) entries, row-major),
+  // and each value its nearest code. `src` holds numbers. Errors name the row and group.
+  static Result<DenseMatrix> Quantize(const DenseMatrix& src, const ValueSpec& spec,
+                                      std::span<const QuantGroup> fitted = {},
+                                      const std::string& name = "weight");
+  // Quantization groups per row under `spec`: ceil(cols / spec.group).
+  int64_t quant_groups(const ValueSpec& spec) const;
+  // The values as f32 [rows, cols] (codes dequantized); the same as ToDense. Precondition: valid.
+  Tensor StoredValuesF32() const;
   Tensor ToDense() const;
   Status Validate(const std::string& name) const;
-  uint64_t ByteSize() const;
+  uint64_t ByteSize() const;  // values (or codes) + scales + mins
 };
 
 // Any stored weight.

@@ -25,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "sparq/format.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 
@@ -55,6 +56,17 @@ bool GgmlTypeCanDequantize(GgmlType type);
 // the block for a quantized block whose f16 scale (or min) is NaN or infinite: no quantizer
 // writes one, and letting it through would only turn the block into NaNs.
 Status DequantizeGgml(GgmlType type, const void* src, int64_t n, float* dst);
+
+// Q4_0 / Q4_1 / Q8_0 data (`rows` rows of `cols` values, cols a multiple of 32; src holds
+// rows * cols / 32 blocks) as a quantized DenseMatrix (format.h) with the file's codes and f16
+// scales as they are, no f32 in between: Q8_0 -> int8:g32 (q * d), Q4_0 -> int4:g32:sym
+// ((q - 8) * d, sparq's symmetric convention; Q4_0 uses code 0 and negative d, both legal in a
+// dense matrix), Q4_1 -> int4:g32 (q * d + m). Nibbles are repacked from ggml's block order (low
+// nibbles values 0..15, high 16..31) to sparq's (value 2i low, 2i+1 high in byte i). ToDense()
+// equals DequantizeGgml bit for bit (gguf_quantized.cc says why). Errors (naming `what` and the
+// block): other types (kUnsupported, naming the type), a non-finite d or m, a Q8_0 code -128.
+Result<DenseMatrix> GgmlToQuantizedDense(GgmlType type, const void* src, int64_t rows, int64_t cols,
+                                         const std::string& what);
 
 struct GgufValue;
 using GgufArray = std::vector<GgufValue>;
@@ -112,6 +124,9 @@ class GgufFile {
   // Dequantized (or converted) to f32, row-major `t.shape()`. kUnsupported (naming the tensor and
   // the type) for types GgmlTypeCanDequantize rejects.
   Result<Tensor> ReadF32(const GgufTensorInfo& t) const;
+  // A Q4_0 / Q4_1 / Q8_0 tensor as stored (GgmlToQuantizedDense), rows of ne[0] values:
+  // [prod(ne[1..]), ne[0]], so a 2-D weight is [m, k] as in ReadF32.
+  Result<DenseMatrix> ReadQuantized(const GgufTensorInfo& t) const;
 
  private:
   friend class GgufParser;

@@ -7,6 +7,8 @@
 //   int8:            q * scale,          q in [-127, 127]
 //   int4 symmetric:  (q - 8) * scale,    q in [1, 15] (one code spare, as in the int8 range)
 //   int4 with min:   fma(q, scale, min), q in [0, 15]
+// (A DenseMatrix may also store symmetric int4 code 0 and negative scales, as GGUF Q4_0 does:
+// format.h. The expressions above hold for them unchanged.)
 // Kernels compute exactly these expressions, so a quantized product has the bits of the f32 product
 // with the dequantized weights.
 //

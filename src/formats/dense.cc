@@ -1,4 +1,4 @@
-// DenseMatrix: values [rows, cols] in f32 / bf16 / f16.
+// DenseMatrix: values [rows, cols] in f32 / bf16 / f16, or quantized codes (dense_quant.cc).
 #include <algorithm>
 #include <string>
 
@@ -24,7 +24,14 @@ Result<DenseMatrix> DenseMatrix::FromDense(std::span<const float> w, int64_t row
   return out;
 }
 
+Tensor DenseMatrix::StoredValuesF32() const { return ToDense(); }
+
 Tensor DenseMatrix::ToDense() const {
+  if (quant.quantized()) {
+    // Precondition is a valid matrix; mismatched parts give zeros rather than a bad read.
+    if (!Validate("").ok()) return ZeroDense(rows, cols);
+    return DenseQuantToF32(*this);
+  }
   Tensor out = ZeroDense(rows, cols);
   float* d = out.mutable_data_as<float>();
   const uint64_t n = std::min<uint64_t>(values.numel(), out.numel());
@@ -38,10 +45,16 @@ Tensor DenseMatrix::ToDense() const {
 
 Status DenseMatrix::Validate(const std::string& name) const {
   SPARQ_RETURN_IF_ERROR(CheckDims(rows, cols, name));
+  if (quant.quantized()) return ValidateDenseQuant(*this, name);
+  if (quant.scales.numel() != 0 || quant.mins.numel() != 0) {
+    return InvalidInput(name + ": scales or mins present, but the values are not quantized");
+  }
   return CheckPart(values, name + ".values", {DType::kF32, DType::kBF16, DType::kF16},
                    {rows, cols});
 }
 
-uint64_t DenseMatrix::ByteSize() const { return values.nbytes(); }
+uint64_t DenseMatrix::ByteSize() const {
+  return values.nbytes() + quant.scales.nbytes() + quant.mins.nbytes();
+}
 
 }  // namespace sparq

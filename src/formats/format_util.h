@@ -10,8 +10,13 @@
 
 #include "sparq/checked.h"
 #include "sparq/dtype.h"
+#include "sparq/quant.h"
 #include "sparq/status.h"
 #include "sparq/tensor.h"
+
+namespace sparq {
+struct DenseMatrix;
+}  // namespace sparq
 
 namespace sparq::formats_internal {
 
@@ -78,6 +83,22 @@ Status CheckDims(int64_t rows, int64_t cols, const std::string& name);
 // FromDense precondition: w.size() == rows * cols, dims >= 0, value dtype supported.
 Status CheckDenseInput(std::span<const float> w, int64_t rows, int64_t cols, DType value_dtype,
                        const char* what);
+
+// A spec quantized matrices may hold: int8 (always symmetric) or int4, groups of 32, 64 or 128.
+inline bool QuantSpecOk(const ValueSpec& spec) {
+  return spec.quantized() && (spec.group == 32 || spec.group == 64 || spec.group == 128) &&
+         (spec.dtype == DType::kI4 || spec.sym);
+}
+
+// Bytes of a row of `per_row` codes: int8 one each, int4 two to a byte.
+inline int64_t CodeRowBytes(const ValueSpec& spec, int64_t per_row) {
+  return spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
+}
+
+// A quantized DenseMatrix (dense_quant.cc): its parts' shapes, dtypes, scales and codes; and its
+// values dequantized (precondition: valid).
+Status ValidateDenseQuant(const DenseMatrix& s, const std::string& name);
+Tensor DenseQuantToF32(const DenseMatrix& s);
 
 // Dense f32 [rows, cols], zero-filled.
 inline Tensor ZeroDense(int64_t rows, int64_t cols) {

@@ -20,22 +20,13 @@ int CodeAt(const NmMatrix& s, int64_t row_bytes, int64_t r, int64_t j) {
   return (row[j / 2] >> (j % 2 ? 4 : 0)) & 0x0F;
 }
 
-int64_t CodeRowBytes(const ValueSpec& spec, int64_t per_row) {
-  return spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
-}
-
-bool SpecOk(const ValueSpec& spec) {
-  return spec.quantized() && (spec.group == 32 || spec.group == 64 || spec.group == 128) &&
-         (spec.dtype == DType::kI4 || spec.sym);
-}
-
 }  // namespace
 
 namespace formats_internal {
 
 Status ValidateQuantParts(const NmMatrix& s, const std::string& name) {
   const ValueSpec& spec = s.quant.spec;
-  if (!SpecOk(spec)) {
+  if (!QuantSpecOk(spec)) {
     return InvalidInput(name + ": quantized values with an unsupported spec (" + spec.Name() + ")");
   }
   const NmLayout l = MakeNmLayout(s.rows, s.cols, 1, s.n, s.m);
@@ -124,7 +115,9 @@ Tensor NmMatrix::StoredValuesF32() const {
 
 Result<NmMatrix> NmMatrix::Quantize(const NmMatrix& src, const ValueSpec& spec,
                                     std::span<const QuantGroup> fitted, const std::string& name) {
-  if (!SpecOk(spec)) return InvalidInput(name + ": '" + spec.Name() + "' is not a quantized spec");
+  if (!QuantSpecOk(spec)) {
+    return InvalidInput(name + ": '" + spec.Name() + "' is not a quantized spec");
+  }
   if (src.quant.quantized()) return InvalidInput(name + ": values are quantized already");
   SPARQ_RETURN_IF_ERROR(src.Validate(name));
   const NmLayout l = MakeNmLayout(src.rows, src.cols, 1, src.n, src.m);

@@ -46,15 +46,24 @@ DType ValueDType(const SparseMatrix& s) {
   return std::visit([](const auto& x) { return x.values.dtype(); }, s);
 }
 
+namespace {
+
+// The QuantParts of the formats that can hold quantized values (N:M and dense), else nullptr.
+const QuantParts* QuantOf(const SparseMatrix& s) {
+  if (const auto* nm = std::get_if<NmMatrix>(&s)) return &nm->quant;
+  if (const auto* d = std::get_if<DenseMatrix>(&s)) return &d->quant;
+  return nullptr;
+}
+
+}  // namespace
+
 bool IsQuantized(const SparseMatrix& s) {
-  const auto* nm = std::get_if<NmMatrix>(&s);
-  return nm != nullptr && nm->quant.quantized();
+  const QuantParts* q = QuantOf(s);
+  return q != nullptr && q->quantized();
 }
 
 std::string ValuesName(const SparseMatrix& s) {
-  if (const auto* nm = std::get_if<NmMatrix>(&s); nm != nullptr && nm->quant.quantized()) {
-    return nm->quant.spec.Name();
-  }
+  if (const QuantParts* q = QuantOf(s); q != nullptr && q->quantized()) return q->spec.Name();
   return std::string(DTypeName(ValueDType(s)));
 }
 

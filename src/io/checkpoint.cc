@@ -21,7 +21,13 @@ std::string Quote(const std::string& s) { return "'" + s + "'"; }
 std::vector<std::pair<std::string, const Tensor*>> PartsOf(const SparseMatrix& s) {
   struct V {
     std::vector<std::pair<std::string, const Tensor*>> operator()(const DenseMatrix& x) const {
-      return {{"", &x.values}};
+      // Quantized: codes, scales and mins are parts like N:M's, never a plain `<name>` tensor
+      // that a reader unaware of "values" would take for the weights.
+      if (!x.quant.quantized()) return {{"", &x.values}};
+      std::vector<std::pair<std::string, const Tensor*>> p = {{"values", &x.values},
+                                                              {"scales", &x.quant.scales}};
+      if (x.quant.spec.has_min()) p.push_back({"mins", &x.quant.mins});
+      return p;
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const CooMatrix& x) const {
       return {{"row_idx", &x.row_idx}, {"col_idx", &x.col_idx}, {"values", &x.values}};
@@ -189,7 +195,8 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       auto pattern = Pattern::Parse(pat_it->get<std::string>());
       if (!pattern.ok()) return pattern.status().WithContext(what);
       const auto dtype = ParseDType(dt_it->get<std::string>());
-      // Quantized values (format version 2): "values" names the spec, "dtype" the codes' storage.
+      // Quantized values (nm since format version 2, dense too since): "values" names the spec,
+      // "dtype" the codes' storage.
       ValueSpec qspec;
       if (auto vit = e.find("values"); vit != e.end()) {
         if (!vit->is_string()) return InvalidInput(what + ": \"values\" is not a string");
@@ -199,9 +206,9 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           return InvalidInput(what + ": \"values\" " + Quote(spec->Name()) +
                               " is not a quantized type (float values are named by \"dtype\")");
         }
-        if (*kind != FormatKind::kNM) {
+        if (*kind != FormatKind::kNM && *kind != FormatKind::kDense) {
           return InvalidInput(what + ": quantized values (" + spec->Name() +
-                              ") are stored for nm matrices only, not " +
+                              ") are stored for nm and dense matrices only, not " +
                               Quote(fmt_it->get<std::string>()));
         }
         const DType want = spec->dtype == DType::kI8 ? DType::kI8 : DType::kU8;
@@ -242,7 +249,17 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       SparseMatrix mat;
       switch (*kind) {
         case FormatKind::kDense: {
-          DenseMatrix d{rows, cols, {}};
+          DenseMatrix d{rows, cols, {}, {}};
+          if (qspec.quantized()) {
+            d.quant.spec = qspec;
+            SPARQ_ASSIGN_OR_RETURN(d.values, part("values"));
+            SPARQ_ASSIGN_OR_RETURN(d.quant.scales, part("scales"));
+            if (qspec.has_min()) {
+              SPARQ_ASSIGN_OR_RETURN(d.quant.mins, part("mins"));
+            }
+            mat = std::move(d);
+            break;
+          }
           SPARQ_ASSIGN_OR_RETURN(d.values, part(""));
           mat = std::move(d);
           break;
@@ -309,7 +326,7 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
         return InvalidInput(what + ": values have dtype " + std::string(DTypeName(ValueDType(mat))) +
                             " but the metadata says " + std::string(DTypeName(*dtype)));
       }
-      if (const auto* d = std::get_if<DenseMatrix>(&mat)) {
+      if (const auto* d = std::get_if<DenseMatrix>(&mat); d != nullptr && !qspec.quantized()) {
         if (d->values.shape() != std::vector<int64_t>{rows, cols}) {
           return InvalidInput(what + ": dense tensor has shape " + d->values.ShapeString() +
                               ", metadata says [" + std::to_string(rows) + ", " +

@@ -366,7 +366,7 @@ TEST(CheckpointMalformedTest, QuantizedValues) {
   f.doc["tensors"]["w"]["format"] = "csr";
   f.doc["tensors"]["w"]["values"] = "int8:g64";
   f.doc["tensors"]["w"]["dtype"] = "i8";
-  EXPECT_THAT(ErrorOf(f), HasSubstr("stored for nm matrices only"));
+  EXPECT_THAT(ErrorOf(f), HasSubstr("stored for nm and dense matrices only"));
 }
 
 TEST(CheckpointMalformedTest, PartClaimedTwice) {

@@ -141,5 +141,25 @@ TEST_F(SmolLm2Test, StatsMatchLiveGgufPackage) {
   ExpectStatsMatch(*file_, live);
 }
 
+// Every Q4_0 / Q4_1 / Q8_0 tensor of the real file, read as stored (ReadQuantized), dequantizes
+// to ReadF32's values bit for bit.
+TEST_F(SmolLm2Test, ReadQuantizedMatchesReadF32) {
+  int checked = 0;
+  for (const GgufTensorInfo& t : file_->tensors()) {
+    if (t.type != GgmlType::kQ4_0 && t.type != GgmlType::kQ4_1 && t.type != GgmlType::kQ8_0) {
+      continue;
+    }
+    auto q = file_->ReadQuantized(t);
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    auto ref = file_->ReadF32(t);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    const Tensor d = q->ToDense();
+    ASSERT_EQ(d.nbytes(), ref->nbytes()) << t.name;
+    EXPECT_EQ(std::memcmp(d.data(), ref->data(), d.nbytes()), 0) << t.name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
 }  // namespace
 }  // namespace sparq

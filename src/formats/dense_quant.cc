@@ -1,0 +1,164 @@
+// Quantized values of a DenseMatrix (format.h, QuantParts): quantizing, checking and dequantizing.
+// Groups are spec.group consecutive columns of a row, so the codes of a row are its columns.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "sparq/format.h"
+#include "src/formats/format_util.h"
+
+namespace sparq {
+
+using namespace formats_internal;  // NOLINT: the codecs and checks of this room
+
+namespace {
+
+// Code of column j in a row of codes (int8: signed byte; int4: the nibble).
+int CodeAt(const uint8_t* row, DType dtype, int64_t j) {
+  if (dtype == DType::kI8) return static_cast<int8_t>(row[j]);
+  return (row[j / 2] >> (j % 2 ? 4 : 0)) & 0x0F;
+}
+
+// Stored codes a dense matrix may hold: those of quant.h, and symmetric int4 code 0 as well
+// (GGUF Q4_0 uses all 16 codes; (0 - 8) * scale is well defined).
+int MinStoredCode(const ValueSpec& spec) { return spec.dtype == DType::kI4 ? 0 : MinCode(spec); }
+
+std::string At(int64_t r, int64_t g) {
+  return "row " + std::to_string(r) + " group " + std::to_string(g);
+}
+
+}  // namespace
+
+int64_t DenseMatrix::quant_groups(const ValueSpec& spec) const {
+  return spec.group > 0 ? CeilDiv(cols, int64_t{spec.group}) : 0;
+}
+
+namespace formats_internal {
+
+Status ValidateDenseQuant(const DenseMatrix& s, const std::string& name) {
+  const ValueSpec& spec = s.quant.spec;
+  if (!QuantSpecOk(spec)) {
+    return InvalidInput(name + ": quantized values with an unsupported spec (" + spec.Name() + ")");
+  }
+  const int64_t qg = s.quant_groups(spec), row_bytes = CodeRowBytes(spec, s.cols);
+  const DType code_dtype = spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8;
+  SPARQ_RETURN_IF_ERROR(CheckPart(s.values, name + ".values", {code_dtype}, {s.rows, row_bytes}));
+  SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.scales, name + ".scales", {DType::kF16}, {s.rows, qg}));
+  if (spec.has_min()) {
+    SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.mins, name + ".mins", {DType::kF16}, {s.rows, qg}));
+  } else if (s.quant.mins.numel() != 0) {
+    return InvalidInput(name + ".mins: present, but " + spec.Name() + " values have no min");
+  }
+  const uint16_t* sc = s.quant.scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? s.quant.mins.data_as<uint16_t>() : nullptr;
+  for (int64_t i = 0; i < s.rows * qg; ++i) {
+    const float v = F16ToF32(sc[i]);
+    if (!std::isfinite(v)) {
+      return InvalidInput(name + ".scales: " + At(i / qg, i % qg) + " has scale " +
+                          std::to_string(v) + " (scales must be finite)");
+    }
+    if (mn != nullptr && !std::isfinite(F16ToF32(mn[i]))) {
+      return InvalidInput(name + ".mins: " + At(i / qg, i % qg) + " has a non-finite min");
+    }
+  }
+  const int lo = MinStoredCode(spec), hi = MaxCode(spec);
+  const uint8_t* codes = s.values.data_as<uint8_t>();
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const uint8_t* row = codes + r * row_bytes;
+    for (int64_t j = 0; j < s.cols; ++j) {
+      const int q = CodeAt(row, spec.dtype, j);
+      if (q < lo || q > hi) {
+        return InvalidInput(name + ".values: row " + std::to_string(r) + " column " +
+                            std::to_string(j) + " has code " + std::to_string(q) + ", outside " +
+                            spec.Name() + "'s " + std::to_string(lo) + ".." + std::to_string(hi));
+      }
+    }
+    // int4 rows of odd length: the unused high nibble of the last byte must be 0, so equal
+    // matrices have equal bytes.
+    if (spec.dtype == DType::kI4 && s.cols % 2 == 1 && (row[row_bytes - 1] >> 4) != 0) {
+      return InvalidInput(name + ".values: row " + std::to_string(r) +
+                          " has bits in the unused high nibble of its last byte");
+    }
+  }
+  return Status::Ok();
+}
+
+Tensor DenseQuantToF32(const DenseMatrix& s) {
+  const ValueSpec& spec = s.quant.spec;
+  const int64_t qg = s.quant_groups(spec), row_bytes = CodeRowBytes(spec, s.cols);
+  Tensor out = ZeroDense(s.rows, s.cols);
+  float* o = out.mutable_data_as<float>();
+  const uint8_t* codes = s.values.data_as<uint8_t>();
+  const uint16_t* sc = s.quant.scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? s.quant.mins.data_as<uint16_t>() : nullptr;
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t g = 0; g < qg; ++g) {
+      const QuantGroup p = QuantGroupFromF16(sc[r * qg + g], mn ? mn[r * qg + g] : 0, spec);
+      const int64_t j1 = std::min<int64_t>(s.cols, (g + 1) * spec.group);
+      for (int64_t j = g * spec.group; j < j1; ++j) {
+        o[r * s.cols + j] = Dequantize(CodeAt(codes + r * row_bytes, spec.dtype, j), p, spec);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace formats_internal
+
+Result<DenseMatrix> DenseMatrix::Quantize(const DenseMatrix& src, const ValueSpec& spec,
+                                          std::span<const QuantGroup> fitted,
+                                          const std::string& name) {
+  if (!QuantSpecOk(spec))
+    return InvalidInput(name + ": '" + spec.Name() + "' is not a quantized spec");
+  if (src.quant.quantized()) return InvalidInput(name + ": values are quantized already");
+  SPARQ_RETURN_IF_ERROR(src.Validate(name));
+  const int64_t qg = src.quant_groups(spec), row_bytes = CodeRowBytes(spec, src.cols);
+  if (!fitted.empty() && fitted.size() != static_cast<size_t>(src.rows * qg)) {
+    return InvalidInput(name + ": " + std::to_string(fitted.size()) + " fitted groups, want " +
+                        std::to_string(src.rows * qg));
+  }
+  const Tensor v = src.ToDense();
+  const float* vv = v.data_as<float>();
+  DenseMatrix out;
+  out.rows = src.rows;
+  out.cols = src.cols;
+  out.quant.spec = spec;
+  out.values =
+      Tensor::Alloc(spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8, {src.rows, row_bytes});
+  if (out.values.nbytes() > 0) std::memset(out.values.mutable_data(), 0, out.values.nbytes());
+  out.quant.scales = Tensor::Alloc(DType::kF16, {src.rows, qg});
+  if (spec.has_min()) out.quant.mins = Tensor::Alloc(DType::kF16, {src.rows, qg});
+  uint8_t* codes = out.values.mutable_data_as<uint8_t>();
+  for (int64_t r = 0; r < src.rows; ++r) {
+    uint8_t* row = codes + r * row_bytes;
+    for (int64_t g = 0; g < qg; ++g) {
+      const int64_t j0 = g * spec.group, cnt = std::min<int64_t>(spec.group, src.cols - j0);
+      const float* x = vv + r * src.cols + j0;
+      QuantGroup p;
+      if (fitted.empty()) {
+        auto f = FitQuantGroup(x, cnt, spec);
+        if (!f.ok()) return f.status().WithContext(name + ".values " + At(r, g));
+        p = *f;
+      } else {
+        const QuantGroup& in = fitted[r * qg + g];
+        p = QuantGroupFromF16(in.scale_f16, in.min_f16, spec);
+      }
+      out.quant.scales.mutable_data_as<uint16_t>()[r * qg + g] = p.scale_f16;
+      if (spec.has_min()) out.quant.mins.mutable_data_as<uint16_t>()[r * qg + g] = p.min_f16;
+      for (int64_t i = 0; i < cnt; ++i) {
+        const int q = NearestCode(x[i], p, spec);
+        const int64_t j = j0 + i;
+        if (spec.dtype == DType::kI8) {
+          row[j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        } else {
+          row[j / 2] |= static_cast<uint8_t>(q << (j % 2 ? 4 : 0));
+        }
+      }
+    }
+  }
+  SPARQ_RETURN_IF_ERROR(out.Validate(name));
+  return out;
+}
+
+}  // namespace sparq
