@@ -75,8 +75,15 @@ struct TrainState {
   std::vector<BlockMasks> masks;  // empty or n_layer entries
   AdamWState optim;               // optim.steps: the completed steps (the schedule's position)
   TrainOptions options;
+  // The token stream the run reads (set by TrainLoop's first call): a resume on other data would
+  // silently train on other windows, so TrainLoop refuses it. 0 tokens: not yet set.
+  int64_t data_tokens = 0;
+  uint64_t data_hash = 0;  // DataHash(tokens)
   int64_t step() const { return optim.steps; }
 };
+
+// FNV-1a over the ids' little-endian bytes: the stream's fingerprint in TrainState.
+uint64_t DataHash(std::span<const int32_t> tokens);
 
 // A fresh state at step 0: checks the options, the weights and masks (AdamW::Create) and sets
 // zero moments.
@@ -116,7 +123,7 @@ struct TrainLoopOptions {
 // schedule's rate. Saves to checkpoint_path every checkpoint_every steps and at the end. On an
 // error (a non-finite gradient, a failed save) *state holds the last completed step.
 // Errors: tokens shorter than seq_len + 1, ids outside the vocabulary, a state that fails its
-// checks.
+// checks, a stream other than the one the state was trained on (data_tokens / data_hash).
 Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const TrainLoopOptions& opt);
 
 }  // namespace sparq::train

@@ -13,6 +13,15 @@
 
 namespace sparq::train {
 
+uint64_t DataHash(std::span<const int32_t> tokens) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const int32_t t : tokens) {
+    const auto u = static_cast<uint32_t>(t);
+    for (int b = 0; b < 4; ++b) h = (h ^ ((u >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+  }
+  return h;
+}
+
 Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const TrainLoopOptions& opt) {
   const LlamaConfig& c = state->config;
   const TrainOptions& o = state->options;
@@ -29,6 +38,16 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
                           std::to_string(c.n_vocab) + ")");
     }
   }
+  const uint64_t hash = DataHash(tokens);
+  if (state->data_tokens != 0 && (state->data_tokens != stream_len || state->data_hash != hash)) {
+    return InvalidInput("TrainLoop: the state was trained on " +
+                        std::to_string(state->data_tokens) + " tokens (hash " +
+                        std::to_string(state->data_hash) + "), this stream has " +
+                        std::to_string(stream_len) + " (hash " + std::to_string(hash) +
+                        "): a resumed run must read the same data");
+  }
+  state->data_tokens = stream_len;
+  state->data_hash = hash;
   SPARQ_ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(c, state->weights, state->masks, o.adamw));
   SPARQ_RETURN_IF_ERROR(adamw.ImportState(state->optim));
   const int64_t total = o.schedule.total_steps;

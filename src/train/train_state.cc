@@ -65,6 +65,8 @@ nlohmann::json OptionsJson(const TrainState& s) {
           {"seq_len", o.seq_len},
           {"accum", o.accum},
           {"checkpoint_every", o.checkpoint_every},
+          {"data_tokens", s.data_tokens},
+          {"data_hash", s.data_hash},
           {"lr",
            {{"peak", o.schedule.peak},
             {"warmup_steps", o.schedule.warmup_steps},
@@ -101,7 +103,9 @@ Result<T> Field(const nlohmann::json& j, const std::string& path, const std::str
   return at->get<T>();
 }
 
-Result<TrainOptions> ParseOptions(const std::string& json, const std::string& path, int64_t* step) {
+// The options, and into *step and *s the step and the data fingerprint.
+Result<TrainOptions> ParseOptions(const std::string& json, const std::string& path, int64_t* step,
+                                  TrainState* s) {
   const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return InvalidInput(path + ": metadata '" + kTrainKey + "' is not a JSON object");
@@ -112,6 +116,12 @@ Result<TrainOptions> ParseOptions(const std::string& json, const std::string& pa
   SPARQ_ASSIGN_OR_RETURN(o.seq_len, Field<int64_t>(j, path, "seq_len"));
   SPARQ_ASSIGN_OR_RETURN(o.accum, Field<int64_t>(j, path, "accum"));
   SPARQ_ASSIGN_OR_RETURN(o.checkpoint_every, Field<int64_t>(j, path, "checkpoint_every"));
+  SPARQ_ASSIGN_OR_RETURN(s->data_tokens, Field<int64_t>(j, path, "data_tokens"));
+  SPARQ_ASSIGN_OR_RETURN(s->data_hash, Field<uint64_t>(j, path, "data_hash"));
+  if (s->data_tokens < 0) {
+    return InvalidInput(path + ": " + kTrainKey + ": data_tokens " +
+                        std::to_string(s->data_tokens) + " < 0");
+  }
   SPARQ_ASSIGN_OR_RETURN(o.schedule.peak, Field<double>(j, path, "lr.peak"));
   SPARQ_ASSIGN_OR_RETURN(o.schedule.warmup_steps, Field<int64_t>(j, path, "lr.warmup_steps"));
   SPARQ_ASSIGN_OR_RETURN(o.schedule.total_steps, Field<int64_t>(j, path, "lr.total_steps"));
@@ -215,7 +225,7 @@ Result<TrainState> LoadTrainState(const std::string& path) {
   SPARQ_ASSIGN_OR_RETURN(s.config, LlamaConfig::FromJson(*meta(kModelKey), path));
   SPARQ_RETURN_IF_ERROR(s.config.Validate(path + ": " + kModelKey));
   int64_t step = 0;
-  SPARQ_ASSIGN_OR_RETURN(s.options, ParseOptions(*meta(kTrainKey), path, &step));
+  SPARQ_ASSIGN_OR_RETURN(s.options, ParseOptions(*meta(kTrainKey), path, &step, &s));
   SPARQ_RETURN_IF_ERROR(s.options.Validate(s.config).WithContext(path));
 
   std::set<std::string> seen;

@@ -7,6 +7,8 @@
 #include "sparq/train_loop.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -255,6 +257,16 @@ TEST(TrainLoop, ResumeFromTheStateFileIsBitIdentical) {
   EXPECT_EQ(loaded->options.adamw.eps, opt.adamw.eps);
   EXPECT_EQ(loaded->options.checkpoint_every, 4);
 
+  EXPECT_EQ(loaded->data_tokens, 200);
+  EXPECT_EQ(loaded->data_hash, DataHash(data));
+  // Other data would read other windows: refused, the state untouched.
+  std::vector<int32_t> other = data;
+  other[17] = (other[17] + 1) % static_cast<int32_t>(c.n_vocab);
+  const Status st = TrainLoop(&*loaded, other, {});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
+  EXPECT_NE(st.message().find("must read the same data"), std::string::npos) << st.message();
+  EXPECT_EQ(loaded->step(), 5);
+
   ASSERT_TRUE(TrainLoop(&*loaded, data, {}).ok());
   EXPECT_EQ(loaded->step(), 12);
   ExpectSameBits(loaded->weights, full->weights);
@@ -285,6 +297,43 @@ TEST(TrainLoop, LossDecreasesOnTheTinyModel) {
   // The bigram holds 7 tokens in 8: the loss falls from ~ln 11 = 2.4 well below 1.5.
   EXPECT_LT(tail, head - 0.5);
   ExpectPrunedZero(*s);
+}
+
+TEST(TrainLoop, AdamWStateRoundTripContinuesBitForBit) {
+  const LlamaConfig c = TinyConfig();
+  auto gen = Seeded(2805);
+  ModelWeights w = TinyWeights(c, &gen);
+  const std::vector<BlockMasks> masks = Mask24(c, &w);
+  const std::vector<int32_t> a = Stream(c, 12, &gen), b = Stream(c, 12, &gen);
+  ModelWeights ga, gb;
+  double loss;
+  const std::vector<std::span<const int32_t>> sa = {a}, sb = {b};
+  ASSERT_TRUE(AccumulatedLossAndGrad(c, w, masks, sa, &loss, &ga).ok());
+  ASSERT_TRUE(AccumulatedLossAndGrad(c, w, masks, sb, &loss, &gb).ok());
+  auto one = AdamW::Create(c, w, masks, {});
+  ASSERT_TRUE(one.ok());
+  ModelWeights w1 = w, w2 = w;
+  ASSERT_TRUE(one->Step(&w1, ga, 1e-2).ok());
+  // A fresh optimizer given the first's state takes the same second step.
+  auto two = AdamW::Create(c, w, masks, {});
+  ASSERT_TRUE(two.ok());
+  ASSERT_TRUE(two->ImportState(one->ExportState()).ok());
+  w2 = w1;
+  ASSERT_TRUE(one->Step(&w1, gb, 1e-2).ok());
+  ASSERT_TRUE(two->Step(&w2, gb, 1e-2).ok());
+  ExpectSameBits(w1, w2);
+  EXPECT_EQ(two->steps(), 2);
+
+  AdamWState bad = one->ExportState();
+  bad.tensors[3].m.pop_back();
+  EXPECT_EQ(two->ImportState(bad).code(), StatusCode::kInvalidInput);
+  bad = one->ExportState();
+  std::swap(bad.tensors[0], bad.tensors[1]);
+  EXPECT_NE(two->ImportState(bad).message().find("found tensor"), std::string::npos);
+  bad = one->ExportState();
+  bad.steps = -1;
+  EXPECT_EQ(two->ImportState(bad).code(), StatusCode::kInvalidInput);
+  ExpectSameOptim(two->ExportState(), one->ExportState());  // failed imports changed nothing
 }
 
 class TrainStateFile : public ::testing::Test {
@@ -415,6 +464,40 @@ TEST_F(TrainStateFile, AFailedSaveLeavesThePreviousFileIntact) {
   auto r = LoadTrainState(path_);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ExpectSameBits(r->weights, state_.weights);
+}
+
+TEST_F(TrainStateFile, AKillMidWriteLeavesAWholeFile) {
+  // A child saves two states in turn until it is killed at a random moment; the file must then
+  // load whole as one of them (the rename is the only moment it changes).
+  TrainState other = state_;
+  other.weights.output_norm[0] += 1.0f;
+  const std::string dir = TempPath("kill_dir");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/state.safetensors";
+  ASSERT_TRUE(SaveTrainState(path, state_).ok());
+  std::mt19937_64 gen(2806);
+  for (int round = 0; round < 6; ++round) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (int i = 0;; ++i) (void)SaveTrainState(path, i % 2 == 0 ? other : state_);
+    }
+    ::usleep(1000 + static_cast<useconds_t>(gen() % 20000));
+    ::kill(pid, SIGKILL);
+    int wst = 0;
+    ASSERT_EQ(::waitpid(pid, &wst, 0), pid);
+    auto r = LoadTrainState(path);
+    ASSERT_TRUE(r.ok()) << "round " << round << ": " << r.status().ToString();
+    const float g = r->weights.output_norm[0];
+    EXPECT_TRUE(g == state_.weights.output_norm[0] || g == other.weights.output_norm[0]);
+    ExpectSameOptim(r->optim, state_.optim);
+  }
+  // Temporary files a killed writer left: evidence that some kills came mid-write.
+  int left = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) left += e.path() != path;
+  std::printf("  %d of 6 kills left a temporary file (killed mid-write)\n", left);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
