@@ -102,6 +102,9 @@ Status SaveTrainState(const std::string& path, const TrainState& state);
 // shape against the config, finite weights and moments, v >= 0, masks in range and matching the
 // weights (pruned entries 0), the options. Errors name the file and the field or tensor.
 Result<TrainState> LoadTrainState(const std::string& path);
+// The same on bytes in memory (fuzzers, tests); `name` stands for the file in errors.
+Result<TrainState> LoadTrainStateFromMemory(const void* data, uint64_t size,
+                                            const std::string& name = "<memory>");
 
 struct TrainProgress {
   int64_t step = 0;  // the step just completed (1-based: 1 after the first update)

@@ -205,8 +205,11 @@ Status SaveTrainState(const std::string& path, const TrainState& state) {
   return WriteSafetensors(path, tensors, meta);
 }
 
-Result<TrainState> LoadTrainState(const std::string& path) {
-  SPARQ_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+namespace {
+
+// The state in f (already a valid safetensors file); errors start with f's path.
+Result<TrainState> FromFile(const SafetensorsFile& f) {
+  const std::string& path = f.path();
   auto meta = [&](const char* key) -> const std::string* {
     auto it = f.metadata().find(key);
     return it == f.metadata().end() ? nullptr : &it->second;
@@ -229,6 +232,13 @@ Result<TrainState> LoadTrainState(const std::string& path) {
   SPARQ_RETURN_IF_ERROR(s.options.Validate(s.config).WithContext(path));
 
   std::set<std::string> seen;
+  // Each layer has 9 weight tensors: a config asking for more than the file holds is refused
+  // before anything is sized by it.
+  if (s.config.n_layer > static_cast<int64_t>(f.tensors().size()) / 9) {
+    return InvalidInput(path + ": " + kModelKey + ": n_layer " + std::to_string(s.config.n_layer) +
+                        " but the file holds only " + std::to_string(f.tensors().size()) +
+                        " tensors");
+  }
   s.weights.blocks.resize(s.config.n_layer);
   bool any_mask = false;
   for (const SafetensorsEntry& e : f.tensors()) any_mask |= e.name.starts_with(kMaskPrefix);
@@ -264,6 +274,19 @@ Result<TrainState> LoadTrainState(const std::string& path) {
   }
   s.optim = a.ExportState();
   return s;
+}
+
+}  // namespace
+
+Result<TrainState> LoadTrainState(const std::string& path) {
+  SPARQ_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+  return FromFile(f);
+}
+
+Result<TrainState> LoadTrainStateFromMemory(const void* data, uint64_t size,
+                                            const std::string& name) {
+  SPARQ_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::FromMemory(data, size, name));
+  return FromFile(f);
 }
 
 }  // namespace sparq::train

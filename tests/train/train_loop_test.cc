@@ -450,6 +450,10 @@ TEST_F(TrainStateFile, MissingTensorWrongShapeAndVersionAreNamed) {
   e = rewrite("", "", meta);
   EXPECT_NE(e.find("not a sparq train state"), std::string::npos) << e;
   meta = f->metadata();
+  meta["sparq.model"].replace(meta["sparq.model"].find("\"n_layer\":2"), 11, "\"n_layer\":4000");
+  e = rewrite("", "", meta);  // a count the file cannot back: refused before it sizes anything
+  EXPECT_NE(e.find("n_layer 4000 but the file holds only"), std::string::npos) << e;
+  meta = f->metadata();
   meta["sparq.train"] = R"({"step": 2})";
   e = rewrite("", "", meta);
   EXPECT_NE(e.find("missing field 'seed'"), std::string::npos) << e;
@@ -464,6 +468,30 @@ TEST_F(TrainStateFile, AFailedSaveLeavesThePreviousFileIntact) {
   auto r = LoadTrainState(path_);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ExpectSameBits(r->weights, state_.weights);
+}
+
+TEST(TrainStateSeeds, TheFuzzSeedsLoadOrFailAsNamed) {
+  // fuzz/corpus/train_state is written by scripts/make_fuzz_seeds.py, not by SaveTrainState: the
+  // valid seed checks that the format is what the header says.
+  const std::string dir = std::string(SPARQ_SOURCE_DIR) + "/fuzz/corpus/train_state/";
+  auto s = LoadTrainState(dir + "one_layer_24.safetensors");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->step(), 3);
+  EXPECT_EQ(s->config.n_layer, 1);
+  EXPECT_EQ(s->masks[0].at(LinearSlot::kQ), (std::vector<int64_t>{0, 1, 4, 5, 8, 9, 12, 13}));
+  EXPECT_TRUE(s->masks[0].at(LinearSlot::kK).empty());
+  EXPECT_EQ(s->options.schedule.total_steps, 10);
+  EXPECT_EQ(s->data_hash, 12345u);
+  const std::vector<uint8_t> bytes = ReadBytes(dir + "one_layer_24.safetensors");
+  auto m = LoadTrainStateFromMemory(bytes.data(), bytes.size());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectSameBits(m->weights, s->weights);
+  ExpectSameOptim(m->optim, s->optim);
+  EXPECT_FALSE(LoadTrainState(dir + "broken_truncated.safetensors").ok());
+  auto bad = LoadTrainState(dir + "broken_mask_mismatch.safetensors");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("pruned entry 2"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST_F(TrainStateFile, AKillMidWriteLeavesAWholeFile) {
