@@ -62,7 +62,8 @@ def train_state_seeds():
            "n_head_kv": 1, "n_ff": 4, "n_ctx_train": 8, "rope_dim": 2, "rope_theta": 10000.0,
            "rms_eps": 1e-05, "tied_output": True}
     train = {"step": 3, "seed": 7, "seq_len": 4, "accum": 2, "checkpoint_every": 2, "data_tokens": 40,
-             "data_hash": 12345, "lr": {"peak": 0.001, "warmup_steps": 1, "total_steps": 10, "min_ratio": 0.1},
+             "data_hash": 12345, "loss": {"ce_weight": 1.0, "kl_weight": 0.5, "tau": 2.0},
+             "lr": {"peak": 0.001, "warmup_steps": 1, "total_steps": 10, "min_ratio": 0.1},
              "adamw": {"beta1": 0.9, "beta2": 0.999, "eps": 1e-08, "weight_decay": 0.01, "max_grad_norm": 1.0}}
     meta = {"sparq.train_state": "1", "sparq.model": json.dumps(cfg), "sparq.train": json.dumps(train)}
     kept = [0, 1, 4, 5, 8, 9, 12, 13]  # 2:4 along k of attn_q [4, 4]

@@ -46,14 +46,17 @@ int64_t WindowStart(uint64_t seed, int64_t step, int64_t micro, int64_t stream_l
                     int64_t seq_len);
 
 // Gradient accumulation: *grads (shaped like w) = the mean of the gradients of the sequences
-// (each n_i + 1 tokens, CE loss as in ModelLossAndGrad), *loss = the mean of their losses. With
-// equal lengths this is the gradient of the mean CE over all positions, i.e. one step on all the
-// sequences at once. grads is overwritten (zeroed first); masked pruned entries stay exactly 0.
-// The per-sequence gradients are summed into one f32 buffer, then scaled by 1 / count.
+// (each n_i + 1 tokens, the loss of `spec` as in ModelLossAndGrad), *loss = the mean of their
+// losses. With equal lengths this is the gradient of the mean loss over all positions, i.e. one
+// step on all the sequences at once. When spec.kl_weight > 0, teacher_logits holds one
+// [n_i, n_vocab] tensor per sequence (spec.teacher_logits is ignored). grads is overwritten
+// (zeroed first); masked pruned entries stay exactly 0. The per-sequence gradients are summed
+// into one f32 buffer, then scaled by 1 / count.
 Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                               std::span<const BlockMasks> masks,
                               std::span<const std::span<const int32_t>> sequences, double* loss,
-                              ModelWeights* grads);
+                              ModelWeights* grads, const LossSpec& spec = {},
+                              std::span<const std::span<const float>> teacher_logits = {});
 
 // What a run needs to continue, saved with the state.
 struct TrainOptions {
@@ -63,8 +66,14 @@ struct TrainOptions {
   int64_t accum = 1;             // micro-batches per step
   uint64_t seed = 0;             // the data order's
   int64_t checkpoint_every = 0;  // steps between saves (0: only at the end, if a path is given)
-  // seq_len in [1, n_ctx_train], accum >= 1, checkpoint_every >= 0, the schedule's and AdamW's
-  // checks. Errors are kInvalidInput naming the field.
+  // The loss (LossSpec): ce_weight * CE + kl_weight * KL(teacher || student at tau); a KL term
+  // needs TrainLoopOptions::teacher.
+  double ce_weight = 1.0;
+  double kl_weight = 0.0;
+  double tau = 1.0;
+  // seq_len in [1, n_ctx_train], accum >= 1, checkpoint_every >= 0, loss weights finite >= 0
+  // and not both 0, tau finite > 0, the schedule's checks (AdamW's: AdamW::Create). Errors are
+  // kInvalidInput naming the field.
   Status Validate(const LlamaConfig& c) const;
 };
 
@@ -119,6 +128,9 @@ struct TrainLoopOptions {
   int64_t stop_at = -1;         // stop after this step (< 0: the schedule's total_steps)
   std::string checkpoint_path;  // empty: no saves
   std::function<void(const TrainProgress&)> progress;  // may be empty
+  // Needed when kl_weight > 0: writes the teacher's logits [n, n_vocab] of n input tokens (a
+  // window's first seq_len). Must be deterministic for a resumed run to match (a fixed model).
+  std::function<Status(std::span<const int32_t> inputs, std::span<float> logits)> teacher;
 };
 
 // Runs *state from state->step() to min(stop_at, total_steps): each step averages the gradients

@@ -57,17 +57,27 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     state->optim = adamw.ExportState();
     return opt.checkpoint_path.empty() ? Status::Ok() : SaveTrainState(opt.checkpoint_path, *state);
   };
+  const bool kl = o.kl_weight > 0;
+  if (kl && !opt.teacher) return InvalidInput("TrainLoop: kl_weight > 0 needs a teacher");
+  const LossSpec spec{o.ce_weight, o.kl_weight, o.tau, {}};
   ModelWeights grads;
   std::vector<std::span<const int32_t>> windows(o.accum);
+  std::vector<std::vector<float>> teacher(kl ? o.accum : 0,
+                                          std::vector<float>(o.seq_len * c.n_vocab));
+  std::vector<std::span<const float>> teacher_spans(teacher.begin(), teacher.end());
   auto step = [&]() -> Status {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t s = adamw.steps();
     for (int64_t i = 0; i < o.accum; ++i) {
       windows[i] = tokens.subspan(WindowStart(o.seed, s, i, stream_len, o.seq_len), o.seq_len + 1);
+      if (kl) {
+        SPARQ_RETURN_IF_ERROR(
+            opt.teacher(windows[i].first(o.seq_len), teacher[i]).WithContext("teacher"));
+      }
     }
     double loss = 0.0;
-    SPARQ_RETURN_IF_ERROR(
-        AccumulatedLossAndGrad(c, state->weights, state->masks, windows, &loss, &grads));
+    SPARQ_RETURN_IF_ERROR(AccumulatedLossAndGrad(c, state->weights, state->masks, windows, &loss,
+                                                 &grads, spec, teacher_spans));
     const double lr = o.schedule.lr(s);
     AdamWStep info;
     SPARQ_RETURN_IF_ERROR(adamw.Step(&state->weights, grads, lr, &info));

@@ -71,14 +71,22 @@ int64_t WindowStart(uint64_t seed, int64_t step, int64_t micro, int64_t stream_l
 Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                               std::span<const BlockMasks> masks,
                               std::span<const std::span<const int32_t>> sequences, double* loss,
-                              ModelWeights* grads) {
+                              ModelWeights* grads, const LossSpec& spec,
+                              std::span<const std::span<const float>> teacher_logits) {
   if (sequences.empty()) return InvalidInput("AccumulatedLossAndGrad: no sequences");
+  const bool kl = spec.kl_weight > 0;
+  if (kl && teacher_logits.size() != sequences.size()) {
+    return InvalidInput("AccumulatedLossAndGrad: " + std::to_string(teacher_logits.size()) +
+                        " teacher logits for " + std::to_string(sequences.size()) + " sequences");
+  }
   *grads = ZerosLike(w);
   double sum = 0.0;
   for (size_t i = 0; i < sequences.size(); ++i) {
     LossResult r;
+    LossSpec si = spec;
+    si.teacher_logits = kl ? teacher_logits[i] : std::span<const float>();
     // Each call adds its gradient to *grads (train_model.h), so the sum needs no copy.
-    SPARQ_RETURN_IF_ERROR(ModelLossAndGrad(c, w, masks, sequences[i], LossSpec{}, &r, grads)
+    SPARQ_RETURN_IF_ERROR(ModelLossAndGrad(c, w, masks, sequences[i], si, &r, grads)
                               .WithContext("micro-batch " + std::to_string(i)));
     sum += r.loss;
   }
@@ -95,6 +103,15 @@ Status TrainOptions::Validate(const LlamaConfig& c) const {
                         " outside [1, n_ctx_train " + std::to_string(c.n_ctx_train) + "]");
   }
   if (accum < 1) return InvalidInput("train options: accum " + std::to_string(accum) + " < 1");
+  auto weight = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (!weight(ce_weight) || !weight(kl_weight) || ce_weight + kl_weight == 0 ||
+      !std::isfinite(tau) || !(tau > 0)) {
+    return InvalidInput(
+        "train options: loss weights must be finite, >= 0 and not both 0, tau "
+        "finite > 0 (got ce_weight " +
+        std::to_string(ce_weight) + ", kl_weight " + std::to_string(kl_weight) + ", tau " +
+        std::to_string(tau) + ")");
+  }
   if (checkpoint_every < 0) {
     return InvalidInput("train options: checkpoint_every " + std::to_string(checkpoint_every) +
                         " < 0");

@@ -336,6 +336,43 @@ TEST(TrainLoop, AdamWStateRoundTripContinuesBitForBit) {
   ExpectSameOptim(two->ExportState(), one->ExportState());  // failed imports changed nothing
 }
 
+TEST(TrainLoop, DistillationLowersTheKlToTheDenseTeacher) {
+  const LlamaConfig c = TinyConfig();
+  auto gen = Seeded(2807);
+  const ModelWeights dense = TinyWeights(c, &gen);
+  ModelWeights student = dense;
+  const std::vector<BlockMasks> masks = Mask24(c, &student);
+  const std::vector<int32_t> data = Stream(c, 300, &gen);
+  TrainOptions opt = SmallOptions();
+  opt.schedule = {/*peak=*/1e-2, /*warmup_steps=*/3, /*total_steps=*/40, /*min_ratio=*/0.1};
+  opt.seq_len = 16;
+  opt.ce_weight = 0.0;
+  opt.kl_weight = 1.0;
+  opt.tau = 2.0;
+  auto s = NewTrainState(c, student, masks, opt);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(TrainLoop(&*s, data, {}).code(), StatusCode::kInvalidInput);  // no teacher
+  EXPECT_EQ(s->step(), 0);
+  std::vector<double> kl;
+  TrainLoopOptions lo;
+  lo.teacher = [&](std::span<const int32_t> in, std::span<float> logits) {
+    return ModelLogits(c, dense, in, logits);
+  };
+  lo.progress = [&](const TrainProgress& p) { kl.push_back(p.loss); };
+  ASSERT_TRUE(TrainLoop(&*s, data, lo).ok());
+  ASSERT_EQ(kl.size(), 40u);
+  double head = 0, tail = 0;
+  for (int i = 0; i < 5; ++i) head += kl[i] / 5, tail += kl[35 + i] / 5;
+  std::printf("  mean KL to the dense teacher: first 5 steps %.4f, last 5 steps %.4f\n", head,
+              tail);
+  // Pruning half the weights moves the logits; training the kept half wins most of it back.
+  EXPECT_LT(tail, 0.6 * head);
+  ExpectPrunedZero(*s);
+  TrainOptions bad = opt;
+  bad.ce_weight = bad.kl_weight = 0.0;
+  EXPECT_EQ(NewTrainState(c, student, masks, bad).status().code(), StatusCode::kInvalidInput);
+}
+
 class TrainStateFile : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -482,6 +519,8 @@ TEST(TrainStateSeeds, TheFuzzSeedsLoadOrFailAsNamed) {
   EXPECT_TRUE(s->masks[0].at(LinearSlot::kK).empty());
   EXPECT_EQ(s->options.schedule.total_steps, 10);
   EXPECT_EQ(s->data_hash, 12345u);
+  EXPECT_EQ(s->options.kl_weight, 0.5);
+  EXPECT_EQ(s->options.tau, 2.0);
   const std::vector<uint8_t> bytes = ReadBytes(dir + "one_layer_24.safetensors");
   auto m = LoadTrainStateFromMemory(bytes.data(), bytes.size());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
