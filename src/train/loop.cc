@@ -46,10 +46,13 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
                         std::to_string(stream_len) + " (hash " + std::to_string(hash) +
                         "): a resumed run must read the same data");
   }
-  state->data_tokens = stream_len;
-  state->data_hash = hash;
+  const bool kl = o.kl_weight > 0;
+  if (kl && !opt.teacher) return InvalidInput("TrainLoop: kl_weight > 0 needs a teacher");
   SPARQ_ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(c, state->weights, state->masks, o.adamw));
   SPARQ_RETURN_IF_ERROR(adamw.ImportState(state->optim));
+  // Set only once every check passed: a refused call leaves *state as it was.
+  state->data_tokens = stream_len;
+  state->data_hash = hash;
   const int64_t total = o.schedule.total_steps;
   const int64_t end = opt.stop_at < 0 ? total : std::min(opt.stop_at, total);
 
@@ -57,8 +60,6 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     state->optim = adamw.ExportState();
     return opt.checkpoint_path.empty() ? Status::Ok() : SaveTrainState(opt.checkpoint_path, *state);
   };
-  const bool kl = o.kl_weight > 0;
-  if (kl && !opt.teacher) return InvalidInput("TrainLoop: kl_weight > 0 needs a teacher");
   const LossSpec spec{o.ce_weight, o.kl_weight, o.tau, {}};
   ModelWeights grads;
   std::vector<std::span<const int32_t>> windows(o.accum);

@@ -353,6 +353,7 @@ TEST(TrainLoop, DistillationLowersTheKlToTheDenseTeacher) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(TrainLoop(&*s, data, {}).code(), StatusCode::kInvalidInput);  // no teacher
   EXPECT_EQ(s->step(), 0);
+  EXPECT_EQ(s->data_tokens, 0);  // a refused call leaves the state as it was
   std::vector<double> kl;
   TrainLoopOptions lo;
   lo.teacher = [&](std::span<const int32_t> in, std::span<float> logits) {
