@@ -239,6 +239,11 @@ TEST(TrainLoop, ResumeFromTheStateFileIsBitIdentical) {
     EXPECT_EQ(p.total_steps, 12);
     EXPECT_EQ(p.lr, opt.schedule.lr(p.step - 1));
     EXPECT_TRUE(std::isfinite(p.loss) && p.grad_norm > 0 && p.tokens_per_s > 0);
+    if (p.step == 4) {  // checkpoint_every 4: the file holds step 4 when the report comes
+      auto at4 = LoadTrainState(path);
+      ASSERT_TRUE(at4.ok()) << at4.status().ToString();
+      EXPECT_EQ(at4->step(), 4);
+    }
   };
   ASSERT_TRUE(TrainLoop(&*first, data, lo).ok());
   EXPECT_EQ(calls, 5);
