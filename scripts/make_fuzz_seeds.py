@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the hand-built seed corpora for the io fuzzers (fuzz/corpus/{safetensors,gguf,
-checkpoint}): small valid files of each kind plus a few broken ones. Standard library only.
+checkpoint,train_state}): small valid files of each kind plus a few broken ones. Standard library only.
 The checkpoint seeds come from `sparq convert` (pass the CLI path) on the safetensors seeds.
 
   python3 scripts/make_fuzz_seeds.py [path/to/sparq]
@@ -55,6 +55,42 @@ def write(kind, name, data):
         f.write(data)
 
 
+def train_state_seeds():
+    """A one-layer train state (sparq/train_loop.h) of d 4, one 2:4 slot, and two broken ones."""
+    f32 = lambda v: struct.pack("<%df" % len(v), *v)
+    cfg = {"architecture": "llama", "n_vocab": 4, "n_embd": 4, "n_layer": 1, "n_head": 1,
+           "n_head_kv": 1, "n_ff": 4, "n_ctx_train": 8, "rope_dim": 2, "rope_theta": 10000.0,
+           "rms_eps": 1e-05, "tied_output": True}
+    train = {"step": 3, "seed": 7, "seq_len": 4, "accum": 2, "checkpoint_every": 2, "data_tokens": 40,
+             "data_hash": 12345, "loss": {"ce_weight": 1.0, "kl_weight": 0.5, "tau": 2.0},
+             "lr": {"peak": 0.001, "warmup_steps": 1, "total_steps": 10, "min_ratio": 0.1},
+             "adamw": {"beta1": 0.9, "beta2": 0.999, "eps": 1e-08, "weight_decay": 0.01, "max_grad_norm": 1.0}}
+    meta = {"sparq.train_state": "1", "sparq.model": json.dumps(cfg), "sparq.train": json.dumps(train)}
+    kept = [0, 1, 4, 5, 8, 9, 12, 13]  # 2:4 along k of attn_q [4, 4]
+    t = {}
+    names = ["token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"]
+    sizes = [16, 4, 4, 4]
+    for slot in ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]:
+        names.append("blk.0.%s.weight" % slot)
+        sizes.append(16)
+    for i, (n, size) in enumerate(zip(names, sizes)):
+        w = [((j * 7 + i) % 5 - 2) * 0.25 + (1.0 if size == 4 else 0.0) for j in range(size)]
+        train_n = size
+        if n == "blk.0.attn_q.weight":
+            w = [x if j in kept else 0.0 for j, x in enumerate(w)]
+            train_n = len(kept)
+            t["mask." + n] = ("I64", [len(kept)], struct.pack("<%dq" % len(kept), *kept))
+        t[n] = ("F32", [size] if size == 4 else [4, 4], f32(w))
+        t["adamw.m." + n] = ("F32", [train_n], f32([0.01 * (j % 3 - 1) for j in range(train_n)]))
+        t["adamw.v." + n] = ("F32", [train_n], f32([0.001 * (j % 4) for j in range(train_n)]))
+    good = st(t, meta)
+    write("train_state", "one_layer_24.safetensors", good)
+    write("train_state", "broken_truncated.safetensors", good[: len(good) * 3 // 4])
+    bad = dict(t)
+    bad["blk.0.attn_q.weight"] = ("F32", [4, 4], f32([1.0] * 16))  # pruned entries not 0
+    write("train_state", "broken_mask_mismatch.safetensors", st(bad, meta))
+
+
 def main():
     f32 = lambda *v: struct.pack("<%df" % len(v), *v)
     w = f32(*[((i * 37) % 11 - 5) * 0.25 for i in range(8 * 12)])
@@ -63,6 +99,7 @@ def main():
                 "b": ("BF16", [1, 2], b"\x80\x3f\x00\x40"), "e": ("U8", [0, 3], b"")},
                {"config": "{\"hidden\": 12}"})
     write("safetensors", "model.safetensors", model)
+    train_state_seeds()
     write("safetensors", "empty.safetensors", st({}))
     write("safetensors", "unpadded_misaligned.safetensors",
           st({"u": ("U8", [3], b"abc"), "f": ("F32", [1], f32(1.5))}, pad=False))

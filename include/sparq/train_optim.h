@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sparq/status.h"
@@ -37,6 +38,18 @@ struct AdamWStep {
   double clip = 1.0;       // the factor applied to G
 };
 
+// AdamW's state, for saving and resuming a run: each tensor of the walk (named as the model files
+// name it, "blk.0.attn_q.weight") with its moments over its trainable entries, and the steps
+// taken. Restoring it with ImportState continues bit for bit.
+struct AdamWState {
+  struct Moments {
+    std::string name;
+    std::vector<float> m, v;
+  };
+  std::vector<Moments> tensors;
+  int64_t steps = 0;
+};
+
 class AdamW {
  public:
   // Checks the options (betas in [0, 1), eps > 0, wd >= 0, max_grad_norm >= 0), the weights and
@@ -52,9 +65,16 @@ class AdamW {
 
   int64_t steps() const { return t_; }
 
+  // A copy of the moments and the step count.
+  AdamWState ExportState() const;
+  // Replaces them. Errors (kInvalidInput, state unchanged): tensors not those of Create's walk
+  // (names, order, trainable counts), non-finite moments, v < 0, steps < 0.
+  Status ImportState(AdamWState s);
+
  private:
   // One tensor's state: moments over its trainable entries (kept.size() of them when masked).
   struct Slot {
+    std::string name;
     std::vector<float> m, v;
   };
   LlamaConfig c_;

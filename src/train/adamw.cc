@@ -79,7 +79,7 @@ Result<AdamW> AdamW::Create(const LlamaConfig& c, const ModelWeights& w,
       }
     }
     a.state_.push_back(
-        {std::vector<float>(e.trainable(), 0.0f), std::vector<float>(e.trainable(), 0.0f)});
+        {e.name, std::vector<float>(e.trainable(), 0.0f), std::vector<float>(e.trainable(), 0.0f)});
   }
   return a;
 }
@@ -131,6 +131,45 @@ Status AdamW::Step(ModelWeights* w, const ModelWeights& grads, double lr, AdamWS
     }
   }
   if (info != nullptr) *info = {norm, clip};
+  return Status::Ok();
+}
+
+AdamWState AdamW::ExportState() const {
+  AdamWState s;
+  s.steps = t_;
+  for (const Slot& st : state_) s.tensors.push_back({st.name, st.m, st.v});
+  return s;
+}
+
+Status AdamW::ImportState(AdamWState s) {
+  if (s.steps < 0) return InvalidInput("AdamW state: steps " + std::to_string(s.steps) + " < 0");
+  if (s.tensors.size() != state_.size()) {
+    return InvalidInput("AdamW state: " + std::to_string(s.tensors.size()) + " tensors, expected " +
+                        std::to_string(state_.size()));
+  }
+  for (size_t j = 0; j < state_.size(); ++j) {
+    const AdamWState::Moments& t = s.tensors[j];
+    const std::string at = "AdamW state: " + state_[j].name + ": ";
+    if (t.name != state_[j].name)
+      return InvalidInput(at + "found tensor '" + t.name + "' in its place");
+    if (t.m.size() != state_[j].m.size() || t.v.size() != state_[j].m.size()) {
+      return InvalidInput(at + std::to_string(t.m.size()) + " / " + std::to_string(t.v.size()) +
+                          " moments, expected " + std::to_string(state_[j].m.size()) +
+                          " (the trainable entries)");
+    }
+    for (size_t i = 0; i < t.m.size(); ++i) {
+      // v < 0 would make sqrt(v) a NaN at the next step.
+      if (!std::isfinite(t.m[i]) || !std::isfinite(t.v[i]) || t.v[i] < 0) {
+        return InvalidInput(at + "entry " + std::to_string(i) + " has m " + std::to_string(t.m[i]) +
+                            ", v " + std::to_string(t.v[i]) + " (must be finite, v >= 0)");
+      }
+    }
+  }
+  for (size_t j = 0; j < state_.size(); ++j) {
+    state_[j].m = std::move(s.tensors[j].m);
+    state_[j].v = std::move(s.tensors[j].v);
+  }
+  t_ = s.steps;
   return Status::Ok();
 }
 

@@ -1,0 +1,122 @@
+// The pieces of a training step (sparq/train_loop.h): the learning-rate schedule, the seeded
+// data order, gradient accumulation and the run options' checks.
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparq/train_loop.h"
+#include "sparq/train_model.h"
+
+namespace sparq::train {
+namespace {
+
+// splitmix64's finalizer: a bijection on 64 bits whose outputs pass BigCrush for counter inputs.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void ScaleAll(ModelWeights* g, float s) {
+  auto scale = [s](std::vector<float>& v) {
+    for (float& x : v) x *= s;
+  };
+  scale(g->token_embd);
+  scale(g->output_norm);
+  for (BlockWeights& b : g->blocks) {
+    scale(b.attn_norm);
+    scale(b.ffn_norm);
+    for (std::vector<float>& l : b.linear) scale(l);
+  }
+}
+
+}  // namespace
+
+Status LrSchedule::Validate() const {
+  if (!std::isfinite(peak) || peak < 0 || warmup_steps < 0 || total_steps <= warmup_steps ||
+      !(min_ratio >= 0 && min_ratio <= 1)) {
+    return InvalidInput(
+        "lr schedule: needs peak >= 0, 0 <= warmup_steps < total_steps, min_ratio "
+        "in [0, 1] (got peak " +
+        std::to_string(peak) + ", warmup_steps " + std::to_string(warmup_steps) + ", total_steps " +
+        std::to_string(total_steps) + ", min_ratio " + std::to_string(min_ratio) + ")");
+  }
+  return Status::Ok();
+}
+
+double LrSchedule::lr(int64_t step) const {
+  if (step < warmup_steps) {
+    return peak * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  }
+  const double p = std::min(1.0, static_cast<double>(step - warmup_steps) /
+                                     static_cast<double>(total_steps - warmup_steps));
+  return peak * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
+}
+
+int64_t WindowStart(uint64_t seed, int64_t step, int64_t micro, int64_t stream_len,
+                    int64_t seq_len) {
+  // Chained mixing keeps (step, micro) pairs apart: Mix is a bijection, so distinct inputs to
+  // the last call give distinct hashes.
+  const uint64_t h =
+      Mix(Mix(Mix(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(micro));
+  const auto range = static_cast<uint64_t>(stream_len - seq_len);  // starts 0 .. range - 1
+  // Multiply-high maps the hash onto [0, range); its bias (range / 2^64) is far below noise.
+  return static_cast<int64_t>((static_cast<unsigned __int128>(h) * range) >> 64);
+}
+
+Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
+                              std::span<const BlockMasks> masks,
+                              std::span<const std::span<const int32_t>> sequences, double* loss,
+                              ModelWeights* grads, const LossSpec& spec,
+                              std::span<const std::span<const float>> teacher_logits) {
+  if (sequences.empty()) return InvalidInput("AccumulatedLossAndGrad: no sequences");
+  const bool kl = spec.kl_weight > 0;
+  if (kl && teacher_logits.size() != sequences.size()) {
+    return InvalidInput("AccumulatedLossAndGrad: " + std::to_string(teacher_logits.size()) +
+                        " teacher logits for " + std::to_string(sequences.size()) + " sequences");
+  }
+  *grads = ZerosLike(w);
+  double sum = 0.0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    LossResult r;
+    LossSpec si = spec;
+    si.teacher_logits = kl ? teacher_logits[i] : std::span<const float>();
+    // Each call adds its gradient to *grads (train_model.h), so the sum needs no copy.
+    SPARQ_RETURN_IF_ERROR(ModelLossAndGrad(c, w, masks, sequences[i], si, &r, grads)
+                              .WithContext("micro-batch " + std::to_string(i)));
+    sum += r.loss;
+  }
+  const auto count = static_cast<double>(sequences.size());
+  *loss = sum / count;
+  ScaleAll(grads, static_cast<float>(1.0 / count));
+  return Status::Ok();
+}
+
+Status TrainOptions::Validate(const LlamaConfig& c) const {
+  SPARQ_RETURN_IF_ERROR(schedule.Validate());
+  if (seq_len < 1 || seq_len > c.n_ctx_train) {
+    return InvalidInput("train options: seq_len " + std::to_string(seq_len) +
+                        " outside [1, n_ctx_train " + std::to_string(c.n_ctx_train) + "]");
+  }
+  if (accum < 1) return InvalidInput("train options: accum " + std::to_string(accum) + " < 1");
+  auto weight = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (!weight(ce_weight) || !weight(kl_weight) || ce_weight + kl_weight == 0 ||
+      !std::isfinite(tau) || !(tau > 0)) {
+    return InvalidInput(
+        "train options: loss weights must be finite, >= 0 and not both 0, tau "
+        "finite > 0 (got ce_weight " +
+        std::to_string(ce_weight) + ", kl_weight " + std::to_string(kl_weight) + ", tau " +
+        std::to_string(tau) + ")");
+  }
+  if (checkpoint_every < 0) {
+    return InvalidInput("train options: checkpoint_every " + std::to_string(checkpoint_every) +
+                        " < 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace sparq::train
