@@ -14,6 +14,7 @@ namespace {
 struct PruneCliOptions {
   std::string model, method = "sparsegpt", pattern = "unstructured:0.5", calib, out, values = "f32";
   std::string quant_method = "gptq";
+  std::string embedding_values;  // "": follow --values
   std::string include, report;
   int64_t calib_samples = 64, calib_len = 512, blocks = -1, permute_work = kDefaultPermuteWork;
   double damp = 0.01;
@@ -30,6 +31,11 @@ Status RunPrune(const PruneCliOptions& o, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(opt.method, ParsePruneMethod(o.method));
   SPARQ_ASSIGN_OR_RETURN(opt.pattern, Pattern::Parse(o.pattern));
   SPARQ_ASSIGN_OR_RETURN(opt.values, ValueSpec::Parse(o.values));
+  if (!o.embedding_values.empty()) {
+    auto ev = ValueSpec::Parse(o.embedding_values);
+    if (!ev.ok()) return ev.status().WithContext("--embedding-values");
+    opt.embedding_values = *ev;
+  }
   if (o.quant_method == "gptq") {
     opt.quant_method = ModelPruneOptions::QuantMethod::kGptq;
   } else if (o.quant_method == "rtn") {
@@ -91,6 +97,9 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                                "Stored values: f32 | bf16 | f16 | int8[:gN] | int4[:gN][:sym] (N = 32, "
                                "64, 128; quantized: N:M patterns)")
                     ->capture_default_str();
+                sub.add_option("--embedding-values", o->embedding_values,
+                               "Token embedding (the tied head): f32 | bf16 | f16 | int8[:gN] | "
+                               "int4[:gN][:sym] (default: as --values; bf16 when quantized)");
                 sub.add_option("--quant-method", o->quant_method,
                                "Quantized values: gptq (in SparseGPT's sweep) | rtn (after)")
                     ->capture_default_str();

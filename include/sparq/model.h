@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -253,6 +254,10 @@ struct ModelPruneOptions {
   // SparseGPT (quantization error fed to the columns not yet fixed; magnitude and Wanda fit each
   // group once after masking), or from round to nearest after pruning (kRtn).
   ValueSpec values;
+  // Values of the token embedding (the tied head): unset follows `values` (f32 / bf16 / f16 as
+  // they are; bf16 for quantized values). int8 / int4 store it as a dense quantized matrix (round
+  // to nearest per group of a row), which the head then runs as stored.
+  std::optional<ValueSpec> embedding_values;
   enum class QuantMethod { kGptq, kRtn } quant_method = QuantMethod::kGptq;
   bool permute = false;              // channel permutation for N:M / V:N:M
   // Bounds of the permutation search per layer (see PermuteOptions). Work bounds, not a clock,

@@ -40,9 +40,10 @@ Result<PackedWeight> NewDenseQuant(int64_t rows, int64_t cols, const ValueSpec& 
                          Tensor::TryAlloc(DType::kU8, {rows, w.row_bytes()}, name + ".codes"));
   w.scales.assign(static_cast<size_t>(rows * w.groups_per_row), 0.0f);
   if (values.has_min()) w.mins.assign(w.scales.size(), 0.0f);
-  // Streamed per product: codes, and the f16 scales (and mins) the f32 copies stand for.
+  // Streamed per product: codes, and the scales (and mins) as the f32 copies the kernels read
+  // (as NmWeight counts them; the file holds them as f16).
   pw.weight_bytes = static_cast<uint64_t>(rows * w.row_bytes()) +
-                    w.scales.size() * 2 * (values.has_min() ? 2 : 1);
+                    w.scales.size() * 4 * (values.has_min() ? 2 : 1);
   pw.stored = rows * cols;
   pw.layout = std::move(w);
   return pw;

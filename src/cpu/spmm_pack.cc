@@ -699,6 +699,21 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
       [&](const auto& s) -> Result<PackedWeight> {
         using T = std::decay_t<decltype(s)>;
         if constexpr (std::is_same_v<T, DenseMatrix>) {
+          // Stored codes (a .sparq's dense int8 / int4, a GGUF's Q4_0 / Q4_1 / Q8_0) run as they
+          // are, under their own spec.
+          if (s.quant.quantized()) {
+            const ValueSpec& spec = s.quant.spec;
+            if (options.values.quantized() && options.values.Name() != spec.Name()) {
+              return InvalidInput(name + ": values are stored as " + spec.Name() + ", not " +
+                                  options.values.Name());
+            }
+            const Tensor& mins = s.quant.mins;
+            return PackDenseQuantCodes(
+                s.rows, s.cols, spec, s.values.template data_as<uint8_t>(),
+                int64_t(s.values.nbytes()), s.quant.scales.template data_as<uint16_t>(),
+                mins.numel() > 0 ? mins.template data_as<uint16_t>() : nullptr,
+                int64_t(s.quant.scales.numel()), name);
+          }
           // Dense int8 / int4: round-to-nearest of the f32 values (bf16 / f16 widened).
           if (options.values.quantized()) {
             const Tensor f = s.ToDense();

@@ -74,11 +74,33 @@ Result<LlamaModel> LlamaModel::FromSparq(const std::string& path, const KernelCo
   SPARQ_ASSIGN_OR_RETURN(TokenizerData td, TokenizerData::FromJson(*meta("sparq.tokenizer"), path));
   SPARQ_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromData(std::move(td), path));
   LlamaWeights w;
-  SPARQ_ASSIGN_OR_RETURN(w.token_embd, PlainF32(ck, path, "token_embd.weight", {c.n_vocab, c.n_embd}));
-  if (!w.token_embd.owned()) w.token_embd = w.token_embd.Clone();
+  // The embedding: a plain tensor, or a matrix (dense int8 / int4, `prune --embedding-values`),
+  // looked up from its f32 dequantization and, when tied, run as stored by the head.
+  CheckpointTensor* embd_matrix = nullptr;
+  for (CheckpointTensor& ct : ck.matrices) {
+    if (ct.name == "token_embd.weight") embd_matrix = &ct;
+  }
+  if (embd_matrix != nullptr) {
+    if (Rows(embd_matrix->matrix) != c.n_vocab || Cols(embd_matrix->matrix) != c.n_embd) {
+      return InvalidInput(path + ": matrix 'token_embd.weight' is [" +
+                          std::to_string(Rows(embd_matrix->matrix)) + ", " +
+                          std::to_string(Cols(embd_matrix->matrix)) +
+                          "], the configuration needs [" + std::to_string(c.n_vocab) + ", " +
+                          std::to_string(c.n_embd) + "]");
+    }
+    w.token_embd = ToDense(embd_matrix->matrix);
+  } else {
+    SPARQ_ASSIGN_OR_RETURN(w.token_embd,
+                           PlainF32(ck, path, "token_embd.weight", {c.n_vocab, c.n_embd}));
+    if (!w.token_embd.owned()) w.token_embd = w.token_embd.Clone();
+  }
   SPARQ_ASSIGN_OR_RETURN(Tensor on, PlainF32(ck, path, "output_norm.weight", {c.n_embd}));
   w.output_norm = ToVector(on);
-  if (c.tied_output) {
+  if (c.tied_output && embd_matrix != nullptr) {
+    auto head = LinearWeight::FromMatrix(std::move(embd_matrix->matrix), "output.weight", cfg);
+    if (!head.ok()) return head.status().WithContext(path);
+    w.output = std::move(head).value();
+  } else if (c.tied_output) {
     DenseMatrix dm;
     dm.rows = c.n_vocab;
     dm.cols = c.n_embd;

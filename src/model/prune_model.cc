@@ -343,8 +343,29 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   }
   // --values bf16 (or quantized) stores the embedding in bf16; a tied head then runs as a dense
   // bf16 product (half the bytes per generated token of the f32 head, the largest matrix of a
-  // small model). Quantized embeddings and heads are not stored yet.
-  if (small_dtype != DType::kF32) {
+  // small model). --embedding-values int8 / int4 store it as a dense quantized matrix instead.
+  const ValueSpec embd_values = opt.embedding_values.value_or(ValueSpec{});
+  if (opt.embedding_values && embd_values.quantized()) {
+    SPARQ_ASSIGN_OR_RETURN(SparseMatrix em,
+                           Encode(std::span<const float>(w.token_embd.data_as<float>(),
+                                                         w.token_embd.numel()),
+                                  c.n_vocab, d, FormatKind::kDense, Pattern::Dense(), DType::kF32));
+    SPARQ_ASSIGN_OR_RETURN(DenseMatrix q, DenseMatrix::Quantize(std::get<DenseMatrix>(em),
+                                                                embd_values, {},
+                                                                "token_embd.weight"));
+    ck.matrices.push_back({"token_embd.weight", std::move(q), Pattern::Dense()});
+  } else if (opt.embedding_values && embd_values.dtype != small_dtype) {
+    const DType et = embd_values.dtype;
+    SPARQ_RETURN_IF_ERROR(FitsValueType(
+        std::span<const float>(w.token_embd.data_as<float>(), w.token_embd.numel()), et,
+        "token_embd.weight"));
+    if (et == DType::kF32) {
+      ck.tensors.push_back({"token_embd.weight", w.token_embd.Clone()});
+    } else {
+      SPARQ_ASSIGN_OR_RETURN(Tensor te, FromF32(w.token_embd, et));
+      ck.tensors.push_back({"token_embd.weight", std::move(te)});
+    }
+  } else if (small_dtype != DType::kF32) {
     SPARQ_RETURN_IF_ERROR(
         FitsValueType(std::span<const float>(w.token_embd.data_as<float>(), w.token_embd.numel()),
                       small_dtype, "token_embd.weight"));
@@ -369,6 +390,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         {"seed", opt.seed},
                         {"damp", opt.damp},
                         {"summary", nlohmann::json::parse(result.ToJson(false))}};
+  if (opt.embedding_values) how["embedding_values"] = opt.embedding_values->Name();
   if (opt.values.quantized()) {
     how["quant_method"] =
         opt.quant_method == ModelPruneOptions::QuantMethod::kGptq ? "gptq" : "rtn";

@@ -247,7 +247,7 @@ TEST(DenseQuantTest, FromDenseQuantRunsAsStoredAndChecksSizes) {
   ASSERT_TRUE(lw.ok()) << lw.status().ToString();
   EXPECT_EQ(lw->format(), "dense int4:g32");
   // Codes (half a byte each, padded to 16 columns) plus an f16 scale and min per 32 columns.
-  EXPECT_EQ(lw->weight_bytes(), uint64_t(rows * 576 / 2 + rows * 18 * 4));
+  EXPECT_EQ(lw->weight_bytes(), uint64_t(rows * 576 / 2 + rows * 18 * 8));  // f32 scale + min
   for (int64_t n : {1, 40}) {
     EXPECT_NE(lw->kernel_name(n).find("i4_dense_"), std::string::npos) << lw->kernel_name(n);
     const std::vector<float> x = RandomVector(size_t(n * cols), 5);
