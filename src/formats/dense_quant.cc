@@ -113,50 +113,12 @@ Result<DenseMatrix> DenseMatrix::Quantize(const DenseMatrix& src, const ValueSpe
     return InvalidInput(name + ": '" + spec.Name() + "' is not a quantized spec");
   if (src.quant.quantized()) return InvalidInput(name + ": values are quantized already");
   SPARQ_RETURN_IF_ERROR(src.Validate(name));
-  const int64_t qg = src.quant_groups(spec), row_bytes = CodeRowBytes(spec, src.cols);
-  if (!fitted.empty() && fitted.size() != static_cast<size_t>(src.rows * qg)) {
-    return InvalidInput(name + ": " + std::to_string(fitted.size()) + " fitted groups, want " +
-                        std::to_string(src.rows * qg));
-  }
   const Tensor v = src.ToDense();
-  const float* vv = v.data_as<float>();
   DenseMatrix out;
   out.rows = src.rows;
   out.cols = src.cols;
-  out.quant.spec = spec;
-  out.values =
-      Tensor::Alloc(spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8, {src.rows, row_bytes});
-  if (out.values.nbytes() > 0) std::memset(out.values.mutable_data(), 0, out.values.nbytes());
-  out.quant.scales = Tensor::Alloc(DType::kF16, {src.rows, qg});
-  if (spec.has_min()) out.quant.mins = Tensor::Alloc(DType::kF16, {src.rows, qg});
-  uint8_t* codes = out.values.mutable_data_as<uint8_t>();
-  for (int64_t r = 0; r < src.rows; ++r) {
-    uint8_t* row = codes + r * row_bytes;
-    for (int64_t g = 0; g < qg; ++g) {
-      const int64_t j0 = g * spec.group, cnt = std::min<int64_t>(spec.group, src.cols - j0);
-      const float* x = vv + r * src.cols + j0;
-      QuantGroup p;
-      if (fitted.empty()) {
-        auto f = FitQuantGroup(x, cnt, spec);
-        if (!f.ok()) return f.status().WithContext(name + ".values " + At(r, g));
-        p = *f;
-      } else {
-        const QuantGroup& in = fitted[r * qg + g];
-        p = QuantGroupFromF16(in.scale_f16, in.min_f16, spec);
-      }
-      out.quant.scales.mutable_data_as<uint16_t>()[r * qg + g] = p.scale_f16;
-      if (spec.has_min()) out.quant.mins.mutable_data_as<uint16_t>()[r * qg + g] = p.min_f16;
-      for (int64_t i = 0; i < cnt; ++i) {
-        const int q = NearestCode(x[i], p, spec);
-        const int64_t j = j0 + i;
-        if (spec.dtype == DType::kI8) {
-          row[j] = static_cast<uint8_t>(static_cast<int8_t>(q));
-        } else {
-          row[j / 2] |= static_cast<uint8_t>(q << (j % 2 ? 4 : 0));
-        }
-      }
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(QuantizeRows(v.data_as<float>(), src.rows, src.cols, spec, fitted, name,
+                                     &out.values, &out.quant));
   SPARQ_RETURN_IF_ERROR(out.Validate(name));
   return out;
 }

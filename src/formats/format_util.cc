@@ -1,6 +1,10 @@
 #include "src/formats/format_util.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
+
+#include "sparq/format.h"
 
 namespace sparq::formats_internal {
 namespace {
@@ -55,13 +59,59 @@ Status CheckDenseInput(std::span<const float> w, int64_t rows, int64_t cols, DTy
                        const char* what) {
   SPARQ_RETURN_IF_ERROR(CheckDims(rows, cols, what));
   if (w.size() != static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols)) {
-    return InvalidInput(std::string(what) + ": " + std::to_string(w.size()) +
-                        " values for a " + std::to_string(rows) + " x " + std::to_string(cols) +
-                        " matrix");
+    return InvalidInput(std::string(what) + ": " + std::to_string(w.size()) + " values for a " +
+                        std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
   }
   if (!IsValueDType(value_dtype)) {
-    return InvalidInput(std::string(what) + ": value dtype " +
-                        std::string(DTypeName(value_dtype)) + " is not f32, bf16 or f16");
+    return InvalidInput(std::string(what) + ": value dtype " + std::string(DTypeName(value_dtype)) +
+                        " is not f32, bf16 or f16");
+  }
+  return Status::Ok();
+}
+
+Status QuantizeRows(const float* values, int64_t rows, int64_t per_row, const ValueSpec& spec,
+                    std::span<const QuantGroup> fitted, const std::string& name, Tensor* codes,
+                    QuantParts* quant) {
+  const int64_t qg = (per_row + spec.group - 1) / spec.group;
+  if (!fitted.empty() && fitted.size() != static_cast<size_t>(rows * qg)) {
+    return InvalidInput(name + ": " + std::to_string(fitted.size()) + " fitted groups, want " +
+                        std::to_string(rows * qg));
+  }
+  const int64_t row_bytes = CodeRowBytes(spec, per_row);
+  *codes = Tensor::Alloc(spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8, {rows, row_bytes});
+  if (codes->nbytes() > 0) std::memset(codes->mutable_data(), 0, codes->nbytes());
+  quant->spec = spec;
+  quant->scales = Tensor::Alloc(DType::kF16, {rows, qg});
+  quant->mins = spec.has_min() ? Tensor::Alloc(DType::kF16, {rows, qg}) : Tensor();
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = codes->mutable_data_as<uint8_t>() + r * row_bytes;
+    for (int64_t g = 0; g < qg; ++g) {
+      const int64_t j0 = g * spec.group, cnt = std::min<int64_t>(spec.group, per_row - j0);
+      const float* x = values + r * per_row + j0;
+      QuantGroup p;
+      if (fitted.empty()) {
+        auto f = FitQuantGroup(x, cnt, spec);
+        if (!f.ok()) {
+          return f.status().WithContext(name + ".values row " + std::to_string(r) + " group " +
+                                        std::to_string(g));
+        }
+        p = *f;
+      } else {
+        const QuantGroup& in = fitted[r * qg + g];
+        p = QuantGroupFromF16(in.scale_f16, in.min_f16, spec);
+      }
+      quant->scales.mutable_data_as<uint16_t>()[r * qg + g] = p.scale_f16;
+      if (spec.has_min()) quant->mins.mutable_data_as<uint16_t>()[r * qg + g] = p.min_f16;
+      for (int64_t i = 0; i < cnt; ++i) {
+        const int q = NearestCode(x[i], p, spec);
+        const int64_t j = j0 + i;
+        if (spec.dtype == DType::kI8) {
+          row[j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+        } else {
+          row[j / 2] |= static_cast<uint8_t>(q << (j % 2 ? 4 : 0));
+        }
+      }
+    }
   }
   return Status::Ok();
 }

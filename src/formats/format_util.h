@@ -16,6 +16,7 @@
 
 namespace sparq {
 struct DenseMatrix;
+struct QuantParts;
 }  // namespace sparq
 
 namespace sparq::formats_internal {
@@ -94,6 +95,14 @@ inline bool QuantSpecOk(const ValueSpec& spec) {
 inline int64_t CodeRowBytes(const ValueSpec& spec, int64_t per_row) {
   return spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
 }
+
+// Codes and parameters of `rows` rows of `per_row` f32 values (row-major) in groups of spec.group
+// values of a row (the last group may be short): round to nearest, or the parameters of `fitted`
+// (rows * groups entries, e.g. GPTQ's) with each value's nearest code. Shared by the N:M (kept
+// values) and dense (columns) Quantize. Errors name `<name>.values row R group G`.
+Status QuantizeRows(const float* values, int64_t rows, int64_t per_row, const ValueSpec& spec,
+                    std::span<const QuantGroup> fitted, const std::string& name, Tensor* codes,
+                    QuantParts* quant);
 
 // A quantized DenseMatrix (dense_quant.cc): its parts' shapes, dtypes, scales and codes; and its
 // values dequantized (precondition: valid).

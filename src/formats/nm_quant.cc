@@ -121,57 +121,15 @@ Result<NmMatrix> NmMatrix::Quantize(const NmMatrix& src, const ValueSpec& spec,
   if (src.quant.quantized()) return InvalidInput(name + ": values are quantized already");
   SPARQ_RETURN_IF_ERROR(src.Validate(name));
   const NmLayout l = MakeNmLayout(src.rows, src.cols, 1, src.n, src.m);
-  const int64_t per_row = l.values_row(), qg = src.quant_groups(spec);
-  if (!fitted.empty() && fitted.size() != static_cast<size_t>(src.rows * qg)) {
-    return InvalidInput(name + ": " + std::to_string(fitted.size()) + " fitted groups, want " +
-                        std::to_string(src.rows * qg));
-  }
   const Tensor v = src.StoredValuesF32();
-  const float* vv = v.data_as<float>();
   NmMatrix out;
   out.rows = src.rows;
   out.cols = src.cols;
   out.n = src.n;
   out.m = src.m;
   out.meta = src.meta;
-  out.quant.spec = spec;
-  const int64_t row_bytes = CodeRowBytes(spec, per_row);
-  out.values = Tensor::Alloc(spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8,
-                             {src.rows, row_bytes});
-  std::memset(out.values.mutable_data(), 0, out.values.nbytes());
-  out.quant.scales = Tensor::Alloc(DType::kF16, {src.rows, qg});
-  if (spec.has_min()) out.quant.mins = Tensor::Alloc(DType::kF16, {src.rows, qg});
-  uint8_t* codes = out.values.mutable_data_as<uint8_t>();
-  for (int64_t r = 0; r < src.rows; ++r) {
-    for (int64_t g = 0; g < qg; ++g) {
-      const int64_t j0 = g * spec.group, cnt = std::min<int64_t>(spec.group, per_row - j0);
-      const float* x = vv + r * per_row + j0;
-      QuantGroup p;
-      if (fitted.empty()) {
-        auto f = FitQuantGroup(x, cnt, spec);
-        if (!f.ok()) {
-          return f.status().WithContext(name + ".values row " + std::to_string(r) + " group " +
-                                        std::to_string(g));
-        }
-        p = *f;
-      } else {
-        const QuantGroup& in = fitted[r * qg + g];
-        p = QuantGroupFromF16(in.scale_f16, in.min_f16, spec);
-      }
-      out.quant.scales.mutable_data_as<uint16_t>()[r * qg + g] = p.scale_f16;
-      if (spec.has_min()) out.quant.mins.mutable_data_as<uint16_t>()[r * qg + g] = p.min_f16;
-      for (int64_t i = 0; i < cnt; ++i) {
-        const int q = NearestCode(x[i], p, spec);
-        const int64_t j = j0 + i;
-        uint8_t* row = codes + r * row_bytes;
-        if (spec.dtype == DType::kI8) {
-          row[j] = static_cast<uint8_t>(static_cast<int8_t>(q));
-        } else {
-          row[j / 2] |= static_cast<uint8_t>(q << (j % 2 ? 4 : 0));
-        }
-      }
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(QuantizeRows(v.data_as<float>(), src.rows, l.values_row(), spec, fitted,
+                                     name, &out.values, &out.quant));
   SPARQ_RETURN_IF_ERROR(out.Validate(name));
   return out;
 }

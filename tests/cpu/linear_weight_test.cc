@@ -19,21 +19,14 @@
 namespace sparq {
 namespace {
 
-using cpu::PackedWeight;
-using cpu::SpmmArgs;
-using testing_cpu::AllCases;
-using testing_cpu::Build;
 using testing_cpu::Built;
 using testing_cpu::Case;
 using testing_cpu::Cfg;
 using testing_cpu::ExpectClose;
 using testing_cpu::ForEachTarget;
 using testing_cpu::kGuard;
-using testing_cpu::Name;
 using testing_cpu::RandomVector;
 using testing_cpu::RunAndCheck;
-using testing_cpu::RunPlain;
-using testing_cpu::RunReference;
 
 TEST(LinearWeightTest, ForwardMatchesReferenceAndNamesKernel) {
   const int64_t m = 40, k = 64;
