@@ -56,13 +56,21 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(train::FinetuneResult r, train::Finetune(o.lib, cfg, &pool));
   SPARQ_RETURN_IF_ERROR(o.json.Write(r.ToJson()));
   if (o.json.to_stdout()) return Status::Ok();
+  if (r.end_step == r.start_step) {
+    std::printf("nothing left to train (the state is at step %lld of %lld); wrote %s\n",
+                static_cast<long long>(r.end_step), static_cast<long long>(r.steps),
+                o.lib.out.c_str());
+    return Status::Ok();
+  }
+  const std::string state = o.lib.state_path.empty() ? o.lib.out + ".state" : o.lib.state_path;
+  const std::string wrote =
+      r.wrote_out ? "wrote " + o.lib.out : "stopped; the state is in " + state;
   std::printf(
       "trained steps %lld..%lld of %lld (%lld tokens of %lld in the texts); loss %.4f -> "
-      "%.4f; %.1f s; wrote %s\n",
+      "%.4f; %.1f s; %s\n",
       static_cast<long long>(r.start_step + 1), static_cast<long long>(r.end_step),
       static_cast<long long>(r.steps), static_cast<long long>(r.trained_tokens),
-      static_cast<long long>(r.data_tokens), r.first_loss, r.last_loss, r.seconds,
-      o.lib.out.c_str());
+      static_cast<long long>(r.data_tokens), r.first_loss, r.last_loss, r.seconds, wrote.c_str());
   return Status::Ok();
 }
 

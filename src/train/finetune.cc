@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -91,8 +92,13 @@ Status CheckResume(const std::string& path, const TrainState& s, const LlamaConf
   }
   const TrainOptions& so = s.options;
   auto differ = [&](const char* what, double then, double now) -> Status {
-    return InvalidInput(pre + "was trained with " + what + " " + std::to_string(then) +
-                        ", this run asks for " + std::to_string(now));
+    auto str = [](double x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.10g", x);
+      return std::string(buf);
+    };
+    return InvalidInput(pre + "was trained with " + what + " " + str(then) +
+                        ", this run asks for " + str(now));
   };
   const std::pair<const char*, std::pair<double, double>> fields[] = {
       {"--seq-len", {double(so.seq_len), double(o.seq_len)}},

@@ -96,15 +96,18 @@ Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w) {
   const float* ov = old_f32.data_as<float>();
   const std::vector<int64_t> pos = SlotPositions(ct->matrix);
   const int64_t k = Cols(ct->matrix);
+  // FromLlamaModel trains every weight of a dense slot, but reads a stored 0 of a sparse one as
+  // pruned (a kept weight that is exactly 0 keeps the pattern).
+  const bool dense = KindOf(ct->matrix) == FormatKind::kDense;
   std::vector<bool> covered(w.size(), false);
   std::vector<float> nv(pos.size(), 0.0f);
   for (size_t i = 0; i < pos.size(); ++i) {
     if (pos[i] < 0) continue;  // padding: stays +0
-    covered[pos[i]] = ov[i] != 0.0f;
+    covered[pos[i]] = dense || ov[i] != 0.0f;
     nv[i] = w[pos[i]];
   }
-  // The mask is fixed: a weight with no stored value (or a stored 0, which FromLlamaModel reads
-  // as pruned) must have stayed exactly 0, or writing would silently drop what was trained.
+  // The mask is fixed: a weight with no stored value (or a stored 0 of a sparse format) must have
+  // stayed exactly 0, or writing would silently drop what was trained.
   for (size_t j = 0; j < w.size(); ++j) {
     if (!covered[j] && w[j] != 0.0f) {
       return InvalidInput("finetune: tensor '" + name + "' weight (" + std::to_string(j / k) +

@@ -64,6 +64,7 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
       if (st == TinyStore::kDenseF32) {
         fmt = FormatKind::kDense;
         pat = Pattern::Dense();
+        wv[1] = 0.0f;  // an exact 0 of a dense slot trains (dequantized GGUF weights have them)
       } else if (st == TinyStore::kCsrF32) {
         fmt = FormatKind::kCsr;
         pat = Pattern::Parse("unstructured:0.5").value();
