@@ -207,6 +207,19 @@ TEST_F(FinetuneTest, StoppedAndResumedEqualsAnUninterruptedRunBitForBit) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("same data"), std::string::npos) << e.status().ToString();
 
+  // ... or with another student (other masks).
+  const std::string other = TempPath("other_student.sparq");
+  WriteTinySparq(other, 5, MixedStore);
+  bad = o;
+  bad.stop_at = -1;
+  bad.resume = true;
+  bad.student = other;
+  e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("another student"), std::string::npos)
+      << e.status().ToString();
+  std::filesystem::remove(other);
+
   o.stop_at = -1;
   o.resume = true;
   r = Run(o);
@@ -273,6 +286,21 @@ TEST_F(FinetuneTest, AStudentThatIsNotASparqModelIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().ToString();
   std::filesystem::remove(bad);
+}
+
+TEST_F(FinetuneTest, AQuantizedStudentIsRefusedNamingTheTensor) {
+  const std::string q = TempPath("int8.sparq");
+  WriteTinySparq(q, 1, testing::MixedWithInt8);
+  FinetuneOptions o = Options(TempPath("never.sparq"));
+  o.student = q;
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("finetune: quantized students are not supported yet "
+                                      "(tensor blk.1.ffn_up.weight"),
+            std::string::npos)
+      << r.status().ToString();
+  std::filesystem::remove(q);
 }
 
 // The writer refuses a trained weight where the student has none: the mask is fixed.

@@ -15,13 +15,14 @@
 #include "sparq/format.h"
 #include "sparq/model.h"
 #include "sparq/pattern.h"
+#include "sparq/quant.h"
 #include "sparq/tokenizer.h"
 #include "tests/train/tiny_model_testutil.h"
 
 namespace sparq::train::testing {
 
 // How each slot of a tiny student is stored.
-enum class TinyStore { kDenseF32, kNm24F32, kNm24Bf16, kCsrF32, kNm24PermF32 };
+enum class TinyStore { kDenseF32, kNm24F32, kNm24Bf16, kCsrF32, kNm24PermF32, kNm24Int8 };
 
 // The slot storages of the mixed student: every kind at least once over 2 blocks x 7 slots.
 inline TinyStore MixedStore(int64_t l, int s) {
@@ -83,6 +84,11 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
       }
       auto sm = Encode(wv, m, k, fmt, pat, dt);
       ASSERT_TRUE(sm.ok()) << name << ": " << sm.status().ToString();
+      if (st == TinyStore::kNm24Int8) {
+        auto q = NmMatrix::Quantize(std::get<NmMatrix>(*sm), ValueSpec::Parse("int8:g32").value());
+        ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
+        sm = SparseMatrix(std::move(*q));
+      }
       ck.matrices.push_back({name, std::move(*sm), pat});
     }
   }
@@ -95,6 +101,10 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
 }
 
 inline TinyStore AllDense(int64_t, int) { return TinyStore::kDenseF32; }
+// Mixed, with blk.1.ffn_up stored int8 (refused for now).
+inline TinyStore MixedWithInt8(int64_t l, int s) {
+  return l == 1 && s == static_cast<int>(LinearSlot::kUp) ? TinyStore::kNm24Int8 : MixedStore(l, s);
+}
 
 // A learnable letter text over 'a'..'a'+vocab-1: mostly the bigram t -> (3 t + 1) mod V.
 inline std::string LetterText(int64_t len, uint64_t seed, int64_t vocab = 11) {
