@@ -1,0 +1,93 @@
+// `sparq finetune` as a library call (issue 28, item 4): trains a pruned .sparq student on text,
+// by distillation from a teacher (KL to its logits) and / or next-token cross-entropy, with its
+// sparsity masks fixed, and writes the trained model as a .sparq in the student's own formats.
+//
+// What it trains: every weight of the student (embedding, norms, the kept weights of each sparse
+// linear layer, every weight of a dense one) as f32 masters (sparq/train_model.h), AdamW
+// (sparq/train_optim.h), warmup + cosine (sparq/train_loop.h). Pruned weights stay exactly 0.
+// What it does not do yet: quantized students (int8 / int4 values) are refused; an untied output
+// head is refused (FromLlamaModel); the forward / backward is the plain f32 training code, one
+// thread (the teacher's forward uses the pool).
+//
+// Determinism: a run is a function of (student, teacher, texts, options); a run stopped after k
+// steps and resumed from its state file ends with the same OUT, bit for bit.
+// Errors are Status with messages naming the file / tensor; nothing here aborts on file data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sparq/kernel_config.h"
+#include "sparq/status.h"
+#include "sparq/thread_pool.h"
+#include "sparq/train_loop.h"
+#include "sparq/train_model.h"
+
+namespace sparq::train {
+
+// One training text: its name (a file, for errors) and its UTF-8 contents.
+struct FinetuneText {
+  std::string name;
+  std::string text;
+};
+
+struct FinetuneOptions {
+  std::string student;  // a .sparq checkpoint (the output keeps its formats)
+  std::string teacher;  // .gguf / .sparq / HF folder; needed when kl > 0
+  std::vector<FinetuneText> texts;
+  std::string out;         // the trained .sparq
+  std::string state_path;  // the train state file; "" for out + ".state"
+  int64_t tokens = 0;      // trained tokens: steps = ceil(tokens / (seq_len * accum))
+  int64_t seq_len = 512;
+  int64_t accum = 1;
+  double lr = 1e-4;
+  int64_t warmup = -1;  // < 0: 5% of the steps (at most steps - 1)
+  double min_lr_ratio = 0.1;
+  double kl = 1.0, ce = 0.0, tau = 1.0;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;
+  uint64_t seed = 0;
+  int64_t checkpoint_every = 0;  // 0: the state is saved at the end only
+  bool resume = false;           // continue from state_path
+  int64_t stop_at = -1;          // stop after this step without writing out (tests: interrupt)
+  std::function<void(const TrainProgress&)> progress;  // may be empty
+};
+
+struct FinetuneResult {
+  int64_t steps = 0;                         // the run's total steps
+  int64_t start_step = 0;                    // > 0 when resumed
+  int64_t end_step = 0;                      // the last completed step
+  int64_t data_tokens = 0;                   // tokens in the texts
+  int64_t trained_tokens = 0;                // (end_step - start_step) * seq_len * accum
+  double first_loss = 0.0, last_loss = 0.0;  // of this call's first / last step (0 if none)
+  double seconds = 0.0;
+  bool wrote_out = false;  // false when stopped by stop_at
+  std::string ToJson() const;
+};
+
+// The whole run: loads the student (LlamaModel::Load) and the teacher, tokenizes the texts with
+// the student's tokenizer, trains (TrainLoop, saving the state to state_path every
+// checkpoint_every steps and at the end) and writes out (WriteFinetunedCheckpoint).
+// Errors (kInvalidInput unless said): a student that is not a .sparq model checkpoint, a quantized
+// student (kUnsupported, naming the tensor), a teacher whose vocabulary differs (naming both
+// files), texts with fewer than seq_len + 1 tokens, a non-finite loss (the run stops; the state
+// file holds the last good step), a --resume state from another student, data or options.
+Result<FinetuneResult> Finetune(const FinetuneOptions& opt, const KernelConfig& cfg,
+                                ThreadPool* pool);
+
+// Writes `w` as a copy of the .sparq checkpoint at student_path: every matrix keeps its format,
+// structure (indices, metadata), pattern and value dtype, its values replaced by w's (rounded to
+// bf16 / f16 where stored so; channel-permuted slots stored permuted again, `.perm` tensors
+// kept); plain tensors (embedding, norms) keep their dtypes. `metadata` entries are added to the
+// student's. Errors: a quantized matrix (kUnsupported: "finetune: quantized students are not
+// supported yet (tensor X)"), a shape that differs, a weight of w that is nonzero where the
+// student's matrix holds no value or an explicit 0 (naming the tensor and entry: the mask must be
+// fixed). Written atomically.
+Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
+                                const ModelWeights& w, const std::string& out_path,
+                                const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace sparq::train

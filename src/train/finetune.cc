@@ -1,0 +1,254 @@
+// `sparq finetune` below the command line (sparq/finetune.h): loads the student and the teacher,
+// tokenizes the texts, checks a resumed state against this run, trains with TrainLoop and writes
+// the trained .sparq.
+#include "sparq/finetune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sparq/checkpoint.h"
+#include "sparq/model.h"
+
+namespace sparq::train {
+namespace {
+
+// The student must be a .sparq model: OUT is written in its formats (a GGUF or an HF folder has
+// no sparse structure to keep). Quantized values are refused before any training time is spent.
+Status CheckStudentFile(const std::string& path) {
+  auto ck = ReadCheckpoint(path);
+  if (!ck.ok()) {
+    return ck.status().WithContext("finetune: the student must be a .sparq checkpoint");
+  }
+  if (ck->metadata.find("sparq.model") == ck->metadata.end()) {
+    return InvalidInput("finetune: " + path +
+                        " has no model configuration ('sparq.model' "
+                        "metadata): the student must be a model checkpoint made by `sparq prune`");
+  }
+  for (const CheckpointTensor& ct : ck->matrices) {
+    if (IsQuantized(ct.matrix)) {
+      return Unsupported("finetune: quantized students are not supported yet (tensor " + ct.name +
+                         " of " + path + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// Distillation compares logits token by token: the teacher must number the tokens the same way.
+Status CheckTeacherVocabulary(const LlamaModel& student, const std::string& student_path,
+                              const LlamaModel& teacher, const std::string& teacher_path) {
+  const int64_t ns = student.config().n_vocab, nt = teacher.config().n_vocab;
+  if (ns != nt) {
+    return InvalidInput("finetune: the teacher " + teacher_path + " has " + std::to_string(nt) +
+                        " tokens, the student " + student_path + " has " + std::to_string(ns) +
+                        ": distillation needs the same vocabulary");
+  }
+  const auto& ts = student.tokenizer().data().tokens;
+  const auto& tt = teacher.tokenizer().data().tokens;
+  if (ts.size() != tt.size()) {
+    return InvalidInput("finetune: the tokenizer of the teacher " + teacher_path + " has " +
+                        std::to_string(tt.size()) + " tokens, that of the student " + student_path +
+                        " has " + std::to_string(ts.size()));
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i] != tt[i]) {
+      return InvalidInput("finetune: token " + std::to_string(i) + " is '" + tt[i] +
+                          "' in the teacher " + teacher_path + " and '" + ts[i] +
+                          "' in the student " + student_path +
+                          ": distillation needs the same vocabulary");
+    }
+  }
+  return Status::Ok();
+}
+
+// A resumed state must continue this run: same model shape and masks (the student), the same
+// options (a changed option would make the result differ from an uninterrupted run). The data is
+// checked by TrainLoop. checkpoint_every may change: it does not change the result.
+Status CheckResume(const std::string& path, const TrainState& s, const LlamaConfig& c,
+                   const std::vector<BlockMasks>& masks, const TrainOptions& o) {
+  const std::string pre = "finetune: --resume: " + path + " ";
+  if (s.config.ToJson() != c.ToJson()) {
+    return InvalidInput(pre + "was trained from another model (its configuration differs)");
+  }
+  if (s.masks.size() != masks.size()) {
+    return InvalidInput(pre + "was trained from another student (its masks differ)");
+  }
+  for (size_t l = 0; l < masks.size(); ++l) {
+    for (int k = 0; k < kNumSlots; ++k) {
+      std::vector<int64_t> a = s.masks[l].kept[k], b = masks[l].kept[k];
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      if (a != b) {
+        return InvalidInput(pre + "was trained from another student (the mask of blk." +
+                            std::to_string(l) + "." +
+                            std::string(SlotName(static_cast<LinearSlot>(k))) + ".weight differs)");
+      }
+    }
+  }
+  const TrainOptions& so = s.options;
+  auto differ = [&](const char* what, double then, double now) -> Status {
+    auto str = [](double x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.10g", x);
+      return std::string(buf);
+    };
+    return InvalidInput(pre + "was trained with " + what + " " + str(then) +
+                        ", this run asks for " + str(now));
+  };
+  const std::pair<const char*, std::pair<double, double>> fields[] = {
+      {"--seq-len", {double(so.seq_len), double(o.seq_len)}},
+      {"--accum", {double(so.accum), double(o.accum)}},
+      {"total steps (--tokens)", {double(so.schedule.total_steps), double(o.schedule.total_steps)}},
+      {"--warmup", {double(so.schedule.warmup_steps), double(o.schedule.warmup_steps)}},
+      {"--lr", {so.schedule.peak, o.schedule.peak}},
+      {"min lr ratio", {so.schedule.min_ratio, o.schedule.min_ratio}},
+      {"--kl", {so.kl_weight, o.kl_weight}},
+      {"--ce", {so.ce_weight, o.ce_weight}},
+      {"--tau", {so.tau, o.tau}},
+      {"weight decay", {so.adamw.weight_decay, o.adamw.weight_decay}},
+      {"max grad norm", {so.adamw.max_grad_norm, o.adamw.max_grad_norm}},
+      {"beta1", {so.adamw.beta1, o.adamw.beta1}},
+      {"beta2", {so.adamw.beta2, o.adamw.beta2}},
+      {"eps", {so.adamw.eps, o.adamw.eps}},
+  };
+  for (const auto& [what, v] : fields) {
+    if (v.first != v.second) return differ(what, v.first, v.second);
+  }
+  if (so.seed != o.seed) return InvalidInput(pre + "was trained with another --seed");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string FinetuneResult::ToJson() const {
+  nlohmann::json j = {{"steps", steps},
+                      {"start_step", start_step},
+                      {"end_step", end_step},
+                      {"data_tokens", data_tokens},
+                      {"trained_tokens", trained_tokens},
+                      {"first_loss", first_loss},
+                      {"last_loss", last_loss},
+                      {"seconds", seconds},
+                      {"wrote_out", wrote_out}};
+  return j.dump(2);
+}
+
+Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cfg,
+                                ThreadPool* pool) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (o.out.empty()) return InvalidInput("finetune: no output path (-o)");
+  if (o.tokens < 1) return InvalidInput("finetune: --tokens must be >= 1");
+  if (o.seq_len < 1 || o.accum < 1) {
+    return InvalidInput("finetune: --seq-len and --accum must be >= 1");
+  }
+  if (o.texts.empty()) return InvalidInput("finetune: no training text (--text)");
+  SPARQ_RETURN_IF_ERROR(CheckStudentFile(o.student));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel student, LlamaModel::Load(o.student, cfg));
+  const LlamaConfig c = student.config();
+
+  std::vector<int32_t> tokens;
+  std::string names;
+  for (const FinetuneText& t : o.texts) {
+    auto ids = student.tokenizer().Encode(t.text, student.tokenizer().data().add_bos);
+    if (!ids.ok()) return ids.status().WithContext("finetune: " + t.name);
+    tokens.insert(tokens.end(), ids->begin(), ids->end());
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  if (static_cast<int64_t>(tokens.size()) < o.seq_len + 1) {
+    return InvalidInput("finetune: the texts (" + names + ") hold " +
+                        std::to_string(tokens.size()) + " tokens; a training window needs " +
+                        "--seq-len + 1 = " + std::to_string(o.seq_len + 1));
+  }
+
+  TrainOptions to;
+  const int64_t per_step = o.seq_len * o.accum;
+  const int64_t steps = (o.tokens + per_step - 1) / per_step;
+  int64_t warmup = o.warmup;
+  if (warmup < 0) warmup = std::min(steps / 20, steps - 1);
+  to.schedule = {o.lr, warmup, steps, o.min_lr_ratio};
+  to.adamw.weight_decay = o.weight_decay;
+  to.adamw.max_grad_norm = o.max_grad_norm;
+  to.seq_len = o.seq_len;
+  to.accum = o.accum;
+  to.seed = o.seed;
+  to.checkpoint_every = o.checkpoint_every;
+  to.ce_weight = o.ce;
+  to.kl_weight = o.kl;
+  to.tau = o.tau;
+  SPARQ_RETURN_IF_ERROR(to.Validate(c).WithContext("finetune"));
+
+  std::optional<LlamaModel> teacher;
+  if (o.kl > 0) {
+    if (o.teacher.empty()) return InvalidInput("finetune: --kl > 0 needs a --teacher");
+    auto t = LlamaModel::Load(o.teacher, cfg);
+    if (!t.ok()) return t.status().WithContext("finetune: teacher");
+    teacher.emplace(std::move(*t));
+    SPARQ_RETURN_IF_ERROR(CheckTeacherVocabulary(student, o.student, *teacher, o.teacher));
+  }
+
+  const std::string state_path = o.state_path.empty() ? o.out + ".state" : o.state_path;
+  SPARQ_ASSIGN_OR_RETURN(TrainableModel tm, FromLlamaModel(student, pool));
+  student = LlamaModel();  // the f32 masters replace it
+  TrainState state;
+  if (o.resume) {
+    SPARQ_ASSIGN_OR_RETURN(state, LoadTrainState(state_path));
+    SPARQ_RETURN_IF_ERROR(CheckResume(state_path, state, c, tm.masks, to));
+    state.options.checkpoint_every = o.checkpoint_every;
+  } else {
+    SPARQ_ASSIGN_OR_RETURN(state, NewTrainState(c, std::move(tm.weights), std::move(tm.masks), to));
+  }
+  tm = TrainableModel();
+
+  FinetuneResult r;
+  r.steps = steps;
+  r.start_step = state.step();
+  r.data_tokens = static_cast<int64_t>(tokens.size());
+  TrainLoopOptions lo;
+  lo.stop_at = o.stop_at;
+  lo.checkpoint_path = state_path;
+  lo.progress = [&](const TrainProgress& p) {
+    if (p.step == r.start_step + 1) r.first_loss = p.loss;
+    r.last_loss = p.loss;
+    if (o.progress) o.progress(p);
+  };
+  std::optional<KvCache> cache;
+  if (teacher) {
+    SPARQ_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(teacher->config(), o.seq_len));
+    cache.emplace(std::move(kv));
+    lo.teacher = [&](std::span<const int32_t> in, std::span<float> logits) -> Status {
+      cache->Clear();  // each window is its own sequence from position 0
+      return teacher->Forward(in, &*cache, logits.data(), /*all_logits=*/true, pool);
+    };
+  }
+  const Status st = TrainLoop(&state, tokens, lo);
+  if (!st.ok()) {
+    // *state holds the last completed step: keep it, so that the run is not lost.
+    if (state.step() > r.start_step && SaveTrainState(state_path, state).ok()) {
+      return Status(st.code(), "finetune: training stopped: " + st.message() + "; the state of " +
+                                   "step " + std::to_string(state.step()) + " is saved in " +
+                                   state_path);
+    }
+    return st.WithContext("finetune: training stopped");
+  }
+  r.end_step = state.step();
+  r.trained_tokens = (r.end_step - r.start_step) * per_step;
+  if (state.step() >= steps) {
+    nlohmann::json how = {
+        {"student", o.student}, {"teacher", o.teacher}, {"steps", steps},
+        {"seq_len", o.seq_len}, {"accum", o.accum},     {"lr", o.lr},
+        {"warmup", warmup},     {"kl", o.kl},           {"ce", o.ce},
+        {"tau", o.tau},         {"seed", o.seed},       {"data_tokens", r.data_tokens}};
+    SPARQ_RETURN_IF_ERROR(WriteFinetunedCheckpoint(o.student, c, state.weights, o.out,
+                                                   {{"sparq.finetune", how.dump()}}));
+    r.wrote_out = true;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace sparq::train

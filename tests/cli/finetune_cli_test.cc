@@ -1,0 +1,98 @@
+// `sparq finetune` as a command on tiny .sparq files (tests/train/finetune_testutil.h): a run
+// prints a progress line per step on stderr and a summary on stdout, --json is the summary alone,
+// --stop-at then --resume writes the same OUT as an uninterrupted run, and the error cases exit 1
+// with one line naming the problem.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/cli/cli_testutil.h"
+#include "tests/train/finetune_testutil.h"
+
+namespace sparq {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunSplit;
+using testing::Slurp;
+
+class FinetuneCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::TempDir() + "/finetune_cli_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(*dir_);
+    train::testing::WriteTinySparq(*dir_ + "/student.sparq", 1, train::testing::MixedStore);
+    train::testing::WriteTinySparq(*dir_ + "/teacher.sparq", 2, train::testing::AllDense);
+    train::testing::WriteTinySparq(*dir_ + "/teacher12.sparq", 3, train::testing::AllDense, 12);
+    std::ofstream(*dir_ + "/text.txt") << train::testing::LetterText(2000, 7);
+    std::ofstream(*dir_ + "/short.txt") << "abc";
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  // 8 steps of 2 windows of 8 tokens.
+  // rate: the --lr / --warmup flags (CLI11 takes an option once).
+  std::string Args(const std::string& out, const std::string& teacher = "teacher.sparq",
+                   const std::string& text = "text.txt",
+                   const std::string& rate = "--lr 5e-3 --warmup 2") const {
+    return "finetune " + *dir_ + "/student.sparq --teacher " + *dir_ + "/" + teacher + " --text " +
+           *dir_ + "/" + text + " --tokens 128 --seq-len 8 --accum 2 --ce 1 --seed 3 --threads 1 " +
+           rate + " -o " + *dir_ + "/" + out;
+  }
+  static std::string* dir_;
+};
+std::string* FinetuneCliTest::dir_ = nullptr;
+
+TEST_F(FinetuneCliTest, TrainsWithAProgressLinePerStepAndResumesToTheSameFile) {
+  std::string out, err;
+  ASSERT_EQ(RunSplit(Args("full.sparq"), &out, &err), 0) << err;
+  EXPECT_THAT(err, HasSubstr("step 1/8  loss ")) << err;
+  EXPECT_THAT(err, HasSubstr("step 8/8  loss ")) << err;
+  EXPECT_THAT(err, HasSubstr("tok/s  ETA ")) << err;
+  EXPECT_THAT(out, HasSubstr("trained steps 1..8 of 8")) << out;
+
+  ASSERT_EQ(RunSplit(Args("part.sparq") + " --checkpoint-every 2 --stop-at 3", &out, &err), 0)
+      << err;
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/part.sparq"));
+  ASSERT_EQ(RunSplit(Args("part.sparq") + " --resume --json", &out, &err), 0) << err;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["start_step"], 3);
+  EXPECT_EQ(j["end_step"], 8);
+  EXPECT_EQ(j["wrote_out"], true);
+  EXPECT_TRUE(Slurp(*dir_ + "/full.sparq") == Slurp(*dir_ + "/part.sparq"));
+
+  // Another rate on the same state: refused, naming the option.
+  ASSERT_EQ(RunSplit(Args("part.sparq", "teacher.sparq", "text.txt", "--lr 1e-3 --warmup 2") +
+                         " --resume",
+                     &out, &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("--resume")) << err;
+  EXPECT_THAT(err, HasSubstr("--lr")) << err;
+}
+
+TEST_F(FinetuneCliTest, ErrorsExitOneWithOneLine) {
+  std::string out, err;
+  EXPECT_EQ(RunSplit(Args("x.sparq", "teacher12.sparq"), &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("teacher12.sparq")) << err;
+  EXPECT_THAT(err, HasSubstr("student.sparq")) << err;
+  EXPECT_EQ(RunSplit(Args("x.sparq", "teacher.sparq", "short.txt"), &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("short.txt")) << err;
+  EXPECT_EQ(RunSplit(Args("x.sparq", "teacher.sparq", "text.txt", "--lr 1e30 --warmup 0") +
+                         " --max-grad-norm 0",
+                     &out, &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("training stopped")) << err;
+  EXPECT_THAT(err, HasSubstr("x.sparq.state")) << err;
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/x.sparq"));
+  EXPECT_EQ(RunSplit(Args("y.sparq") + " --resume", &out, &err), 1);  // no state file
+  EXPECT_THAT(err, HasSubstr("y.sparq.state")) << err;
+}
+
+}  // namespace
+}  // namespace sparq

@@ -1,0 +1,325 @@
+// `sparq finetune` below the command line (sparq/finetune.h) on tiny .sparq files: the loss falls;
+// OUT keeps every matrix's format, structure, pattern and value dtype, its permutations, and every
+// pruned weight is 0; OUT holds the trained weights (bf16 rounded); a run stopped and resumed
+// writes the same bytes as an uninterrupted one; the error cases name what is wrong.
+#include "sparq/finetune.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "sparq/checkpoint.h"
+#include "sparq/dtype.h"
+#include "sparq/format.h"
+#include "sparq/kernel_config.h"
+#include "sparq/model.h"
+#include "sparq/train_loop.h"
+#include "tests/train/finetune_testutil.h"
+
+namespace sparq::train {
+namespace {
+
+using testing::AllDense;
+using testing::LetterText;
+using testing::MixedStore;
+using testing::WriteTinySparq;
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/sparq_finetune_" + std::to_string(::getpid()) + "_" + name;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+class FinetuneTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    student_ = new std::string(TempPath("student.sparq"));
+    teacher_ = new std::string(TempPath("teacher.sparq"));
+    WriteTinySparq(*student_, 1, MixedStore);
+    WriteTinySparq(*teacher_, 2, AllDense);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*student_);
+    std::filesystem::remove(*teacher_);
+    delete student_;
+    delete teacher_;
+  }
+  // 30 steps of 2 windows of 8 tokens, KL + CE.
+  FinetuneOptions Options(const std::string& out) const {
+    FinetuneOptions o;
+    o.student = *student_;
+    o.teacher = *teacher_;
+    o.texts = {{"letters.txt", LetterText(2000, 7)}};
+    o.out = out;
+    o.tokens = 30 * 16;
+    o.seq_len = 8;
+    o.accum = 2;
+    o.lr = 5e-3;
+    o.warmup = 3;
+    o.kl = 1.0;
+    o.ce = 1.0;
+    o.seed = 11;
+    return o;
+  }
+  Result<FinetuneResult> Run(const FinetuneOptions& o) { return Finetune(o, cfg_, &pool_); }
+
+  static std::string* student_;
+  static std::string* teacher_;
+  KernelConfig cfg_ = KernelConfig::FromMachine().value();
+  ThreadPool pool_{1};
+};
+std::string* FinetuneTest::student_ = nullptr;
+std::string* FinetuneTest::teacher_ = nullptr;
+
+TEST_F(FinetuneTest, LossFallsAndOutKeepsFormatsPatternsAndMasks) {
+  const std::string out = TempPath("out.sparq");
+  FinetuneOptions o = Options(out);
+  std::vector<double> losses;
+  o.progress = [&](const TrainProgress& p) { losses.push_back(p.loss); };
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->steps, 30);
+  EXPECT_TRUE(r->wrote_out);
+  ASSERT_EQ(losses.size(), 30u);
+  double head = 0, tail = 0;
+  for (int i = 0; i < 5; ++i) {
+    head += losses[i] / 5;
+    tail += losses[losses.size() - 1 - i] / 5;
+  }
+  std::printf("  loss: first 5 steps %.4f, last 5 steps %.4f\n", head, tail);
+  EXPECT_LT(tail, 0.8 * head);
+
+  auto a = ReadCheckpoint(*student_);
+  auto b = ReadCheckpoint(out);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  ASSERT_EQ(a->matrices.size(), b->matrices.size());
+  auto state = LoadTrainState(out + ".state");
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  int changed = 0;
+  for (size_t i = 0; i < a->matrices.size(); ++i) {
+    const CheckpointTensor& x = a->matrices[i];
+    const CheckpointTensor& y = b->matrices[i];
+    SCOPED_TRACE(x.name);
+    ASSERT_EQ(x.name, y.name);
+    EXPECT_EQ(KindOf(x.matrix), KindOf(y.matrix));
+    EXPECT_EQ(x.pattern.ToString(), y.pattern.ToString());
+    EXPECT_EQ(ValueDType(x.matrix), ValueDType(y.matrix));
+    ASSERT_EQ(Rows(x.matrix), Rows(y.matrix));
+    ASSERT_EQ(Cols(x.matrix), Cols(y.matrix));
+    if (KindOf(x.matrix) == FormatKind::kNM) {  // the structure is kept bit for bit
+      const Tensor& mx = std::get<NmMatrix>(x.matrix).meta;
+      const Tensor& my = std::get<NmMatrix>(y.matrix).meta;
+      ASSERT_EQ(mx.nbytes(), my.nbytes());
+      EXPECT_EQ(std::memcmp(mx.data(), my.data(), mx.nbytes()), 0);
+    }
+    if (KindOf(x.matrix) == FormatKind::kCsr) {
+      const auto& cx = std::get<CsrMatrix>(x.matrix);
+      const auto& cy = std::get<CsrMatrix>(y.matrix);
+      EXPECT_EQ(std::memcmp(cx.col_idx.data(), cy.col_idx.data(), cx.col_idx.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(cx.row_ptr.data(), cy.row_ptr.data(), cx.row_ptr.nbytes()), 0);
+    }
+    const Tensor dx = ToDense(x.matrix), dy = ToDense(y.matrix);
+    const float* px = dx.data_as<float>();
+    const float* py = dy.data_as<float>();
+    const int64_t m = Rows(x.matrix), k = Cols(x.matrix);
+    // The trained weights in the stored column order, rounded as stored.
+    const int64_t l = x.name[4] - '0';
+    int slot = 0;
+    while (x.name != "blk." + std::to_string(l) + "." +
+                         std::string(SlotName(static_cast<LinearSlot>(slot))) + ".weight") {
+      ++slot;
+    }
+    const std::vector<float>& tw = state->weights.blocks[l].linear[slot];
+    const NamedTensor* perm = a->FindTensor(x.name + ".perm");
+    const NamedTensor* perm_out = b->FindTensor(x.name + ".perm");
+    ASSERT_EQ(perm == nullptr, perm_out == nullptr);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t src = perm ? perm->tensor.data_as<int32_t>()[j] : j;
+        if (perm) {
+          EXPECT_EQ(perm->tensor.data_as<int32_t>()[j], perm_out->tensor.data_as<int32_t>()[j]);
+        }
+        float want = tw[r * k + src];
+        if (ValueDType(x.matrix) == DType::kBF16) want = BF16ToF32(F32ToBF16(want));
+        if (KindOf(x.matrix) == FormatKind::kDense && r * k + j == 1) {
+          EXPECT_NE(py[1], 0.0f) << "a dense slot's exact 0 trains";
+        } else if (px[r * k + j] == 0.0f) {
+          ASSERT_EQ(py[r * k + j], 0.0f) << "pruned weight (" << r << ", " << j << ")";
+        }
+        ASSERT_EQ(py[r * k + j], want) << "(" << r << ", " << j << ")";
+        changed += py[r * k + j] != px[r * k + j];
+      }
+    }
+  }
+  EXPECT_GT(changed, 100);
+  // Plain tensors keep their dtypes and hold the trained values.
+  const NamedTensor* emb = b->FindTensor("token_embd.weight");
+  ASSERT_NE(emb, nullptr);
+  EXPECT_EQ(std::memcmp(emb->tensor.data(), state->weights.token_embd.data(), emb->tensor.nbytes()),
+            0);
+  EXPECT_EQ(b->metadata.at("sparq.model"), a->metadata.at("sparq.model"));
+  EXPECT_EQ(b->metadata.at("sparq.tokenizer"), a->metadata.at("sparq.tokenizer"));
+  EXPECT_NE(b->metadata.find("sparq.finetune"), b->metadata.end());
+  // OUT loads and runs.
+  auto model = LlamaModel::Load(out, cfg_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::filesystem::remove(out);
+  std::filesystem::remove(out + ".state");
+}
+
+TEST_F(FinetuneTest, StoppedAndResumedEqualsAnUninterruptedRunBitForBit) {
+  const std::string full = TempPath("full.sparq"), part = TempPath("part.sparq");
+  FinetuneOptions o = Options(full);
+  o.tokens = 10 * 16;
+  o.checkpoint_every = 3;
+  ASSERT_TRUE(Run(o).ok());
+  o.out = part;
+  o.stop_at = 4;
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->wrote_out);
+  EXPECT_FALSE(std::filesystem::exists(part));
+  ASSERT_TRUE(std::filesystem::exists(part + ".state"));
+
+  // A resume with other options or data is refused, naming the difference.
+  FinetuneOptions bad = o;
+  bad.stop_at = -1;
+  bad.resume = true;
+  bad.lr = 1e-3;
+  auto e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--lr"), std::string::npos) << e.status().ToString();
+  bad = o;
+  bad.stop_at = -1;
+  bad.resume = true;
+  bad.texts = {{"other.txt", LetterText(2000, 8)}};
+  e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("same data"), std::string::npos) << e.status().ToString();
+
+  // ... or with another student (other masks).
+  const std::string other = TempPath("other_student.sparq");
+  WriteTinySparq(other, 5, MixedStore);
+  bad = o;
+  bad.stop_at = -1;
+  bad.resume = true;
+  bad.student = other;
+  e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("another student"), std::string::npos)
+      << e.status().ToString();
+  std::filesystem::remove(other);
+
+  o.stop_at = -1;
+  o.resume = true;
+  r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->start_step, 4);
+  EXPECT_EQ(r->end_step, 10);
+  const std::string a = ReadAll(full), b = ReadAll(part);
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "resumed OUT differs from the uninterrupted run's";
+  for (const std::string& p : {full, part, full + ".state", part + ".state"}) {
+    std::filesystem::remove(p);
+  }
+}
+
+TEST_F(FinetuneTest, ATeacherWithAnotherVocabularyIsRefusedNamingBothFiles) {
+  const std::string other = TempPath("teacher12.sparq");
+  WriteTinySparq(other, 3, AllDense, /*n_vocab=*/12);
+  FinetuneOptions o = Options(TempPath("never.sparq"));
+  o.teacher = other;
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find(other), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(*student_), std::string::npos) << r.status().ToString();
+  std::filesystem::remove(other);
+}
+
+TEST_F(FinetuneTest, TooFewTokensIsRefused) {
+  FinetuneOptions o = Options(TempPath("never.sparq"));
+  o.texts = {{"short.txt", "abcd"}};
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find("short.txt"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("--seq-len + 1 = 9"), std::string::npos);
+}
+
+// A diverging run (an absurd rate): the first update blows the weights up, the next loss is not
+// finite; the run stops with an error and the state of the last good step is kept.
+TEST_F(FinetuneTest, ANonFiniteLossStopsAndKeepsTheLastGoodState) {
+  const std::string out = TempPath("nan.sparq");
+  FinetuneOptions o = Options(out);
+  o.lr = 1e30;
+  o.warmup = 0;
+  o.max_grad_norm = 0;
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find("training stopped"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(out));
+  auto s = LoadTrainState(out + ".state");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_GE(s->step(), 1);
+  std::filesystem::remove(out + ".state");
+}
+
+TEST_F(FinetuneTest, AStudentThatIsNotASparqModelIsRefused) {
+  const std::string bad = TempPath("not_a_model.sparq");
+  std::ofstream(bad) << "not a checkpoint";
+  FinetuneOptions o = Options(TempPath("never.sparq"));
+  o.student = bad;
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().ToString();
+  std::filesystem::remove(bad);
+}
+
+TEST_F(FinetuneTest, AQuantizedStudentIsRefusedNamingTheTensor) {
+  const std::string q = TempPath("int8.sparq");
+  WriteTinySparq(q, 1, testing::MixedWithInt8);
+  FinetuneOptions o = Options(TempPath("never.sparq"));
+  o.student = q;
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("finetune: quantized students are not supported yet "
+                                      "(tensor blk.1.ffn_up.weight"),
+            std::string::npos)
+      << r.status().ToString();
+  std::filesystem::remove(q);
+}
+
+// The writer refuses a trained weight where the student has none: the mask is fixed.
+TEST_F(FinetuneTest, WritingANonzeroPrunedWeightNamesTheTensor) {
+  LlamaConfig c = testing::TinyConfig();
+  auto model = LlamaModel::Load(*student_, cfg_);
+  ASSERT_TRUE(model.ok());
+  auto tm = FromLlamaModel(*model, &pool_);
+  ASSERT_TRUE(tm.ok());
+  // blk.0.attn_q (slot 0) is 2:4: its weight (0, j) for some pruned j.
+  std::vector<float>& q = tm->weights.blocks[0].linear[0];
+  int64_t pruned = 0;
+  while (q[pruned] != 0.0f) ++pruned;
+  q[pruned] = 0.5f;
+  const Status st = WriteFinetunedCheckpoint(*student_, c, tm->weights, TempPath("never.sparq"));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("blk.0.attn_q.weight"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("pruned"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace sparq::train

@@ -1,0 +1,127 @@
+// `sparq finetune STUDENT.sparq --teacher MODEL --text FILE --tokens T -o OUT.sparq`: trains a
+// pruned student with its masks fixed, by distillation and / or cross-entropy
+// (sparq/finetune.h), and writes it in the student's formats.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "sparq/finetune.h"
+#include "sparq/model.h"
+#include "tools/command.h"
+#include "tools/json_output.h"
+
+namespace sparq::cli {
+namespace {
+
+struct FinetuneCliOptions {
+  train::FinetuneOptions lib;
+  std::vector<std::string> text_files;
+  int threads = 0;
+  JsonOutput json;
+};
+
+std::string Clock(double seconds) {
+  const auto s = static_cast<long long>(std::max(0.0, seconds) + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
+  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreads());
+  for (const std::string& f : o.text_files) {
+    SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(f));
+    o.lib.texts.push_back({f, std::move(text)});
+  }
+  // One line per step on a log, one line redrawn on a terminal; the ETA from this call's mean
+  // step time (a resumed run's first steps are not in it).
+  const bool tty = ::isatty(2) != 0;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t first_step = -1;
+  o.lib.progress = [&](const train::TrainProgress& p) {
+    if (first_step < 0) first_step = p.step - 1;
+    const double el =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double per = el / static_cast<double>(p.step - first_step);
+    std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3g  %.0f tok/s  ETA %s%s",
+                 tty ? "\r" : "", static_cast<long long>(p.step),
+                 static_cast<long long>(p.total_steps), p.loss, p.lr, p.grad_norm, p.tokens_per_s,
+                 Clock(per * static_cast<double>(p.total_steps - p.step)).c_str(),
+                 tty ? "   " : "\n");
+    if (tty && p.step == p.total_steps) std::fprintf(stderr, "\n");
+  };
+  SPARQ_ASSIGN_OR_RETURN(train::FinetuneResult r, train::Finetune(o.lib, cfg, &pool));
+  SPARQ_RETURN_IF_ERROR(o.json.Write(r.ToJson()));
+  if (o.json.to_stdout()) return Status::Ok();
+  if (r.end_step == r.start_step) {
+    std::printf("nothing left to train (the state is at step %lld of %lld); wrote %s\n",
+                static_cast<long long>(r.end_step), static_cast<long long>(r.steps),
+                o.lib.out.c_str());
+    return Status::Ok();
+  }
+  const std::string state = o.lib.state_path.empty() ? o.lib.out + ".state" : o.lib.state_path;
+  const std::string wrote =
+      r.wrote_out ? "wrote " + o.lib.out : "stopped; the state is in " + state;
+  std::printf(
+      "trained steps %lld..%lld of %lld (%lld tokens of %lld in the texts); loss %.4f -> "
+      "%.4f; %.1f s; %s\n",
+      static_cast<long long>(r.start_step + 1), static_cast<long long>(r.end_step),
+      static_cast<long long>(r.steps), static_cast<long long>(r.trained_tokens),
+      static_cast<long long>(r.data_tokens), r.first_loss, r.last_loss, r.seconds, wrote.c_str());
+  return Status::Ok();
+}
+
+Registrar reg(
+    "finetune", "Train a pruned .sparq student with its masks fixed (distillation / cross-entropy)",
+    [](CLI::App& sub) -> RunFn {
+      auto o = std::make_shared<FinetuneCliOptions>();
+      train::FinetuneOptions& l = o->lib;
+      sub.footer(
+          "Trains every weight of the student (embedding, norms, the kept weights of sparse "
+          "layers, all of dense ones) in f32 with AdamW, warmup + cosine; pruned weights stay 0. "
+          "OUT keeps the student's formats, patterns and value types (bf16 rounded from the f32 "
+          "masters). Not yet: quantized (int8 / int4) students, untied output heads.");
+      sub.add_option("student", l.student, "Pruned student (.sparq)")->required();
+      sub.add_option("--teacher", l.teacher,
+                     "Teacher (.gguf / .sparq / HF folder; same vocabulary); needed with --kl > 0");
+      sub.add_option("--text", o->text_files, "Training text (UTF-8); repeatable")->required();
+      sub.add_option("--tokens", l.tokens, "Tokens to train on (steps = T / (seq-len x accum))")
+          ->required()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      sub.add_option("--seq-len", l.seq_len, "Tokens per window")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      sub.add_option("--accum", l.accum, "Windows per step (gradient accumulation)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      sub.add_option("--lr", l.lr, "Peak learning rate")->capture_default_str();
+      sub.add_option("--warmup", l.warmup, "Warmup steps (default: 5% of the steps)");
+      sub.add_option("--kl", l.kl, "Weight of KL(teacher || student)")->capture_default_str();
+      sub.add_option("--ce", l.ce, "Weight of the next-token cross-entropy")->capture_default_str();
+      sub.add_option("--tau", l.tau, "Distillation temperature")->capture_default_str();
+      sub.add_option("--weight-decay", l.weight_decay, "AdamW weight decay")->capture_default_str();
+      sub.add_option("--max-grad-norm", l.max_grad_norm, "Gradient clipping (0: none)")
+          ->capture_default_str();
+      sub.add_option("--seed", l.seed, "Seed of the data order")->capture_default_str();
+      sub.add_option("--threads", o->threads, "Threads (the teacher's forward)");
+      sub.add_option("--checkpoint-every", l.checkpoint_every,
+                     "Save the train state every N steps (0: at the end only)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      sub.add_option("--state", l.state_path, "Train state file (default: OUT.state)");
+      sub.add_flag("--resume", l.resume,
+                   "Continue from the train state (same student, data, "
+                   "options: ends as an uninterrupted run)");
+      sub.add_option("--stop-at", l.stop_at,
+                     "Stop after this step, keeping the state, without writing OUT")
+          ->group("");
+      o->json.Register(sub, "the run's summary");
+      sub.add_option("-o,--output", l.out, "Output .sparq")->required();
+      return [o](const KernelConfig& cfg) { return RunFinetune(*o, cfg); };
+    });
+
+}  // namespace
+}  // namespace sparq::cli
