@@ -160,7 +160,7 @@ TEST_F(GgufAsStoredTest, EveryLayerMatchesTheF32SumWithinTheRoundingBound) {
 // The per-layer check above bounds each product; through 30 blocks (RMSNorm, softmax, SiLU) those
 // differences are not bounded by a closed form, so the model-level check compares what a user
 // reads. Rounding noise of ~1e-6 relative per logit moves a mean over 1,023 log-likelihoods by far
-// less than 1e-4 relative, while a wrong nibble order, sign convention or dropped min moves it by
+// less than 1e-5 relative, while a wrong nibble order, sign convention or dropped min moves it by
 // orders of magnitude more (re-rounding only the head to int8:g64 already costs +0.10%).
 TEST_F(GgufAsStoredTest, PerplexityMatchesTheF32Load) {
   SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
@@ -175,7 +175,8 @@ TEST_F(GgufAsStoredTest, PerplexityMatchesTheF32Load) {
   ASSERT_TRUE(a.ok() && q.ok());
   std::printf("perplexity on 1,024 WikiText tokens: f32 %.6f, as stored %.6f (%+.2e relative)\n",
               a->perplexity, q->perplexity, q->perplexity / a->perplexity - 1.0);
-  EXPECT_NEAR(q->perplexity / a->perplexity, 1.0, 1e-4);
+  // Measured +3.7e-7 relative (AVX3_DL); 1e-5 leaves room for other targets' summation orders.
+  EXPECT_NEAR(q->perplexity / a->perplexity, 1.0, 1e-5);
 }
 
 }  // namespace
