@@ -15,7 +15,7 @@
 namespace sparq {
 namespace {
 
-class GgufAsStoredTest : public ::testing::Test {
+class LlamaGgufAsStoredTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     path_ = testing::SmolLmPath();
@@ -40,13 +40,13 @@ class GgufAsStoredTest : public ::testing::Test {
   static LlamaModel* f32_;
   static LlamaModel* stored_;
 };
-std::string GgufAsStoredTest::path_;
-LlamaModel* GgufAsStoredTest::f32_ = nullptr;
-LlamaModel* GgufAsStoredTest::stored_ = nullptr;
+std::string LlamaGgufAsStoredTest::path_;
+LlamaModel* LlamaGgufAsStoredTest::f32_ = nullptr;
+LlamaModel* LlamaGgufAsStoredTest::stored_ = nullptr;
 
 // What the file holds (checked, so the expectations below follow from it): Q4_1 blocks, a Q8_0
 // token embedding that is also the head.
-TEST_F(GgufAsStoredTest, FileHoldsQ41BlocksAndAQ80TiedEmbedding) {
+TEST_F(LlamaGgufAsStoredTest, FileHoldsQ41BlocksAndAQ80TiedEmbedding) {
   auto f = GgufFile::Open(path_);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   ASSERT_TRUE(stored_->config().tied_output);
@@ -62,7 +62,7 @@ TEST_F(GgufAsStoredTest, FileHoldsQ41BlocksAndAQ80TiedEmbedding) {
 }
 
 // Every block linear is dense int4:g32, the head dense int8:g32; the default load is still f32.
-TEST_F(GgufAsStoredTest, FormatsAndValues) {
+TEST_F(LlamaGgufAsStoredTest, FormatsAndValues) {
   for (const LlamaBlock& b : stored_->weights().blocks) {
     for (const LinearWeight& lw : b.linear) {
       EXPECT_EQ(lw.format(), "dense int4:g32");
@@ -86,7 +86,7 @@ TEST_F(GgufAsStoredTest, FormatsAndValues) {
 // f32 min per 32 values (the kernels' copies of the file's f16s): 3/4 byte per weight. The
 // int8:g32 head: 1 byte per code plus an f32 scale per 32: 9/8 byte per weight. Every k here is a
 // multiple of 32 (and of the kernels' 16-column chunk), so no row is padded.
-TEST_F(GgufAsStoredTest, WeightBytesAreCodesScalesAndMins) {
+TEST_F(LlamaGgufAsStoredTest, WeightBytesAreCodesScalesAndMins) {
   const LlamaConfig& c = stored_->config();
   uint64_t linears = 0;
   for (int s = 0; s < kNumSlots; ++s) {
@@ -114,7 +114,7 @@ TEST_F(GgufAsStoredTest, WeightBytesAreCodesScalesAndMins) {
 // kernels compute each weight from its code in f32 (at most one rounding off the reference
 // weight, |dw| <= eps |w|) and add K products in f32 in some order: |y - ref| <= (K + 1) eps
 // sum_k |w_k x_k| to first order; twice that is the bound.
-TEST_F(GgufAsStoredTest, EveryLayerMatchesTheF32SumWithinTheRoundingBound) {
+TEST_F(LlamaGgufAsStoredTest, EveryLayerMatchesTheF32SumWithinTheRoundingBound) {
   std::mt19937 rng(27);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<std::pair<const LinearWeight*, const LinearWeight*>> pairs;
@@ -162,7 +162,7 @@ TEST_F(GgufAsStoredTest, EveryLayerMatchesTheF32SumWithinTheRoundingBound) {
 // reads. Rounding noise of ~1e-6 relative per logit moves a mean over 1,023 log-likelihoods by far
 // less than 1e-5 relative, while a wrong nibble order, sign convention or dropped min moves it by
 // orders of magnitude more (re-rounding only the head to int8:g64 already costs +0.10%).
-TEST_F(GgufAsStoredTest, PerplexityMatchesTheF32Load) {
+TEST_F(LlamaGgufAsStoredTest, PerplexityMatchesTheF32Load) {
   SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
   const std::string wiki = testing::ReadFileOrEmpty(testing::DataText("wikitext-2-raw-test.txt"));
   auto ids = f32_->tokenizer().Encode(wiki.substr(0, 20000));
