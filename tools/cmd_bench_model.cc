@@ -3,7 +3,8 @@
 // [--no-dense-bf16]`: prefill and decode tokens/s, file and weight bytes, bits per weight and
 // (with --ppl-text) perplexity per model, runs interleaved across models and medians taken;
 // beside the first model, that model with its linear layers stored dense bf16
-// (StoreLinearsAsBf16), so that what bf16 storage buys is not credited to sparsity; optionally
+// (StoreLinearsAsBf16), so that what bf16 storage buys is not credited to sparsity, and, for a GGUF
+// with Q4_0 / Q4_1 / Q8_0 weights, that model with them run as stored; optionally
 // llama.cpp on the first model (bench/peers/llama_cpp_bench.py), interleaved with sparq's runs
 // and scoring the same token ids. The rows' keys are in docs/bench-json.md.
 
@@ -52,7 +53,7 @@ std::string Base(std::string p) {
 
 struct BenchRow {
   std::string name;     // "model" key
-  std::string variant;  // "as_stored" | "dense_bf16"
+  std::string variant;  // "as_stored" | "dense_bf16" | "as_stored_quant"
   std::string path;     // the file or folder ("" for a variant made in memory)
 };
 
@@ -107,6 +108,20 @@ Result<GgufSummary> SummarizeGguf(const std::string& path) {
   return s;
 }
 
+// True for a GGUF with a 2-D Q4_0 / Q4_1 / Q8_0 tensor (LoadOptions::gguf_values = kAsStored keeps
+// those as stored); false for other files, folders and GGUFs with none.
+bool HasAsStoredTensors(const std::string& path) {
+  auto f = GgufFile::Open(path);
+  if (!f.ok()) return false;
+  for (const GgufTensorInfo& t : f->tensors()) {
+    if (t.ne.size() == 2 &&
+        (t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ4_1 || t.type == GgmlType::kQ8_0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Runs the llama.cpp peer script once; its JSON row, or an error with what it printed.
 Result<nlohmann::json> RunPeer(const std::string& cmd) {
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -133,16 +148,26 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
     SPARQ_ASSIGN_OR_RETURN(LlamaModel lm, LlamaModel::Load(m, cfg));
     models.push_back(std::move(lm));
     names.push_back({Base(m), "as_stored", m});
-    if (names.size() > 1 || o.no_dense_bf16) continue;
-    // The first model again, its linear layers dense bf16; a first model that is not dense f32
-    // (a pruned checkpoint) has no such row.
-    SPARQ_ASSIGN_OR_RETURN(LlamaModel bf, LlamaModel::Load(m, cfg));
-    if (Status st = StoreLinearsAsBf16(&bf); !st.ok()) {
-      std::fprintf(stderr, "no dense bf16 row: %s\n", st.message().c_str());
-      continue;
+    if (names.size() > 1) continue;
+    if (!o.no_dense_bf16) {
+      // The first model again, its linear layers dense bf16; a first model that is not dense f32
+      // (a pruned checkpoint) has no such row.
+      SPARQ_ASSIGN_OR_RETURN(LlamaModel bf, LlamaModel::Load(m, cfg));
+      if (Status st = StoreLinearsAsBf16(&bf); !st.ok()) {
+        std::fprintf(stderr, "no dense bf16 row: %s\n", st.message().c_str());
+      } else {
+        models.push_back(std::move(bf));
+        names.push_back({Base(m) + " [dense bf16]", "dense_bf16", ""});
+      }
     }
-    models.push_back(std::move(bf));
-    names.push_back({Base(m) + " [dense bf16]", "dense_bf16", ""});
+    // A GGUF whose linear layers are Q4_0 / Q4_1 / Q8_0: again with them run as stored, the row
+    // that sits beside llama.cpp's on the same bytes.
+    if (HasAsStoredTensors(m)) {
+      SPARQ_ASSIGN_OR_RETURN(LlamaModel q,
+                             LlamaModel::Load(m, cfg, {.gguf_values = GgufValues::kAsStored}));
+      models.push_back(std::move(q));
+      names.push_back({Base(m) + " [as stored]", "as_stored_quant", m});  // the file it runs
+    }
   }
   for (size_t i = 1; i < models.size(); ++i) {
     if (models[i].config().n_vocab != models[0].config().n_vocab) {

@@ -7,6 +7,7 @@
 #include "sparq/model.h"
 #include "sparq/progress.h"
 #include "tools/command.h"
+#include "tools/gguf_values_flag.h"
 #include "tools/json_output.h"
 
 namespace sparq::cli {
@@ -20,6 +21,7 @@ struct EvalOptions {
   JsonOutput json;
   bool tokenize_only = false;
   std::string tokens_out, argmax_out;
+  GgufValues gguf_values = GgufValues::kF32;
 };
 
 Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
@@ -34,7 +36,7 @@ Status RunEval(const EvalOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.text));
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg, {o.gguf_values}));
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.tokenizer().Encode(text));
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
   if (!o.tokens_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.tokens_out, ids));
@@ -82,6 +84,7 @@ Registrar reg("eval", "Perplexity of a model (GGUF, .sparq or HF folder) on a te
                                "Write the greedy next-token choice at every predicted position");
                 sub.add_flag("--tokenize-only", o->tokenize_only,
                              "Only tokenize (with --tokens-out: dump the ids), no evaluation");
+                AddGgufValuesOption(sub, &o->gguf_values);
                 o->json.Register(sub, "{\"perplexity\", \"tokens\", \"ctx\", ...}");
                 return [o](const KernelConfig& cfg) { return RunEval(*o, cfg); };
               });

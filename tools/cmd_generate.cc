@@ -10,6 +10,7 @@
 #include "sparq/chat.h"
 #include "sparq/model.h"
 #include "tools/command.h"
+#include "tools/gguf_values_flag.h"
 
 namespace sparq::cli {
 namespace {
@@ -23,6 +24,7 @@ struct GenOptions {
   int threads = 0;
   bool raw = false;
   bool chat = false;  // the default, spelled out (kept for older command lines)
+  GgufValues gguf_values = GgufValues::kF32;
 };
 
 struct PromptIds {
@@ -58,7 +60,7 @@ Result<PromptIds> PromptTokens(const GenOptions& o, const Tokenizer& tok) {
 Status RunGenerate(const GenOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg));
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg, {o.gguf_values}));
   const Tokenizer& tok = model.tokenizer();
   SPARQ_ASSIGN_OR_RETURN(PromptIds prompt, PromptTokens(o, tok));
   GenerateOptions g;
@@ -105,6 +107,7 @@ Registrar reg("generate", "Generate text from a prompt (greedy or sampled)",
                 sub.add_flag("--chat", o->chat,
                              "Apply the model's chat template (the default; kept as an alias)")
                     ->excludes(raw);
+                AddGgufValuesOption(sub, &o->gguf_values);
                 return [o](const KernelConfig& cfg) { return RunGenerate(*o, cfg); };
               });
 

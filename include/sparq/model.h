@@ -110,6 +110,22 @@ class KvCache {
   std::vector<float> k_, v_;
 };
 
+// What LlamaModel::Load does with a GGUF's quantized weights.
+enum class GgufValues {
+  // Every tensor dequantized to f32: the dense model (today's default).
+  kF32,
+  // Q4_0 / Q4_1 / Q8_0 linear layers (the blocks', and the head's, tied or not) kept as stored
+  // (GgufFile::ReadQuantized: int4:g32:sym / int4:g32 / int8:g32) and run on the dense quantized
+  // kernels; the same values as kF32 bit for bit, so only the kernels' summation order differs.
+  // Other types (F32, F16, BF16, K-quants) are dequantized to f32 as with kF32. The embedding
+  // lookup still reads an f32 copy of token_embd.
+  kAsStored,
+};
+
+struct LoadOptions {
+  GgufValues gguf_values = GgufValues::kF32;  // GGUF files only; ignored for other formats
+};
+
 class LlamaModel {
  public:
   LlamaModel();
@@ -118,11 +134,14 @@ class LlamaModel {
   LlamaModel& operator=(LlamaModel&&) noexcept;
 
   // A .gguf file, a .sparq checkpoint, or a Hugging Face folder (config.json, *.safetensors,
-  // tokenizer.json). Quantized GGUF weights are dequantized to f32: that is the dense model.
+  // tokenizer.json). Quantized GGUF weights are dequantized to f32 (the dense model), or with
+  // opt.gguf_values = kAsStored the Q4_0 / Q4_1 / Q8_0 linear layers run as stored.
   // Every linear layer is packed for `cfg` (its target and knobs), and so runs with it, attention
   // too: two models loaded with two configs run on their own targets in one process.
-  static Result<LlamaModel> Load(const std::string& path, const KernelConfig& cfg);
-  static Result<LlamaModel> FromGguf(const std::string& path, const KernelConfig& cfg);
+  static Result<LlamaModel> Load(const std::string& path, const KernelConfig& cfg,
+                                 const LoadOptions& opt = {});
+  static Result<LlamaModel> FromGguf(const std::string& path, const KernelConfig& cfg,
+                                     const LoadOptions& opt = {});
   static Result<LlamaModel> FromSparq(const std::string& path, const KernelConfig& cfg);
   // A Hugging Face Llama folder: config.json (model_type "llama"), tokenizer.json, and the weights
   // in model.safetensors, or in the shards named by model.safetensors.index.json ("weight_map"),

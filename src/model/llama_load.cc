@@ -1,5 +1,6 @@
-// LlamaModel construction: from GGUF (dequantized to f32 = the dense model), from parts, and the
-// Load() dispatcher. .sparq checkpoints: llama_checkpoint.cc; Hugging Face folders: llama_hf.cc.
+// LlamaModel construction: from GGUF (dequantized to f32 = the dense model, or its Q4_0 / Q4_1 /
+// Q8_0 linear layers as stored), from parts, and the Load() dispatcher. .sparq checkpoints:
+// llama_checkpoint.cc; Hugging Face folders: llama_hf.cc.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -88,6 +89,27 @@ Result<Tensor> ReadChecked(const GgufFile& f, const std::string& name,
   return x;
 }
 
+// True for the ggml types GgufFile::ReadQuantized keeps as stored.
+bool RunsAsStored(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ8_0;
+}
+
+// A [m, k] linear layer from the GGUF: as stored when asked and its type allows, else from its
+// f32 dequantization. `name` is the tensor's name in the file and the layer's.
+Result<LinearWeight> GgufLinear(const GgufFile& f, const std::string& name, int64_t m, int64_t k,
+                                const LoadOptions& opt, const KernelConfig& cfg) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  if (opt.gguf_values == GgufValues::kAsStored && t != nullptr && RunsAsStored(t->type) &&
+      t->shape() == std::vector<int64_t>{m, k}) {
+    // ReadQuantized rejects non-finite scales and mins, so no f32 check is needed here.
+    SPARQ_ASSIGN_OR_RETURN(DenseMatrix dm, f.ReadQuantized(*t));
+    return LinearWeight::FromMatrix(SparseMatrix(std::move(dm)), name, cfg);
+  }
+  // Missing tensors and wrong shapes are reported here, with the f32 path's messages.
+  SPARQ_ASSIGN_OR_RETURN(Tensor x, ReadChecked(f, name, {m, k}));
+  return DenseLinearFromF32(std::move(x), name, cfg);
+}
+
 std::vector<float> ToVector(const Tensor& t) {
   const float* p = t.data_as<float>();
   return std::vector<float>(p, p + t.numel());
@@ -155,19 +177,30 @@ Result<LlamaModel> LlamaModel::FromParts(LlamaConfig config, LlamaWeights weight
   return model;
 }
 
-Result<LlamaModel> LlamaModel::FromGguf(const std::string& path, const KernelConfig& cfg) {
+Result<LlamaModel> LlamaModel::FromGguf(const std::string& path, const KernelConfig& cfg,
+                                        const LoadOptions& opt) {
   SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
   SPARQ_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfig::FromGguf(f));
   SPARQ_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromGguf(f));
   LlamaWeights w;
+  // The embedding lookup (Embed) reads f32 rows, so token_embd is dequantized even when the tied
+  // head runs it as stored: one row per token is read, so its f32 bytes cost memory, not speed.
   SPARQ_ASSIGN_OR_RETURN(w.token_embd, ReadChecked(f, "token_embd.weight", {c.n_vocab, c.n_embd}));
   SPARQ_ASSIGN_OR_RETURN(Tensor onorm, ReadChecked(f, "output_norm.weight", {c.n_embd}));
   w.output_norm = ToVector(onorm);
   if (c.tied_output) {
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(w.token_embd.Clone(), "output.weight", cfg));
+    const GgufTensorInfo* te = f.FindTensor("token_embd.weight");
+    if (opt.gguf_values == GgufValues::kAsStored && RunsAsStored(te->type)) {
+      // Named output.weight (the layer it is) though read from token_embd.weight.
+      SPARQ_ASSIGN_OR_RETURN(DenseMatrix dm, f.ReadQuantized(*te));
+      SPARQ_ASSIGN_OR_RETURN(
+          w.output, LinearWeight::FromMatrix(SparseMatrix(std::move(dm)), "output.weight", cfg));
+    } else {
+      SPARQ_ASSIGN_OR_RETURN(w.output,
+                             DenseLinearFromF32(w.token_embd.Clone(), "output.weight", cfg));
+    }
   } else {
-    SPARQ_ASSIGN_OR_RETURN(Tensor out, ReadChecked(f, "output.weight", {c.n_vocab, c.n_embd}));
-    SPARQ_ASSIGN_OR_RETURN(w.output, DenseLinearFromF32(std::move(out), "output.weight", cfg));
+    SPARQ_ASSIGN_OR_RETURN(w.output, GgufLinear(f, "output.weight", c.n_vocab, c.n_embd, opt, cfg));
   }
   w.blocks.resize(c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -181,14 +214,14 @@ Result<LlamaModel> LlamaModel::FromGguf(const std::string& path, const KernelCon
       const auto slot = static_cast<LinearSlot>(s);
       const auto [m, k] = SlotShape(c, slot);
       const std::string name = blk + std::string(SlotName(slot)) + ".weight";
-      SPARQ_ASSIGN_OR_RETURN(Tensor t, ReadChecked(f, name, {m, k}));
-      SPARQ_ASSIGN_OR_RETURN(b.linear[s], DenseLinearFromF32(std::move(t), name, cfg));
+      SPARQ_ASSIGN_OR_RETURN(b.linear[s], GgufLinear(f, name, m, k, opt, cfg));
     }
   }
   return FromParts(c, std::move(w), std::move(tok), path);
 }
 
-Result<LlamaModel> LlamaModel::Load(const std::string& path, const KernelConfig& cfg) {
+Result<LlamaModel> LlamaModel::Load(const std::string& path, const KernelConfig& cfg,
+                                    const LoadOptions& opt) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return IoError(path + ": " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return FromHfFolder(path, cfg);
@@ -197,7 +230,7 @@ Result<LlamaModel> LlamaModel::Load(const std::string& path, const KernelConfig&
     return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
   };
   if (ends_with(".sparq") || ends_with(".safetensors")) return FromSparq(path, cfg);
-  return FromGguf(path, cfg);
+  return FromGguf(path, cfg, opt);
 }
 
 }  // namespace sparq

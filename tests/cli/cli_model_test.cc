@@ -2,7 +2,8 @@
 // (magnitude, unstructured 50%, block 0 only, a short calibration: fast): `generate` with the
 // model's chat template (default), `--chat`, `--raw`, and an unrecognised template; every output
 // mode of `inspect`, `eval` and `prune` (table, --json on stdout, --json FILE); `bench model` with
-// its dense bf16 row and the machine's keys, at a tiny size (rows and keys, not timings).
+// its dense bf16 and as-stored rows and the machine's keys, at a tiny size (rows and keys, not
+// timings); `eval` and `generate` with `--gguf-values`.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -253,20 +254,22 @@ TEST_F(CliModelTest, EvalMaxIsaRunsAttentionOnTheCappedTarget) {
   EXPECT_EQ(j["attention_isa"], j["isa"]) << out;
 }
 
-// bench model at a tiny size: the dense model, its dense bf16 row right after it, the pruned
-// checkpoint; every row names the CPU and the running ISA.
+// bench model at a tiny size: the dense model, its dense bf16 row right after it, its Q4_1 run as
+// stored, the pruned checkpoint; every row names the CPU and the running ISA.
 TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {
   const std::string flags = " --threads 1 --prompt 8 --decode 2 --repeats 1";
   std::string out, err;
   ASSERT_EQ(RunSplit("bench model '" + *model_ + "' " + *pruned_ + flags + " --json", &out, &err), 0) << err;
   const json rows = json::parse(out);
-  ASSERT_EQ(rows.size(), 3u) << out;
+  ASSERT_EQ(rows.size(), 4u) << out;
   EXPECT_EQ(rows[0]["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
   EXPECT_EQ(rows[0]["variant"], "as_stored");
   EXPECT_EQ(rows[1]["model"], "SmolLM2-135M-Instruct.Q4_1.gguf [dense bf16]");
   EXPECT_EQ(rows[1]["variant"], "dense_bf16");
-  EXPECT_EQ(rows[2]["model"], "pruned.sparq");
-  EXPECT_EQ(rows[2]["variant"], "as_stored");
+  EXPECT_EQ(rows[2]["model"], "SmolLM2-135M-Instruct.Q4_1.gguf [as stored]");
+  EXPECT_EQ(rows[2]["variant"], "as_stored_quant");
+  EXPECT_EQ(rows[3]["model"], "pruned.sparq");
+  EXPECT_EQ(rows[3]["variant"], "as_stored");
   // Bytes, exactly: block linears 106,168,320 parameters (all 134,515,008 less the embedding
   // 49152 x 576 and the 61 norms of 576), the tied head 49152 x 576; bf16 row: 2 bytes for those,
   // the embedding and norms stay f32.
@@ -283,7 +286,8 @@ TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {
             2 * (linears + embd) + 4 * norms + 4 * 576);
   EXPECT_EQ(rows[0]["values"], "f32");  // the GGUF's Q4_1 dequantized, as sparq runs it
   EXPECT_EQ(rows[1]["values"], "bf16");
-  EXPECT_EQ(rows[2]["values"], "f32");  // magnitude 50%, f32 values
+  EXPECT_EQ(rows[2]["values"], "int4:g32");  // Q4_1 as stored
+  EXPECT_EQ(rows[3]["values"], "f32");       // magnitude 50%, f32 values
   // File bytes and bits per weight of the file (all parameters: linears, embedding, norms); the
   // bf16 row exists only in memory.
   const int64_t gguf = static_cast<int64_t>(std::filesystem::file_size(*model_));
@@ -292,7 +296,8 @@ TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {
                    8.0 * double(gguf) / double(linears + embd + norms));
   EXPECT_TRUE(rows[1]["file_bytes"].is_null());
   EXPECT_TRUE(rows[1]["bits_per_weight"].is_null());
-  EXPECT_EQ(rows[2]["file_bytes"].get<int64_t>(),
+  EXPECT_EQ(rows[2]["file_bytes"].get<int64_t>(), gguf);  // the file as it runs
+  EXPECT_EQ(rows[3]["file_bytes"].get<int64_t>(),
             static_cast<int64_t>(std::filesystem::file_size(*pruned_)));
   for (const auto& r : rows) {
     EXPECT_TRUE(r["perplexity"].is_null()) << "no --ppl-text, no perplexity: " << r;
@@ -308,17 +313,79 @@ TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {
     EXPECT_NE(r["cpu_model"].get<std::string>(), "unknown");
     EXPECT_EQ(running, r["isa"].get<std::string>());
   }
-  // The table names the machine and shows the bf16 row; --no-dense-bf16 leaves it out.
+  // The table names the machine and shows the bf16 row; --no-dense-bf16 leaves it out (the
+  // as-stored row stays).
   ASSERT_EQ(RunSplit("bench model '" + *model_ + "'" + flags, &out, &err), 0) << err;
   EXPECT_THAT(out, ::testing::StartsWith("cpu: " + rows[0]["cpu_model"].get<std::string>() +
                                          "; isa: " + rows[0]["isa"].get<std::string>() + "; 1 threads\n"));
   EXPECT_THAT(out, HasSubstr("[dense bf16]"));
   ASSERT_EQ(RunSplit("bench model '" + *model_ + "'" + flags + " --no-dense-bf16 --json", &out, &err), 0) << err;
-  EXPECT_EQ(json::parse(out).size(), 1u);
+  EXPECT_EQ(json::parse(out).size(), 2u);
   // A pruned first model has no dense bf16 form: no such row, a note naming the layer.
   ASSERT_EQ(RunSplit("bench model " + *pruned_ + flags + " --json", &out, &err), 0) << err;
   EXPECT_EQ(json::parse(out).size(), 1u);
   EXPECT_THAT(err, HasSubstr("no dense bf16 row: blk.0.attn_q.weight is stored as"));
+}
+
+// The bench: `--no-dense-bf16` still gives the [as stored] row right after the model, its
+// block linears int4:g32 at 3/4 byte per weight (codes, f32 scale and min per 32) and the tied
+// Q8_0 head int8:g32 at 9/8 byte; the embedding lookup stays f32 (its 4-byte row per token).
+TEST_F(CliModelTest, BenchModelAsStoredRowOfAQ41Gguf) {
+  std::string out, err;
+  ASSERT_EQ(RunSplit("bench model '" + *model_ + "' --no-dense-bf16 --prompt 8 --decode 2 " +
+                         "--repeats 1 --threads 1 --json",
+                     &out, &err),
+            0)
+      << err;
+  const json rows = json::parse(out);
+  ASSERT_EQ(rows.size(), 2u) << out;
+  EXPECT_EQ(rows[0]["variant"], "as_stored");
+  EXPECT_EQ(rows[0]["values"], "f32");
+  const json& r = rows[1];
+  EXPECT_EQ(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf [as stored]");
+  EXPECT_EQ(r["variant"], "as_stored_quant");
+  EXPECT_EQ(r["values"], "int4:g32");
+  EXPECT_EQ(r["runtime"], "sparq");
+  EXPECT_GT(r["decode_tok_s"].get<double>(), 0.0);
+  const int64_t linears = 106168320, embd = int64_t{49152} * 576, norms = 61 * 576;
+  EXPECT_EQ(r["block_linear_bytes"].get<int64_t>(), linears * 3 / 4);
+  EXPECT_EQ(r["weight_bytes_per_token"].get<int64_t>(),
+            linears * 3 / 4 + embd * 9 / 8 + 4 * norms + 4 * 576);
+  EXPECT_EQ(r["weight_bytes"].get<int64_t>(),
+            linears * 3 / 4 + embd * 9 / 8 + 4 * embd + 4 * norms);
+  // A .sparq first model has no such row.
+  ASSERT_EQ(RunSplit("bench model " + *pruned_ + " --no-dense-bf16 --prompt 8 --decode 2 " +
+                         "--repeats 1 --threads 1 --json",
+                     &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(json::parse(out).size(), 1u);
+}
+
+// eval --gguf-values: f32 is the default (the same bits as no flag); as-stored gives nearly the
+// same perplexity (f32 summation order only; the library test bounds it on 1,024 tokens); a wrong
+// value is refused, naming the choices.
+TEST_F(CliModelTest, EvalAndGenerateGgufValues) {
+  const std::string text = testing::TempDir() + "/eval-gv.txt";
+  std::ofstream(text)
+      << "The quick brown fox jumps over the lazy dog. It was the best of times, it "
+         "was the worst of times, it was the age of wisdom.\n";
+  const std::string cmd = "eval '" + *model_ + "' --text " + text + " --ctx 16 --threads 1 --json";
+  std::string out, err;
+  ASSERT_EQ(RunSplit(cmd, &out, &err), 0) << err;
+  const double base = json::parse(out)["perplexity"].get<double>();
+  ASSERT_EQ(RunSplit(cmd + " --gguf-values f32", &out, &err), 0) << err;
+  EXPECT_EQ(json::parse(out)["perplexity"].get<double>(), base);
+  ASSERT_EQ(RunSplit(cmd + " --gguf-values as-stored", &out, &err), 0) << err;
+  EXPECT_NEAR(json::parse(out)["perplexity"].get<double>() / base, 1.0, 1e-4);
+  EXPECT_EQ(RunSplit(cmd + " --gguf-values q4", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("--gguf-values"));
+  ASSERT_EQ(RunSplit("generate '" + *model_ + "' --prompt 'The capital of France is' --raw " +
+                         "--max-new 4 --threads 1 --gguf-values as-stored",
+                     &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(err, HasSubstr("decode: "));
 }
 
 }  // namespace

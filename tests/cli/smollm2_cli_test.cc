@@ -61,8 +61,9 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
     std::string out;
     ASSERT_EQ(testing::RunCommand(Cli() + " " + sub + path_ + "'" + flags, &out), 0) << sub << out;
     const json rows = json::parse(out);
-    ASSERT_EQ(rows.size(), 2u) << out;  // the model, then its dense bf16 row
+    ASSERT_EQ(rows.size(), 3u) << out;  // the model, its dense bf16 row, its Q4_1 as stored
     EXPECT_EQ(rows[1]["variant"], "dense_bf16");
+    EXPECT_EQ(rows[2]["variant"], "as_stored_quant");
     const json& r = rows[0];
     EXPECT_EQ(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
     EXPECT_EQ(r["threads"], 1);
