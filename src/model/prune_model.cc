@@ -372,7 +372,8 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // small model). --embedding-values int8 / int4 store it as a dense quantized matrix instead.
   if (quantize_head) {
     // The tied head: GPTQ (or round to nearest) on the final-norm hidden states, as a dense layer.
-    // The embedding lookup reads the same codes; the head's output error is what costs perplexity.
+    // The lookup reads the same codes, though GPTQ fits them to the head's inputs only (the
+    // lookup's error is not in its objective: docs/model.md measures what each costs).
     ModelPruneOptions ho = opt;
     ho.pattern = Pattern::Dense();
     ho.values = embd_values;
