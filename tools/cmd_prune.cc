@@ -83,8 +83,9 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option("model", o->model, "Dense model (.gguf)")->required();
                 sub.add_option("--method", o->method, "sparsegpt | wanda | magnitude")
                     ->capture_default_str();
-                sub.add_option("--pattern", o->pattern,
-                               "2:4 | 4:8 | unstructured:0.5 | vnm:8:2:4 | block:16x16:0.5 ...")
+                sub.add_option(
+                       "--pattern", o->pattern,
+                       "2:4 | 4:8 | unstructured:0.5 | vnm:8:2:4 | block:16x16:0.5 | dense ...")
                     ->capture_default_str();
                 sub.add_option("--calib", o->calib, "Calibration text (UTF-8)")->required();
                 sub.add_option("--calib-samples", o->calib_samples, "Calibration segments")
@@ -93,13 +94,15 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option("--calib-len", o->calib_len, "Tokens per segment")
                     ->capture_default_str()
                     ->check(CLI::Range(int64_t{1}, int64_t{8192}));
-                sub.add_option("--values,--dtype", o->values,
-                               "Stored values: f32 | bf16 | f16 | int8[:gN] | int4[:gN][:sym] (N = 32, "
-                               "64, 128; quantized: N:M patterns)")
+                sub.add_option(
+                       "--values,--dtype", o->values,
+                       "Stored values: f32 | bf16 | f16 | int8[:gN] | int4[:gN][:sym] (N = 32, "
+                       "64, 128; quantized: N:M and dense patterns)")
                     ->capture_default_str();
                 sub.add_option("--embedding-values", o->embedding_values,
                                "Token embedding (the tied head): f32 | bf16 | f16 | int8[:gN] | "
-                               "int4[:gN][:sym] (default: as --values; bf16 when quantized)");
+                               "int4[:gN][:sym], quantized as the tied head by --quant-method "
+                               "(default: as --values; bf16 when quantized)");
                 sub.add_option("--quant-method", o->quant_method,
                                "Quantized values: gptq (in SparseGPT's sweep) | rtn (after)")
                     ->capture_default_str();

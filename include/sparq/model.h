@@ -268,14 +268,18 @@ inline constexpr int64_t kDefaultPermuteWork = 50'000'000;
 struct ModelPruneOptions {
   PruneMethod method = PruneMethod::kSparseGpt;
   Pattern pattern = Pattern::Unstructured(0.5);
-  // Values of the pruned matrices: f32, bf16, or quantized (int8 / int4, N:M patterns; the
-  // embedding is then stored in bf16). Quantized values come from GPTQ in the same sweep as
+  // Values of the pruned matrices: f32, bf16, or quantized (int8 / int4, N:M and dense patterns;
+  // the embedding is then stored in bf16). Quantized values come from GPTQ in the same sweep as
   // SparseGPT (quantization error fed to the columns not yet fixed; magnitude and Wanda fit each
-  // group once after masking), or from round to nearest after pruning (kRtn).
+  // group once after masking), or from round to nearest after pruning (kRtn). The dense pattern
+  // prunes nothing whatever the method: it quantizes each layer (GPTQ, or RTN), `sparq quantize`.
   ValueSpec values;
   // Values of the token embedding (the tied head): unset follows `values` (f32 / bf16 / f16 as
-  // they are; bf16 for quantized values). int8 / int4 store it as a dense quantized matrix (round
-  // to nearest per group of a row), which the head then runs as stored.
+  // they are; bf16 for quantized values). int8 / int4 store it as a dense quantized matrix, which
+  // the head then runs as stored: quantized as the head by `quant_method` (GPTQ on the final-norm
+  // hidden states of the calibration tokens, or round to nearest per group of a row); an
+  // embedding untied from the head, only looked up, is rounded to nearest. The tied head then
+  // appears in the result's layers as "token_embd.weight" with its reconstruction error.
   std::optional<ValueSpec> embedding_values;
   enum class QuantMethod { kGptq, kRtn } quant_method = QuantMethod::kGptq;
   bool permute = false;              // channel permutation for N:M / V:N:M

@@ -75,6 +75,22 @@ Tensor VectorTensor(const std::vector<float>& v) {
   return t;
 }
 
+// The stored matrix with quantized values: N:M (a pruned layer) or dense (a quantized dense layer
+// or the tied head). `fitted`: GPTQ's groups, or empty for round to nearest.
+Result<SparseMatrix> QuantizeStored(const SparseMatrix& s, const ValueSpec& spec,
+                                    std::span<const QuantGroup> fitted, const std::string& name) {
+  if (const auto* nm = std::get_if<NmMatrix>(&s)) {
+    SPARQ_ASSIGN_OR_RETURN(NmMatrix q, NmMatrix::Quantize(*nm, spec, fitted, name));
+    return SparseMatrix(std::move(q));
+  }
+  if (const auto* dm = std::get_if<DenseMatrix>(&s)) {
+    SPARQ_ASSIGN_OR_RETURN(DenseMatrix q, DenseMatrix::Quantize(*dm, spec, fitted, name));
+    return SparseMatrix(std::move(q));
+  }
+  return Internal(name + ": quantized values for a " + std::string(FormatName(KindOf(s))) +
+                  " matrix");
+}
+
 struct LayerJob {
   std::string name;
   int64_t m, k;
@@ -93,8 +109,14 @@ struct PrunedLayer {
 Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
                              const ModelPruneOptions& opt, bool allow_permute,
                              const KernelConfig& cfg, ThreadPool* pool) {
+  const bool quantized = opt.values.quantized();
+  const bool gptq = quantized && opt.quant_method == ModelPruneOptions::QuantMethod::kGptq;
   PruneOptions po;
-  po.method = opt.method;
+  // A dense pattern prunes nothing, whatever the method: GPTQ is SparseGPT's sweep with the
+  // quantizer and no mask, and round to nearest needs no sweep (magnitude keeps every weight).
+  po.method = opt.pattern.kind != PatternKind::kDense ? opt.method
+              : gptq                                  ? PruneMethod::kSparseGpt
+                                                      : PruneMethod::kMagnitude;
   po.damp = opt.damp;
   po.permute = allow_permute && opt.permute &&
                (opt.pattern.kind == PatternKind::kNM || opt.pattern.kind == PatternKind::kVNM);
@@ -103,9 +125,8 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   po.permute_max_work = opt.permute_max_work;
   po.pool = pool;
   po.what = job.name;
-  const bool quantized = opt.values.quantized();
   std::optional<GroupQuantizer> gq;
-  if (quantized && opt.quant_method == ModelPruneOptions::QuantMethod::kGptq) {
+  if (gptq) {
     SPARQ_ASSIGN_OR_RETURN(GroupQuantizer q,
                            GroupQuantizer::Make(opt.values, opt.pattern, job.m, job.k));
     gq.emplace(std::move(q));
@@ -138,13 +159,10 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   if (quantized) {
     // GPTQ's swept weights lie on the grids it fitted: their nearest codes give them back exactly
     // (stored order = swept order, permuted or not). RTN fits each group of the stored values.
-    const auto& nm = std::get<NmMatrix>(out.stored);
-    SPARQ_ASSIGN_OR_RETURN(NmMatrix q,
-                           NmMatrix::Quantize(nm, opt.values,
-                                              gq ? std::span<const QuantGroup>(gq->groups())
-                                                 : std::span<const QuantGroup>(),
-                                              job.name));
-    out.stored = std::move(q);
+    SPARQ_ASSIGN_OR_RETURN(out.stored, QuantizeStored(out.stored, opt.values,
+                                                      gq ? std::span<const QuantGroup>(gq->groups())
+                                                         : std::span<const QuantGroup>(),
+                                                      job.name));
     if (!orig.empty()) {
       // The report's error is that of what is stored: the dequantized values, in the original
       // column order.
@@ -210,10 +228,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
         "not " +
         opt.values.Name());
   }
-  if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM) {
+  if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM &&
+      opt.pattern.kind != PatternKind::kDense) {
     return InvalidInput("prune: " + opt.values.Name() +
-                        " values are stored for N:M patterns only "
-                        "so far, not " +
+                        " values are stored for N:M and dense patterns only so far, not " +
                         opt.pattern.ToString());
   }
   std::regex include;
@@ -223,13 +241,17 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     return InvalidInput("prune: --include '" + opt.include + "' is not a valid regex: " + e.what());
   }
   const bool prune_head = std::regex_match(std::string("output.weight"), include);
+  const ValueSpec embd_values = opt.embedding_values.value_or(ValueSpec{});
+  // A quantized embedding that is also the head is quantized as the head, on its inputs.
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
+  LlamaConfig c = model.config();
+  const bool quantize_head =
+      opt.embedding_values && embd_values.quantized() && c.tied_output && !prune_head;
   // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
   // f16 stays f16 (the runtime widens it to f32: no f16 kernel rows); quantized specs keep bf16.
   const DType small_dtype = opt.values.dtype == DType::kF32 || opt.values.dtype == DType::kF16
                                 ? opt.values.dtype
                                 : DType::kBF16;
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
-  LlamaConfig c = model.config();
   LlamaWeights& w = model.mutable_weights();
   const int64_t d = c.n_embd, L = opt.calib_len, S = opt.calib_samples;
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> calib,
@@ -311,20 +333,24 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     ck.tensors.push_back({blk + "attn_norm.weight", VectorTensor(b.attn_norm)});
     ck.tensors.push_back({blk + "ffn_norm.weight", VectorTensor(b.ffn_norm)});
     // 3. Outputs of this block (with its pruned weights) feed the next one, or the head.
-    if (l + 1 < blocks || prune_head) {
+    if (l + 1 < blocks || prune_head || quantize_head) {
       for (int64_t s = 0; s < S; ++s) {
         RunBlock(c, b, x.data() + s * L * d, L, 0, kc.data(), vc.data(), &scratch, pool);
       }
     }
   }
-  if (prune_head) {
-    // The head: pruned on the final-norm hidden states of the calibration tokens, stored untied
-    // from the embedding. No channel permutation (the head has no input gather).
+  // The head's inputs: the final-norm hidden states of the calibration tokens.
+  std::optional<HessianAccumulator> head_acc;
+  if (prune_head || quantize_head) {
     std::vector<float> xn(x.size());
     RmsNorm(x.data(), S * L, d, w.output_norm.data(), c.rms_eps, xn.data(), pool);
-    HessianAccumulator acc(d);
-    SPARQ_RETURN_IF_ERROR(acc.Add(xn.data(), S * L, d, pool, "output.weight inputs"));
-    LayerJob job{"output.weight", c.n_vocab, d, &acc};
+    head_acc.emplace(d);
+    SPARQ_RETURN_IF_ERROR(head_acc->Add(xn.data(), S * L, d, pool, "output.weight inputs"));
+  }
+  if (prune_head) {
+    // The head: pruned on its inputs, stored untied from the embedding. No channel permutation
+    // (the head has no input gather).
+    LayerJob job{"output.weight", c.n_vocab, d, &*head_acc};
     SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, DenseWeights(w.output, model_path, job.name));
     SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, opt, false, cfg, pool));
     result.prune_seconds += p.result.report.seconds;
@@ -344,8 +370,24 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // --values bf16 (or quantized) stores the embedding in bf16; a tied head then runs as a dense
   // bf16 product (half the bytes per generated token of the f32 head, the largest matrix of a
   // small model). --embedding-values int8 / int4 store it as a dense quantized matrix instead.
-  const ValueSpec embd_values = opt.embedding_values.value_or(ValueSpec{});
-  if (opt.embedding_values && embd_values.quantized()) {
+  if (quantize_head) {
+    // The tied head: GPTQ (or round to nearest) on the final-norm hidden states, as a dense layer.
+    // The lookup reads the same codes, though GPTQ fits them to the head's inputs only (the
+    // lookup's error is not in its objective: docs/model.md measures what each costs).
+    ModelPruneOptions ho = opt;
+    ho.pattern = Pattern::Dense();
+    ho.values = embd_values;
+    LayerJob job{"token_embd.weight", c.n_vocab, d, &*head_acc};
+    std::vector<float> dense(w.token_embd.data_as<float>(),
+                             w.token_embd.data_as<float>() + w.token_embd.numel());
+    SPARQ_ASSIGN_OR_RETURN(PrunedLayer p, PruneOne(std::move(dense), job, ho, false, cfg, pool));
+    result.prune_seconds += p.result.report.seconds;
+    result.dense_bytes += static_cast<double>(c.n_vocab * d * 4);
+    result.stored_bytes += static_cast<double>(p.result.stored_bytes);
+    ck.matrices.push_back({job.name, std::move(p.stored), Pattern::Dense()});
+    result.layers.push_back(std::move(p.result));
+  } else if (opt.embedding_values && embd_values.quantized()) {
+    // An embedding untied from the head is only looked up: round to nearest.
     SPARQ_ASSIGN_OR_RETURN(SparseMatrix em,
                            Encode(std::span<const float>(w.token_embd.data_as<float>(),
                                                          w.token_embd.numel()),

@@ -160,6 +160,44 @@ TEST_F(CliModelTest, PruneJsonReport) {
   EXPECT_EQ(r["calib_tokens"], 64);
 }
 
+// `sparq quantize` (prune with the dense pattern): block 0's linears stored as dense int4:g64,
+// each with its GPTQ error in the report; the checkpoint runs (eval); a spec that is not
+// quantized is refused in one line.
+TEST_F(CliModelTest, QuantizeStoresDenseInt4AndRuns) {
+  const std::string dir = testing::TempDir(), calib = dir + "/quant_calib.txt",
+                    out = dir + "/quantized.sparq";
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Sherlock Holmes took his bottle from the mantelpiece. ";
+  std::ofstream(calib) << text;
+  std::string rep, err;
+  ASSERT_EQ(RunSplit("quantize '" + *model_ + "' --values int4:g64 --blocks 1 --calib " + calib +
+                         " --calib-samples 2 --calib-len 32 --threads 1 -o " + out + " --json",
+                     &rep, &err),
+            0)
+      << err;
+  const json r = json::parse(rep);
+  ASSERT_EQ(r["layers"].size(), 7u) << rep;
+  for (const auto& l : r["layers"]) {
+    EXPECT_EQ(l["format"], "dense") << l;
+    EXPECT_GT(l["rel_error"].get<double>(), 0.0) << l;
+  }
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  const CheckpointTensor* q = ck->FindMatrix("blk.0.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(ValuesName(q->matrix), "int4:g64");
+  std::string eval_out;
+  EXPECT_EQ(RunSplit("eval " + out + " --text " + calib + " --max-tokens 64 --threads 1", &eval_out,
+                     &err),
+            0)
+      << err;
+  EXPECT_EQ(RunSplit("quantize '" + *model_ + "' --values bf16 --calib " + calib + " -o " + out,
+                     &eval_out, &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("--values must be int8[:gN] or int4[:gN][:sym], not 'bf16'")) << err;
+  std::filesystem::remove(out);
+}
+
 // inspect on the CLI's own pruned checkpoint in its three modes (the crash: exit 2 on
 // --json, a metadata preview cut inside a character).
 TEST_F(CliModelTest, InspectPrunedCheckpointEveryMode) {

@@ -8,6 +8,7 @@
 
 namespace sparq {
 namespace {
+
 TEST_F(PruneModelTest, UnprunedCheckpointRoundTripsExactly) {
   ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
   o.max_blocks = 0;
@@ -170,6 +171,78 @@ TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
   for (const auto& p : {out, rtn_out}) std::remove(p.c_str());
 }
 
+// `sparq quantize`: the dense pattern prunes nothing and stores each selected layer as a dense
+// quantized matrix, its groups fitted in SparseGPT's sweep without a mask (GPTQ) or rounded to
+// nearest (RTN); the model runs the stored codes.
+TEST_F(PruneModelTest, DenseGptqStoresQuantizedDenseLayersAndBeatsRoundToNearest) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "dense");
+  o.values = *ValueSpec::Parse("int4:g64");
+  const std::string out = Out("dense_int4.sparq"), again = Out("dense_int4_again.sparq"),
+                    rtn_out = Out("dense_int4_rtn.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->layers.size(), 14u);  // 7 linears x 2 blocks
+  for (const LayerPruneResult& l : r->layers) {
+    EXPECT_EQ(l.format, "dense") << l.name;
+    // Nothing pruned: the only zeros are weights whose nearest grid value is 0 (measured: 0.03%).
+    EXPECT_LT(l.report.sparsity, 0.005) << l.name;
+  }
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  int quantized = 0;
+  for (const CheckpointTensor& ct : ck->matrices) {
+    const auto* dm = std::get_if<DenseMatrix>(&ct.matrix);
+    ASSERT_NE(dm, nullptr) << ct.name;
+    if (ct.name.rfind("blk.0.", 0) != 0 && ct.name.rfind("blk.1.", 0) != 0) {
+      EXPECT_FALSE(IsQuantized(ct.matrix)) << ct.name;  // unselected: dense f32 as read
+      continue;
+    }
+    ++quantized;
+    EXPECT_EQ(ValuesName(ct.matrix), "int4:g64") << ct.name;
+    // int4 codes, two a byte, and an f16 scale and min per group of 64 columns of a row.
+    const int64_t rows = Rows(ct.matrix), cols = Cols(ct.matrix);
+    EXPECT_EQ(ByteSize(ct.matrix), uint64_t(rows * ((cols + 1) / 2 + 4 * ((cols + 63) / 64))))
+        << ct.name;
+  }
+  EXPECT_EQ(quantized, 14);
+  // Same flags, same bytes.
+  ASSERT_TRUE(PruneLlama(path_, calib_, o, again, testing::MachineConfig(), &pool).ok());
+  EXPECT_TRUE(testing::ReadFileOrEmpty(out) == testing::ReadFileOrEmpty(again))
+      << "quantizing twice gave different checkpoints";
+  // GPTQ feeds each rounding error to the columns not yet quantized: the stored layer's error is
+  // below round to nearest's in every layer (each report measures what is stored).
+  o.quant_method = ModelPruneOptions::QuantMethod::kRtn;
+  auto r_rtn = PruneLlama(path_, calib_, o, rtn_out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r_rtn.ok()) << r_rtn.status().ToString();
+  ASSERT_EQ(r_rtn->layers.size(), r->layers.size());
+  for (size_t i = 0; i < r->layers.size(); ++i) {
+    std::printf("%s: rel_error gptq %.5f, rtn %.5f\n", r->layers[i].name.c_str(),
+                r->layers[i].report.rel_error, r_rtn->layers[i].report.rel_error);
+    EXPECT_GT(r->layers[i].report.rel_error, 0.0) << r->layers[i].name;
+    EXPECT_LT(r->layers[i].report.rel_error, r_rtn->layers[i].report.rel_error)
+        << r->layers[i].name;
+  }
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const LinearWeight& q = m->weights().blocks[0].at(LinearSlot::kQ);
+  EXPECT_EQ(q.format(), "dense int4:g64");
+  auto m_rtn = LlamaModel::Load(rtn_out, testing::MachineConfig());
+  ASSERT_TRUE(m_rtn.ok()) << m_rtn.status().ToString();
+  const double dense = Ppl(*dense_), gptq = Ppl(*m), rtn = Ppl(*m_rtn);
+  std::printf(
+      "perplexity (1024 WikiText tokens): dense %.4f, int4:g64 blocks 0-1: gptq %.4f "
+      "(%+.2f%%), rtn %.4f (%+.2f%%)\n",
+      dense, gptq, 100.0 * (gptq / dense - 1.0), rtn, 100.0 * (rtn / dense - 1.0));
+  // Measured on an Intel Xeon: GPTQ +2.15%, RTN +3.18% over dense 26.987 for int4:g64 in
+  // blocks 0-1 (per-layer errors 2-20x lower with GPTQ). No mask here, so no near-tie of a mask to
+  // flip with float order; the bounds (1.5x the measured costs) fail if the codes or the grids
+  // are wrong, which costs far more.
+  EXPECT_LT(gptq / dense, 1.0 + 1.5 * 0.0215);
+  EXPECT_LT(rtn / dense, 1.0 + 1.5 * 0.0318);
+  for (const auto& p : {out, again, rtn_out}) std::remove(p.c_str());
+}
+
 TEST_F(PruneModelTest, OutputHeadPrunedOnFinalNormInputsAndStoredUntied) {
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "unstructured:0.5");
@@ -286,7 +359,9 @@ TEST_F(PruneModelTest, F16ValuesStoreTheF16RoundingAndRun) {
 
 // --embedding-values int8 / int4: the embedding is stored as a dense quantized matrix; the
 // model looks tokens up in its dequantization and runs the tied head on the stored codes (the
-// dense quantized rows), so the file shrinks and a decoded token reads fewer head bytes.
+// dense quantized rows), so the file shrinks and a decoded token reads fewer head bytes. The head
+// is quantized by GPTQ on the final-norm hidden states of the calibration tokens, or rounded to
+// nearest (--quant-method rtn).
 TEST_F(PruneModelTest, QuantizedEmbeddingRunsTheTiedHeadAsStored) {
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
@@ -294,24 +369,35 @@ TEST_F(PruneModelTest, QuantizedEmbeddingRunsTheTiedHeadAsStored) {
   o.values.dtype = DType::kBF16;
   const double p32 = Ppl(*dense_);
   const LlamaConfig& c = dense_->config();
-  const int64_t groups = (c.n_embd + 63) / 64;
+  using QM = ModelPruneOptions::QuantMethod;
   struct Want {
     const char* spec;
-    // Perplexity cost allowed over f32. Issue 27 asks int8 <= 1% (measured +0.10%) and int4 <= 2%:
-    // round to nearest int4:g64 misses it (measured +8.5%), so its bound only guards against a
-    // broken head (a wrong group or nibble costs far more) until the head gets GPTQ.
+    QM method;
+    // Perplexity cost allowed over f32 (issue 27: int8 <= 1%, int4 <= 2%), see below.
     double max_cost;
-    int64_t head_bytes;
   };
-  // Head bytes: codes (int8 1 byte, int4 half; rows padded to 16 columns: 576 is a multiple)
-  // plus an f16 scale (and min) per group, streamed as f32.
-  for (const Want& want :
-       {Want{"int8:g64", 0.01, c.n_vocab * (c.n_embd + 4 * groups)},
-        Want{"int4:g64", 0.10, c.n_vocab * (c.n_embd / 2 + 8 * groups)}}) {
+  // Measured on 1,024 WikiText tokens (8 x 256 calibration tokens, Intel Xeon): int8:g64 RTN
+  // +0.10%, GPTQ -0.04%; int4:g64 RTN +8.49%, GPTQ +7.96% (head error 0.00082 vs RTN's 0.00686);
+  // int4:g32 GPTQ +3.53%. int4 misses issue 27's 2%: its bounds only guard against a broken head
+  // (a wrong group or nibble costs far more).
+  const Want wants[] = {{"int8:g64", QM::kRtn, 0.01},
+                        {"int8:g64", QM::kGptq, 0.01},
+                        {"int4:g64", QM::kRtn, 0.10},
+                        {"int4:g64", QM::kGptq, 0.10},
+                        {"int4:g32", QM::kGptq, 0.10}};
+  double head_error[std::size(wants)] = {};
+  for (size_t wi = 0; wi < std::size(wants); ++wi) {
+    const Want& want = wants[wi];
+    const char* method = want.method == QM::kGptq ? "gptq" : "rtn";
     o.embedding_values = *ValueSpec::Parse(want.spec);
-    const std::string out = Out(std::string("embd-") + want.spec + ".sparq");
+    o.quant_method = want.method;
+    const std::string out = Out(std::string("embd-") + want.spec + "-" + method + ".sparq");
     auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // The tied head is reported as a layer, with the error of what is stored.
+    ASSERT_EQ(r->layers.size(), 1u);
+    EXPECT_EQ(r->layers[0].name, "token_embd.weight");
+    head_error[wi] = r->layers[0].report.rel_error;
     auto ck = ReadCheckpoint(out);
     ASSERT_TRUE(ck.ok()) << ck.status().ToString();
     EXPECT_EQ(ck->FindTensor("token_embd.weight"), nullptr);
@@ -323,7 +409,14 @@ TEST_F(PruneModelTest, QuantizedEmbeddingRunsTheTiedHeadAsStored) {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     EXPECT_EQ(m->weights().output.format(), std::string("dense ") + want.spec);
     EXPECT_EQ(m->weights().output.values().Name(), want.spec);
-    EXPECT_EQ(int64_t(m->weights().output.weight_bytes()), want.head_bytes);
+    // Head bytes: codes (int8 1 byte, int4 half; rows padded to 16 columns: 576 is a multiple)
+    // plus an f16 scale (and min, int4) per group, streamed as f32.
+    const int64_t groups = (c.n_embd + dm.quant.spec.group - 1) / dm.quant.spec.group;
+    const int64_t code_bytes = dm.quant.spec.dtype == DType::kI8 ? c.n_embd : c.n_embd / 2;
+    const int64_t group_bytes = dm.quant.spec.has_min() ? 8 : 4;
+    EXPECT_EQ(int64_t(m->weights().output.weight_bytes()),
+              c.n_vocab * (code_bytes + group_bytes * groups))
+        << want.spec;
     // The lookup table is the stored matrix's dequantization, element for element.
     const Tensor deq = dm.ToDense();
     const float* e = m->weights().token_embd.data_as<float>();
@@ -331,11 +424,16 @@ TEST_F(PruneModelTest, QuantizedEmbeddingRunsTheTiedHeadAsStored) {
       ASSERT_EQ(e[i], deq.data_as<float>()[i]) << want.spec << " element " << i;
     }
     const double pq = Ppl(*m);
-    std::printf("perplexity (1024 tokens): f32 %.4f, bf16 blocks + %s embedding and head %.4f "
-                "(%+.2f%%)\n", p32, want.spec, pq, 100.0 * (pq / p32 - 1.0));
-    EXPECT_LE(pq, p32 * (1.0 + want.max_cost)) << want.spec;
+    std::printf(
+        "perplexity (1024 tokens): f32 %.4f, bf16 blocks + %s %s embedding and head %.4f "
+        "(%+.2f%%), head rel_error %.5f\n",
+        p32, want.spec, method, pq, 100.0 * (pq / p32 - 1.0), head_error[wi]);
+    EXPECT_LE(pq, p32 * (1.0 + want.max_cost)) << want.spec << " " << method;
     std::remove(out.c_str());
   }
+  // GPTQ's head error is below round to nearest's at the same spec.
+  EXPECT_LT(head_error[1], head_error[0]);
+  EXPECT_LT(head_error[3], head_error[2]);
 }
 
 TEST_F(PruneModelTest, BadOptionsAreErrors) {
