@@ -6,6 +6,7 @@
 #include "sparq/model.h"
 #include "sparq/atomic_write.h"
 #include "tools/command.h"
+#include "tools/quant_flags.h"
 #include "tools/json_output.h"
 
 namespace sparq::cli {
@@ -31,18 +32,7 @@ Status RunPrune(const PruneCliOptions& o, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(opt.method, ParsePruneMethod(o.method));
   SPARQ_ASSIGN_OR_RETURN(opt.pattern, Pattern::Parse(o.pattern));
   SPARQ_ASSIGN_OR_RETURN(opt.values, ValueSpec::Parse(o.values));
-  if (!o.embedding_values.empty()) {
-    auto ev = ValueSpec::Parse(o.embedding_values);
-    if (!ev.ok()) return ev.status().WithContext("--embedding-values");
-    opt.embedding_values = *ev;
-  }
-  if (o.quant_method == "gptq") {
-    opt.quant_method = ModelPruneOptions::QuantMethod::kGptq;
-  } else if (o.quant_method == "rtn") {
-    opt.quant_method = ModelPruneOptions::QuantMethod::kRtn;
-  } else {
-    return InvalidInput("--quant-method must be gptq or rtn, not '" + o.quant_method + "'");
-  }
+  SPARQ_RETURN_IF_ERROR(ApplyQuantFlags(o.embedding_values, o.quant_method, &opt));
   opt.permute = o.permute;
   opt.permute_max_work = o.permute_work;
   opt.calib_samples = o.calib_samples;

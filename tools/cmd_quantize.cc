@@ -9,6 +9,7 @@
 #include "sparq/atomic_write.h"
 #include "sparq/model.h"
 #include "tools/command.h"
+#include "tools/quant_flags.h"
 #include "tools/json_output.h"
 
 namespace sparq::cli {
@@ -34,18 +35,7 @@ Status RunQuantize(const QuantizeCliOptions& o, const KernelConfig& cfg) {
   if (!opt.values.quantized()) {
     return InvalidInput("--values must be int8[:gN] or int4[:gN][:sym], not '" + o.values + "'");
   }
-  if (!o.embedding_values.empty()) {
-    auto ev = ValueSpec::Parse(o.embedding_values);
-    if (!ev.ok()) return ev.status().WithContext("--embedding-values");
-    opt.embedding_values = *ev;
-  }
-  if (o.quant_method == "gptq") {
-    opt.quant_method = ModelPruneOptions::QuantMethod::kGptq;
-  } else if (o.quant_method == "rtn") {
-    opt.quant_method = ModelPruneOptions::QuantMethod::kRtn;
-  } else {
-    return InvalidInput("--quant-method must be gptq or rtn, not '" + o.quant_method + "'");
-  }
+  SPARQ_RETURN_IF_ERROR(ApplyQuantFlags(o.embedding_values, o.quant_method, &opt));
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
   opt.max_blocks = o.blocks;
