@@ -7,6 +7,8 @@
 #include <random>
 #include <regex>
 
+#include "sparq/gguf.h"
+#include "sparq/model_file.h"
 #include "sparq/progress.h"
 #include "src/model/llama_internal.h"
 
@@ -29,6 +31,25 @@ Status FitsValueType(std::span<const float> w, DType dt, const std::string& name
     }
   }
   return Status::Ok();
+}
+
+// The model file's own token_embd when the GGUF stores it on exactly the grid `spec` names (a Q4_1
+// embedding for int4:g32, Q8_0 for int8:g32, Q4_0 for int4:g32:sym), else nullopt. Those codes
+// are the dense model's values: GPTQ on the head's inputs would move them off the grid they sit
+// on (a Q4_1 head re-fitted by GPTQ at g32 cost 3.5% perplexity), so they are kept bit for bit.
+Result<std::optional<DenseMatrix>> StoredEmbedding(const std::string& model_path,
+                                                   const ValueSpec& spec) {
+  auto kind = DetectModelFile(model_path);
+  if (!kind.ok() || *kind != ModelFileKind::kGguf) return std::optional<DenseMatrix>();
+  SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(model_path));
+  const GgufTensorInfo* t = f.FindTensor("token_embd.weight");
+  if (t == nullptr || (t->type != GgmlType::kQ4_0 && t->type != GgmlType::kQ4_1 &&
+                       t->type != GgmlType::kQ8_0)) {
+    return std::optional<DenseMatrix>();
+  }
+  SPARQ_ASSIGN_OR_RETURN(DenseMatrix dm, f.ReadQuantized(*t));
+  if (dm.quant.spec.Name() != spec.Name()) return std::optional<DenseMatrix>();
+  return std::optional<DenseMatrix>(std::move(dm));
 }
 
 // Which Hessian feeds each slot: q/k/v share the attention input, gate/up the MLP input.
@@ -245,8 +266,12 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // A quantized embedding that is also the head is quantized as the head, on its inputs.
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
   LlamaConfig c = model.config();
-  const bool quantize_head =
-      opt.embedding_values && embd_values.quantized() && c.tied_output && !prune_head;
+  std::optional<DenseMatrix> stored_embd;
+  if (opt.embedding_values && embd_values.quantized()) {
+    SPARQ_ASSIGN_OR_RETURN(stored_embd, StoredEmbedding(model_path, embd_values));
+  }
+  const bool quantize_head = opt.embedding_values && embd_values.quantized() && c.tied_output &&
+                             !prune_head && !stored_embd;
   // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
   // f16 stays f16 (the runtime widens it to f32: no f16 kernel rows); quantized specs keep bf16.
   const DType small_dtype = opt.values.dtype == DType::kF32 || opt.values.dtype == DType::kF16
@@ -370,7 +395,13 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // --values bf16 (or quantized) stores the embedding in bf16; a tied head then runs as a dense
   // bf16 product (half the bytes per generated token of the f32 head, the largest matrix of a
   // small model). --embedding-values int8 / int4 store it as a dense quantized matrix instead.
-  if (quantize_head) {
+  if (stored_embd && !prune_head) {
+    // Kept as the GGUF stores it (StoredEmbedding): the lookup and a tied head read its codes.
+    result.dense_bytes += static_cast<double>(c.n_vocab * d * 4);
+    SparseMatrix em(std::move(*stored_embd));
+    result.stored_bytes += static_cast<double>(ByteSize(em));
+    ck.matrices.push_back({"token_embd.weight", std::move(em), Pattern::Dense()});
+  } else if (quantize_head) {
     // The tied head: GPTQ (or round to nearest) on the final-norm hidden states, as a dense layer.
     // The lookup reads the same codes, though GPTQ fits them to the head's inputs only (the
     // lookup's error is not in its objective: docs/model.md measures what each costs).

@@ -4,7 +4,11 @@
 // and checks channel permutation.
 
 #include <cmath>
+#include <cstring>
+#include <tuple>
+
 #include "model/prune_model_fixture.h"
+#include "sparq/gguf.h"
 
 namespace sparq {
 namespace {
@@ -366,6 +370,39 @@ TEST_F(PruneModelTest, QuantizedEmbeddingRunsTheTiedHeadAsStored) {
   const EmbeddingCase wants[] = {{"int8:g64", QM::kRtn, 0.01}, {"int8:g64", QM::kGptq, 0.01}};
   const std::vector<double> head_error = CheckQuantizedEmbeddings(wants);
   EXPECT_LT(head_error[1], head_error[0]) << "GPTQ's head error is not below round to nearest's";
+}
+
+// --embedding-values naming the grid the GGUF already stores token_embd on (SmolLM2's is Q8_0 =
+// int8:g32) keeps the file's codes and scales bit for bit: no head calibration, no GPTQ (which
+// would move codes that are the dense model's values), perplexity exactly the as-stored load's.
+TEST_F(PruneModelTest, EmbeddingOnTheGgufsOwnGridIsKeptAsStored) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
+  o.max_blocks = 0;
+  o.values.dtype = DType::kBF16;
+  o.embedding_values = *ValueSpec::Parse("int8:g32");
+  const std::string out = Out("embd-as-stored.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->layers.empty()) << "the head was re-fitted: " << r->layers[0].name;
+  auto f = GgufFile::Open(path_);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->FindTensor("token_embd.weight")->type, GgmlType::kQ8_0);
+  auto stored = f->ReadQuantized(*f->FindTensor("token_embd.weight"));
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  const CheckpointTensor* em = ck->FindMatrix("token_embd.weight");
+  ASSERT_NE(em, nullptr);
+  const auto& dm = std::get<DenseMatrix>(em->matrix);
+  EXPECT_EQ(dm.quant.spec.Name(), "int8:g32");
+  for (const auto& [got, want, what] :
+       {std::tuple{&dm.values, &stored->values, "codes"},
+        std::tuple{&dm.quant.scales, &stored->quant.scales, "scales"}}) {
+    ASSERT_EQ(got->nbytes(), want->nbytes()) << what;
+    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->nbytes()), 0) << what;
+  }
+  std::remove(out.c_str());
 }
 
 TEST_F(PruneModelTest, BadOptionsAreErrors) {
