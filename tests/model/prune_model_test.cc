@@ -405,6 +405,43 @@ TEST_F(PruneModelTest, EmbeddingOnTheGgufsOwnGridIsKeptAsStored) {
   std::remove(out.c_str());
 }
 
+// --allocation owl: SparseGPT 50% over two blocks with OWL's per-block sparsities. With two blocks
+// of equal size OWL's min-max normalization puts one block at target - lambda and the other at
+// target + lambda (OwlSparsities' own tests cover the general case); each block's layers are
+// stored at their block's sparsity, the allocation is in the file, lambda 0 is uniform, and N:M
+// is refused (its sparsity is fixed).
+TEST_F(PruneModelTest, OwlSpreadsUnstructuredSparsityOverBlocks) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "unstructured:0.5");
+  o.allocation = ModelPruneOptions::Allocation::kOwl;
+  const std::string out = Out("owl.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->block_sparsity.size(), 2u);
+  const double s0 = r->block_sparsity[0], s1 = r->block_sparsity[1];
+  EXPECT_NEAR(std::fabs(s0 - s1), 2 * o.owl_lambda, 1e-9) << s0 << " " << s1;
+  EXPECT_NEAR((s0 + s1) / 2, 0.5, 1e-9);
+  ASSERT_EQ(r->layers.size(), 14u);
+  for (const LayerPruneResult& l : r->layers) {
+    const double want = l.name.rfind("blk.0.", 0) == 0 ? s0 : s1;
+    EXPECT_NEAR(l.report.sparsity, want, 0.002) << l.name;
+  }
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  EXPECT_NE(ck->metadata.at("sparq.prune").find("\"allocation\":{"), std::string::npos);
+  o.owl_lambda = 0.0;
+  r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->block_sparsity, std::vector<double>({0.5, 0.5}));
+  o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.allocation = ModelPruneOptions::Allocation::kOwl;
+  r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--allocation owl"), std::string::npos)
+      << r.status().ToString();
+  std::remove(out.c_str());
+}
+
 TEST_F(PruneModelTest, BadOptionsAreErrors) {
   ThreadPool pool(1);
   ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
