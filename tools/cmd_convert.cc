@@ -8,7 +8,7 @@
 //     output.weight): pruning those hurts most and they are not linear layers of a block.
 //     Each selected tensor is read as dense f32, magnitude-masked to --pattern (MagnitudePrune),
 //     and encoded in --format (auto: PickFormat(pattern)) with values in --values (default f32;
-//     int8 / int4 round to nearest per group of kept values, nm matrices only: format.h).
+//     int8 / int4 round to nearest per group, nm (kept values) and csr (columns) only: format.h).
 //   * Everything else is copied unchanged where the checkpoint can hold it: plain f32/f16/bf16
 //     tensors keep their type and bits, sparse matrices of a .sparq input keep their encoding,
 //     GGUF quantized tensors (Q4_1, Q4_K, ...) are dequantized to f32. --dtype applies only to the
@@ -80,8 +80,8 @@ Status Run(const Options& o) {
     return InvalidInput("convert: bad --include regex '" + o.include + "': " + e.what());
   }
   const FormatKind fmt = format ? *format : (pattern ? PickFormat(*pattern) : FormatKind::kDense);
-  if (spec.quantized() && (to_dense || fmt != FormatKind::kNM)) {
-    return InvalidInput("convert: " + spec.Name() + " values are stored for nm matrices only, not " +
+  if (spec.quantized() && (to_dense || (fmt != FormatKind::kNM && fmt != FormatKind::kCsr))) {
+    return InvalidInput("convert: " + spec.Name() + " values are stored for nm and csr matrices only, not " +
                         std::string(to_dense ? "dense" : FormatName(fmt)) + " ones");
   }
 
@@ -110,8 +110,12 @@ Status Run(const Options& o) {
       } else {
         auto enc = Encode(std::span<const float>(wp, w->numel()), m, k, fmt, *pattern, vt);
         if (!enc.ok()) { s.status = enc.status().WithContext("tensor '" + t.name + "'"); return; }
-        if (spec.quantized()) {
+        if (spec.quantized() && fmt == FormatKind::kNM) {
           auto q = NmMatrix::Quantize(std::get<NmMatrix>(*enc), spec, {}, t.name);
+          if (!q.ok()) { s.status = q.status(); return; }
+          *enc = std::move(*q);
+        } else if (spec.quantized()) {
+          auto q = CsrMatrix::Quantize(std::get<CsrMatrix>(*enc), spec, {}, t.name);
           if (!q.ok()) { s.status = q.status(); return; }
           *enc = std::move(*q);
         }
@@ -196,7 +200,7 @@ Registrar reg("convert", "Magnitude-prune the selected weights of a model file t
                 sub.add_option("--include", o->include, "regex (whole name) of the 2-D tensors to convert");
                 sub.add_option("--values,--dtype", o->values,
                                "values of converted tensors: f32 | bf16 | f16 | int8[:gN] | "
-                               "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm format)");
+                               "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm and csr formats)");
                 sub.add_option("--threads", o->threads, "worker threads");
                 return [o](const KernelConfig&) { return Run(*o); };
               });

@@ -96,7 +96,7 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option(
                        "--values,--dtype", o->values,
                        "Stored values: f32 | bf16 | f16 | int8[:gN] | int4[:gN][:sym] (N = 32, "
-                       "64, 128; quantized: N:M and dense patterns)")
+                       "64, 128; quantized: N:M, dense, unstructured, rows, cols)")
                     ->capture_default_str();
                 sub.add_option("--embedding-values", o->embedding_values,
                                "Token embedding (the tied head): f32 | bf16 | f16 | int8[:gN] | "

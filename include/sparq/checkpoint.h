@@ -16,7 +16,10 @@
 //     parts `<name>.values` (codes i8 [rows, cols] or u8 [rows, ceil(cols/2)]), `<name>.scales`,
 //     `<name>.mins`) and never as a plain `<name>` tensor. This needs no new format_version: a
 //     version-2 reader that predates it rejects such a file (it allows "values" on nm only, and
-//     finds no `<name>` part) rather than misreading it.
+//     finds no `<name>` part) rather than misreading it. A quantized csr matrix likewise
+//     ("format": "csr", "values": "int4:g64": parts `<name>.row_ptr`, `.col_idx`, `.values` (codes
+//     i8 [nnz] or u8 [ceil(nnz/2)]), `.scales` and `.mins` f16 [rows, ceil(cols/G)], a group being
+//     G dense columns of a row: format.h); a reader that predates it refuses "values" on csr.
 // A tensor that is not listed under "sparq" is a plain tensor, so a plain safetensors file reads
 // as a checkpoint without matrices.
 //

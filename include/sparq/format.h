@@ -6,7 +6,7 @@
 // Validate (rejects malformed parts with a message naming the tensor and the position) and
 // ByteSize (exact bytes of all parts). Values are f32, bf16 or f16; FromDense converts f32 input
 // to `value_dtype` with round-to-nearest-even, so ToDense returns the rounded values.
-// N:M and dense matrices can hold quantized values instead (QuantParts below, sparq/quant.h).
+// N:M, CSR and dense matrices can hold quantized values instead (QuantParts below, sparq/quant.h).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,20 @@ enum class FormatKind : uint8_t { kDense, kCoo, kCsr, kBsr, kNM, kVNM };
 std::string_view FormatName(FormatKind f);  // "dense", "coo", "csr", "bsr", "nm", "vnm"
 std::optional<FormatKind> ParseFormatName(std::string_view s);
 
+// Quantized values (sparq/quant.h) in place of numbers: `values` then holds codes, in groups of
+// spec.group consecutive stored values of a row (N:M: the kept values, in the order of `values`;
+// dense: columns; CSR: columns too, see CsrMatrix; a row's last group may be shorter), each group
+// with an f16 scale and, for int4 with a min, an f16 min. Codes (N:M, dense): int8 as i8 [rows,
+// per_row]; int4 as u8 [rows, ceil(per_row / 2)], code 2i of a row in the low nibble of its byte
+// i, code 2i+1 in the high one. The value of a code is Dequantize() of quant.h; a stored slot
+// that points into the padded tail group stands for nothing (its code is ignored).
+struct QuantParts {
+  ValueSpec spec;  // spec.quantized() for a quantized matrix; otherwise unused
+  Tensor scales;   // f16 [rows, groups_per_row]
+  Tensor mins;     // f16 [rows, groups_per_row] for int4 with a min, else empty
+  bool quantized() const { return spec.quantized(); }
+};
+
 // COO, sorted by (row, col), no duplicates.
 struct CooMatrix {
   int64_t rows = 0, cols = 0;
@@ -41,18 +55,50 @@ struct CooMatrix {
 };
 
 // CSR. Column indices are u16 whenever cols <= 65536 (FromDense picks), else u32.
+//
+// Quantized values (QuantParts, sparq/quant.h): `values` holds one code per stored value, in the
+// order of col_idx: int8 as i8 [nnz]; int4 as u8 [ceil(nnz / 2)], code p in the low nibble of
+// byte p / 2 when p is even, in the high one when odd (the last byte's unused high nibble is 0).
+// Unlike N:M's and dense's, a CSR group is spec.group consecutive *dense columns* of a row (the
+// last group of a row may be short), holding however many stored values fall in it (none too:
+// its scale is then 0 from round to nearest, any finite scale >= 0 is legal); scales (and mins)
+// are f16 [rows, ceil(cols / spec.group)]. Why columns, not kept values: (1) pruning with GPTQ
+// fits each group's scale when the sweep reaches its first column, and an unstructured row's
+// k-th kept value is not known until the masks of later column blocks are chosen; a column range
+// is (SparseGPT rounds its block to whole groups); (2) the bit-mask kernels walk 16 columns at a
+// time, and a group of 32, 64 or 128 columns holds whole 16-column chunks, so one scale serves
+// each chunk. The price is bits: a group holds group * density values, so at 50% kept int4:g64
+// spends 0.5 bits per kept value on its scale (and 0.5 on its min) where 2:4's spends 0.25; use
+// g128 to match.
 struct CsrMatrix {
   int64_t rows = 0, cols = 0;
   Tensor row_ptr;  // i64 [rows + 1], row_ptr[0] = 0, non-decreasing, row_ptr[rows] = nnz
   Tensor col_idx;  // u16 or u32 [nnz], strictly increasing within a row, < cols
-  Tensor values;   // f32/bf16/f16 [nnz]
+  Tensor values;   // f32/bf16/f16 [nnz], or codes (above)
+  QuantParts quant;
 
   static Result<CsrMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols,
                                      DType value_dtype = DType::kF32);
+  // Stores exactly the positions where keep[i] != 0 (rows * cols entries, row-major), zeros
+  // included: a pruning mask survives whatever the kept values are.
+  static Result<CsrMatrix> FromDenseMasked(std::span<const float> w, std::span<const uint8_t> keep,
+                                           int64_t rows, int64_t cols,
+                                           DType value_dtype = DType::kF32);
+  // The same matrix with quantized values (same row_ptr and col_idx): each group's parameters
+  // fitted by round to nearest on the values stored in it, or taken from `fitted` (rows *
+  // quant_groups(spec) entries, row-major; e.g. GPTQ's), and each value its nearest code. `src`
+  // holds numbers. Errors name the row and group whose scale does not fit f16.
+  static Result<CsrMatrix> Quantize(const CsrMatrix& src, const ValueSpec& spec,
+                                    std::span<const QuantGroup> fitted = {},
+                                    const std::string& name = "weight");
+  // Quantization groups per row under `spec`: ceil(cols / spec.group).
+  int64_t quant_groups(const ValueSpec& spec) const;
+  // The stored values as f32 [nnz]: the numbers, or the codes dequantized. Precondition: valid.
+  Tensor StoredValuesF32() const;
   Tensor ToDense() const;
   Status Validate(const std::string& name) const;
-  uint64_t ByteSize() const;
-  int64_t nnz() const { return static_cast<int64_t>(values.numel()); }
+  uint64_t ByteSize() const;  // row_ptr + col_idx + values (or codes) + scales + mins
+  int64_t nnz() const { return static_cast<int64_t>(col_idx.numel()); }
 };
 
 // Block CSR with blocks of bh x bw. Edge blocks (rows % bh, cols % bw) are stored padded to the
@@ -70,20 +116,6 @@ struct BsrMatrix {
   Status Validate(const std::string& name) const;
   uint64_t ByteSize() const;
   int64_t nblocks() const { return static_cast<int64_t>(col_idx.numel()); }
-};
-
-// Quantized values (sparq/quant.h) in place of numbers: `values` then holds codes, in groups of
-// spec.group consecutive stored values of a row (the kept values, in the order of `values`; a
-// row's last group may be shorter), each group with an f16 scale and, for int4 with a min, an
-// f16 min. Codes: int8 as i8 [rows, per_row]; int4 as u8 [rows, ceil(per_row / 2)], code 2i of a
-// row in the low nibble of its byte i, code 2i+1 in the high one. The value of a code is
-// Dequantize() of quant.h; a stored slot that points into the padded tail group stands for
-// nothing (its code is ignored).
-struct QuantParts {
-  ValueSpec spec;  // spec.quantized() for a quantized matrix; otherwise unused
-  Tensor scales;   // f16 [rows, groups_per_row]
-  Tensor mins;     // f16 [rows, groups_per_row] for int4 with a min, else empty
-  bool quantized() const { return spec.quantized(); }
 };
 
 // N:M compressed along k. groups = ceil(cols / m); the tail group (cols % m) is padded with zeros.

@@ -268,7 +268,8 @@ inline constexpr int64_t kDefaultPermuteWork = 50'000'000;
 struct ModelPruneOptions {
   PruneMethod method = PruneMethod::kSparseGpt;
   Pattern pattern = Pattern::Unstructured(0.5);
-  // Values of the pruned matrices: f32, bf16, or quantized (int8 / int4, N:M and dense patterns;
+  // Values of the pruned matrices: f32, bf16, or quantized (int8 / int4; N:M, dense and the CSR
+  // patterns: unstructured, rows, cols, whose groups are column ranges, format.h CsrMatrix;
   // the embedding is then stored in bf16). Quantized values come from GPTQ in the same sweep as
   // SparseGPT (quantization error fed to the columns not yet fixed; magnitude and Wanda fit each
   // group once after masking), or from round to nearest after pruning (kRtn). The dense pattern

@@ -112,14 +112,15 @@ class Quantizer {
 };
 
 // The quantizer of sparq's stored values (sparq/quant.h): groups of spec.group kept values of a
-// row, i.e. spec.group * M / N dense columns of an N:M pattern (spec.group columns when dense);
+// row, i.e. spec.group * M / N dense columns of an N:M pattern (spec.group columns when dense,
+// and for the patterns stored as CSR, whose groups are column ranges: format.h CsrMatrix);
 // each group's f16 scale (and min) is fitted by round to nearest on its kept weights when the
 // sweep reaches it, and Quantize returns the nearest value of that grid. The fitted groups are
 // what NmMatrix::Quantize takes, so the stored codes reproduce the swept weights exactly.
 class GroupQuantizer : public Quantizer {
  public:
-  // An error if spec is not quantized or the pattern is not dense, N:M or V:N:M with N dividing
-  // spec.group.
+  // An error if spec is not quantized or the pattern is not dense, unstructured, rows, cols, or
+  // N:M or V:N:M with N dividing spec.group.
   static Result<GroupQuantizer> Make(const ValueSpec& spec, const Pattern& p, int64_t rows,
                                      int64_t cols);
   float Quantize(int64_t row, int64_t col, float w) const override;
@@ -129,13 +130,19 @@ class GroupQuantizer : public Quantizer {
   // [rows * groups_per_row()], row-major; groups never reached keep scale 0.
   const std::vector<QuantGroup>& groups() const { return groups_; }
   int64_t groups_per_row() const { return per_row_; }
+  // Unstructured, rows and cols patterns: the mask the pruning applied, [rows * cols] row-major
+  // (1 = kept), as FitGroup received it (these masks are final before the sweep reaches a group).
+  // Kept weights that round to 0 are still kept: CsrMatrix::FromDenseMasked stores this mask.
+  // Empty for the other patterns.
+  const std::vector<uint8_t>& kept() const { return kept_; }
   // The first fit that failed (a scale beyond f16), naming its row and group; ok otherwise.
   Status status() const;
 
  private:
   ValueSpec spec_;
-  int64_t dense_group_ = 0, per_row_ = 0;
+  int64_t dense_group_ = 0, per_row_ = 0, cols_ = 0;
   std::vector<QuantGroup> groups_;
+  std::vector<uint8_t> kept_;
   std::vector<std::string> errors_;  // per row, empty if fine
 };
 

@@ -283,6 +283,33 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
   return pw;
 }
 
+// Quantized CSR (stored codes, or options' int8 / int4 by round to nearest) runs dequantized to
+// f32 through the CSR / bit-mask rows: the products are those of the dequantized weight, but the
+// codes are not kept packed (correct, not yet small or fast).
+Result<PackedWeight> PackCsrValues(const CsrMatrix& s, const std::string& name, PackedWeight pw,
+                                   const PackOptions& options) {
+  const ValueSpec& want = options.values;
+  if (!s.quant.quantized() && !want.quantized()) {
+    return PackCsr(s, name, std::move(pw), options.csr_layout);
+  }
+  if (s.quant.quantized() && want.quantized() && want.Name() != s.quant.spec.Name()) {
+    return InvalidInput(name + ": values are stored as " + s.quant.spec.Name() + ", not " + want.Name());
+  }
+  CsrMatrix rounded;
+  if (!s.quant.quantized()) {
+    SPARQ_ASSIGN_OR_RETURN(rounded, CsrMatrix::Quantize(s, want, {}, name));
+  } else {
+    SPARQ_RETURN_IF_ERROR(s.Validate(name));
+  }
+  const CsrMatrix& q = s.quant.quantized() ? s : rounded;
+  CsrMatrix twin;
+  twin.rows = q.rows, twin.cols = q.cols, twin.row_ptr = q.row_ptr, twin.col_idx = q.col_idx;
+  twin.values = q.StoredValuesF32();
+  SPARQ_ASSIGN_OR_RETURN(pw, PackCsr(twin, name, std::move(pw), options.csr_layout));
+  pw.source = "csr " + q.quant.spec.Name() + " dequantized, " + pw.source;
+  return pw;
+}
+
 Result<PackedWeight> PackCoo(const CooMatrix& s, const std::string& name, PackedWeight pw,
                              CsrLayout layout) {
   const uint64_t nnz = s.values.numel();
@@ -720,15 +747,15 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
             return PackDenseQuant(f.data_as<float>(), s.rows, s.cols, s.cols, options.values, name);
           }
         }
+        if constexpr (std::is_same_v<T, CsrMatrix>) return PackCsrValues(s, name, std::move(pw), options);
         if constexpr (!std::is_same_v<T, NmMatrix> && !std::is_same_v<T, DenseMatrix>) {
           if (options.values.quantized()) {
             return InvalidInput(name + ": " + options.values.Name() +
-                                " values are packed for N:M and dense weights only so far (this one is " +
+                                " values are packed for N:M, CSR and dense weights only so far (this one is " +
                                 std::string(FormatName(KindOf(matrix))) + ")");
           }
         }
         if constexpr (std::is_same_v<T, DenseMatrix>) return PackDense(s, name, std::move(pw));
-        if constexpr (std::is_same_v<T, CsrMatrix>) return PackCsr(s, name, std::move(pw), options.csr_layout);
         if constexpr (std::is_same_v<T, CooMatrix>) {
           return PackCoo(s, name, std::move(pw), options.csr_layout);
         }

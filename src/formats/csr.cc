@@ -1,4 +1,4 @@
-// CSR: row_ptr i64 [rows + 1], col_idx u16/u32 [nnz], values [nnz].
+// CSR: row_ptr i64 [rows + 1], col_idx u16/u32 [nnz], values [nnz] (quantized: csr_quant.cc).
 #include <string>
 
 #include "sparq/format.h"
@@ -61,14 +61,56 @@ Result<CsrMatrix> CsrMatrix::FromDense(std::span<const float> w, int64_t rows, i
   return out;
 }
 
+Result<CsrMatrix> CsrMatrix::FromDenseMasked(std::span<const float> w,
+                                             std::span<const uint8_t> keep, int64_t rows,
+                                             int64_t cols, DType value_dtype) {
+  SPARQ_RETURN_IF_ERROR(
+      CheckDenseInput(w, rows, cols, value_dtype, "CsrMatrix::FromDenseMasked"));
+  if (keep.size() != w.size()) {
+    return InvalidInput("CsrMatrix::FromDenseMasked: a mask of " + std::to_string(keep.size()) +
+                        " entries for " + std::to_string(w.size()) + " values");
+  }
+  CsrMatrix out;
+  out.rows = rows;
+  out.cols = cols;
+  out.row_ptr = Tensor::Alloc(DType::kI64, {rows + 1});
+  int64_t* rp = out.row_ptr.mutable_data_as<int64_t>();
+  rp[0] = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t count = 0;
+    for (int64_t j = 0; j < cols; ++j) count += keep[i * cols + j] != 0;
+    rp[i + 1] = rp[i] + count;
+  }
+  const DType idx = IndexDTypeFor(cols);
+  out.col_idx = Tensor::Alloc(idx, {rp[rows]});
+  out.values = Tensor::Alloc(value_dtype, {rp[rows]});
+  DispatchValue(value_dtype, [&](auto codec) {
+    using C = decltype(codec);
+    auto* v = out.values.mutable_data_as<typename C::Storage>();
+    DispatchIndex(idx, [&](auto itag) {
+      auto* ci = out.col_idx.mutable_data_as<decltype(itag)>();
+      int64_t p = 0;
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        if (keep[i] == 0) continue;
+        ci[p] = static_cast<decltype(itag)>(i % cols);
+        v[p++] = C::Enc(w[i]);
+      }
+    });
+  });
+  return out;
+}
+
 Tensor CsrMatrix::ToDense() const {
   Tensor out = ZeroDense(rows, cols);
   float* d = out.mutable_data_as<float>();
   const int64_t* rp = row_ptr.data_as<int64_t>();
   const int64_t n = nnz();
-  DispatchValue(values.dtype(), [&](auto codec) {
+  // Quantized: the codes dequantized (a precondition of validity, as StoredValuesF32's).
+  const Tensor deq = quant.quantized() ? StoredValuesF32() : Tensor();
+  const Tensor& vals = quant.quantized() ? deq : values;
+  DispatchValue(vals.dtype(), [&](auto codec) {
     using C = decltype(codec);
-    const auto* v = values.data_as<typename C::Storage>();
+    const auto* v = vals.data_as<typename C::Storage>();
     DispatchIndex(col_idx.dtype(), [&](auto itag) {
       const auto* ci = col_idx.data_as<decltype(itag)>();
       for (int64_t i = 0; i < rows; ++i) {
@@ -85,13 +127,17 @@ Tensor CsrMatrix::ToDense() const {
 
 Status CsrMatrix::Validate(const std::string& name) const {
   SPARQ_RETURN_IF_ERROR(CheckDims(rows, cols, name));
-  if (values.rank() != 1) {
-    return InvalidInput(name + ".values: expected a 1-D tensor [nnz], got " +
-                        values.ShapeString());
+  // Quantized: nnz is col_idx's length (int4 codes are two to a byte), checked part by part below.
+  const Tensor& counted = quant.quantized() ? col_idx : values;
+  if (counted.rank() != 1) {
+    return InvalidInput(name + (quant.quantized() ? ".col_idx" : ".values") +
+                        ": expected a 1-D tensor [nnz], got " + counted.ShapeString());
   }
-  const int64_t n = static_cast<int64_t>(values.numel());
-  SPARQ_RETURN_IF_ERROR(
-      CheckPart(values, name + ".values", {DType::kF32, DType::kBF16, DType::kF16}, {n}));
+  const int64_t n = static_cast<int64_t>(counted.numel());
+  if (!quant.quantized()) {
+    SPARQ_RETURN_IF_ERROR(
+        CheckPart(values, name + ".values", {DType::kF32, DType::kBF16, DType::kF16}, {n}));
+  }
   SPARQ_RETURN_IF_ERROR(CheckPart(col_idx, name + ".col_idx", {DType::kU16, DType::kU32}, {n}));
   SPARQ_RETURN_IF_ERROR(CheckPart(row_ptr, name + ".row_ptr", {DType::kI64}, {rows + 1}));
   const int64_t* rp = row_ptr.data_as<int64_t>();
@@ -112,7 +158,7 @@ Status CsrMatrix::Validate(const std::string& name) const {
                         std::to_string(rp[rows]) + ", expected nnz = " + std::to_string(n) +
                         " (the length of values and col_idx)");
   }
-  return DispatchIndex(col_idx.dtype(), [&](auto itag) -> Status {
+  const Status indices = DispatchIndex(col_idx.dtype(), [&](auto itag) -> Status {
     const auto* ci = col_idx.data_as<decltype(itag)>();
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t p = rp[i]; p < rp[i + 1]; ++p) {
@@ -133,10 +179,14 @@ Status CsrMatrix::Validate(const std::string& name) const {
     }
     return Status::Ok();
   });
+  SPARQ_RETURN_IF_ERROR(indices);
+  if (quant.quantized()) return ValidateCsrQuant(*this, name);
+  return Status::Ok();
 }
 
 uint64_t CsrMatrix::ByteSize() const {
-  return row_ptr.nbytes() + col_idx.nbytes() + values.nbytes();
+  return row_ptr.nbytes() + col_idx.nbytes() + values.nbytes() + quant.scales.nbytes() +
+         quant.mins.nbytes();
 }
 
 }  // namespace sparq

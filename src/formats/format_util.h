@@ -15,6 +15,7 @@
 #include "sparq/tensor.h"
 
 namespace sparq {
+struct CsrMatrix;
 struct DenseMatrix;
 struct QuantParts;
 }  // namespace sparq
@@ -103,6 +104,10 @@ inline int64_t CodeRowBytes(const ValueSpec& spec, int64_t per_row) {
 Status QuantizeRows(const float* values, int64_t rows, int64_t per_row, const ValueSpec& spec,
                     std::span<const QuantGroup> fitted, const std::string& name, Tensor* codes,
                     QuantParts* quant);
+
+// A quantized CsrMatrix's codes, scales and mins (csr_quant.cc); row_ptr and col_idx are
+// checked before (precondition: valid).
+Status ValidateCsrQuant(const CsrMatrix& s, const std::string& name);
 
 // A quantized DenseMatrix (dense_quant.cc): its parts' shapes, dtypes, scales and codes; and its
 // values dequantized (precondition: valid).

@@ -48,9 +48,11 @@ DType ValueDType(const SparseMatrix& s) {
 
 namespace {
 
-// The QuantParts of the formats that can hold quantized values (N:M and dense), else nullptr.
+// The QuantParts of the formats that can hold quantized values (N:M, CSR and dense), else
+// nullptr.
 const QuantParts* QuantOf(const SparseMatrix& s) {
   if (const auto* nm = std::get_if<NmMatrix>(&s)) return &nm->quant;
+  if (const auto* c = std::get_if<CsrMatrix>(&s)) return &c->quant;
   if (const auto* d = std::get_if<DenseMatrix>(&s)) return &d->quant;
   return nullptr;
 }

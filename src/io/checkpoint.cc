@@ -33,7 +33,11 @@ std::vector<std::pair<std::string, const Tensor*>> PartsOf(const SparseMatrix& s
       return {{"row_idx", &x.row_idx}, {"col_idx", &x.col_idx}, {"values", &x.values}};
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const CsrMatrix& x) const {
-      return {{"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
+      std::vector<std::pair<std::string, const Tensor*>> p = {
+          {"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
+      if (x.quant.quantized()) p.push_back({"scales", &x.quant.scales});
+      if (x.quant.quantized() && x.quant.spec.has_min()) p.push_back({"mins", &x.quant.mins});
+      return p;
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const BsrMatrix& x) const {
       return {{"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
@@ -195,8 +199,8 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       auto pattern = Pattern::Parse(pat_it->get<std::string>());
       if (!pattern.ok()) return pattern.status().WithContext(what);
       const auto dtype = ParseDType(dt_it->get<std::string>());
-      // Quantized values (nm since format version 2, dense too since): "values" names the spec,
-      // "dtype" the codes' storage.
+      // Quantized values (nm since format version 2, dense and csr too since): "values" names
+      // the spec, "dtype" the codes' storage.
       ValueSpec qspec;
       if (auto vit = e.find("values"); vit != e.end()) {
         if (!vit->is_string()) return InvalidInput(what + ": \"values\" is not a string");
@@ -206,9 +210,10 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           return InvalidInput(what + ": \"values\" " + Quote(spec->Name()) +
                               " is not a quantized type (float values are named by \"dtype\")");
         }
-        if (*kind != FormatKind::kNM && *kind != FormatKind::kDense) {
+        if (*kind != FormatKind::kNM && *kind != FormatKind::kDense &&
+            *kind != FormatKind::kCsr) {
           return InvalidInput(what + ": quantized values (" + spec->Name() +
-                              ") are stored for nm and dense matrices only, not " +
+                              ") are stored for nm, csr and dense matrices only, not " +
                               Quote(fmt_it->get<std::string>()));
         }
         const DType want = spec->dtype == DType::kI8 ? DType::kI8 : DType::kU8;
@@ -279,6 +284,13 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           SPARQ_ASSIGN_OR_RETURN(c.row_ptr, part("row_ptr"));
           SPARQ_ASSIGN_OR_RETURN(c.col_idx, part("col_idx"));
           SPARQ_ASSIGN_OR_RETURN(c.values, part("values"));
+          if (qspec.quantized()) {
+            c.quant.spec = qspec;
+            SPARQ_ASSIGN_OR_RETURN(c.quant.scales, part("scales"));
+            if (qspec.has_min()) {
+              SPARQ_ASSIGN_OR_RETURN(c.quant.mins, part("mins"));
+            }
+          }
           mat = std::move(c);
           break;
         }

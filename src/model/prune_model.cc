@@ -169,8 +169,8 @@ Result<std::vector<double>> OwlBlockSparsities(
   return sparsity;
 }
 
-// The stored matrix with quantized values: N:M (a pruned layer) or dense (a quantized dense layer
-// or the tied head). `fitted`: GPTQ's groups, or empty for round to nearest.
+// The stored matrix with quantized values: N:M or CSR (a pruned layer) or dense (a quantized dense
+// layer or the tied head). `fitted`: GPTQ's groups, or empty for round to nearest.
 Result<SparseMatrix> QuantizeStored(const SparseMatrix& s, const ValueSpec& spec,
                                     std::span<const QuantGroup> fitted, const std::string& name) {
   if (const auto* nm = std::get_if<NmMatrix>(&s)) {
@@ -179,6 +179,10 @@ Result<SparseMatrix> QuantizeStored(const SparseMatrix& s, const ValueSpec& spec
   }
   if (const auto* dm = std::get_if<DenseMatrix>(&s)) {
     SPARQ_ASSIGN_OR_RETURN(DenseMatrix q, DenseMatrix::Quantize(*dm, spec, fitted, name));
+    return SparseMatrix(std::move(q));
+  }
+  if (const auto* c = std::get_if<CsrMatrix>(&s)) {
+    SPARQ_ASSIGN_OR_RETURN(CsrMatrix q, CsrMatrix::Quantize(*c, spec, fitted, name));
     return SparseMatrix(std::move(q));
   }
   return Internal(name + ": quantized values for a " + std::string(FormatName(KindOf(s))) +
@@ -248,8 +252,16 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   }
   const FormatKind fmt = PickFormat(opt.pattern);
   SPARQ_RETURN_IF_ERROR(FitsValueType(to_store, opt.values.dtype, job.name));
-  SPARQ_ASSIGN_OR_RETURN(out.stored, Encode(to_store, job.m, job.k, fmt, opt.pattern,
-                                            quantized ? DType::kF32 : opt.values.dtype));
+  if (gq && !gq->kept().empty()) {
+    // CSR with GPTQ: a kept weight may round to 0; store the mask the sweep applied, not the
+    // nonzeros, so the pattern survives bit for bit.
+    SPARQ_ASSIGN_OR_RETURN(CsrMatrix c, CsrMatrix::FromDenseMasked(to_store, gq->kept(), job.m,
+                                                                   job.k, DType::kF32));
+    out.stored = std::move(c);
+  } else {
+    SPARQ_ASSIGN_OR_RETURN(out.stored, Encode(to_store, job.m, job.k, fmt, opt.pattern,
+                                              quantized ? DType::kF32 : opt.values.dtype));
+  }
   if (quantized) {
     // GPTQ's swept weights lie on the grids it fitted: their nearest codes give them back exactly
     // (stored order = swept order, permuted or not). RTN fits each group of the stored values.
@@ -329,10 +341,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         opt.pattern.ToString() + " fixes every layer's sparsity");
   }
   if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM &&
-      opt.pattern.kind != PatternKind::kDense) {
+      opt.pattern.kind != PatternKind::kDense && PickFormat(opt.pattern) != FormatKind::kCsr) {
     return InvalidInput("prune: " + opt.values.Name() +
-                        " values are stored for N:M and dense patterns only so far, not " +
-                        opt.pattern.ToString());
+                        " values are stored for N:M, dense and CSR (unstructured, rows, cols) "
+                        "patterns only so far, not " + opt.pattern.ToString());
   }
   std::regex include;
   try {

@@ -1,4 +1,5 @@
 // GroupQuantizer (prune.h): sparq's stored-value grid (sparq/quant.h) as SparseGPT's quantizer.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,16 @@ Result<GroupQuantizer> GroupQuantizer::Make(const ValueSpec& spec, const Pattern
     q.dense_group_ = int64_t{spec.group} / p.n * p.m;
   } else if (p.kind == PatternKind::kDense) {
     q.dense_group_ = spec.group;
+  } else if (p.kind == PatternKind::kUnstructured || p.kind == PatternKind::kRows ||
+             p.kind == PatternKind::kCols) {
+    // Stored as CSR, whose groups are spec.group dense columns (format.h CsrMatrix). The masks
+    // are chosen before the sweep reaches a group, so FitGroup sees the final mask: keep it.
+    q.dense_group_ = spec.group;
+    q.cols_ = cols;
+    q.kept_.assign(static_cast<size_t>(rows * cols), 0);
   } else {
-    return InvalidInput("values " + spec.Name() + ": quantized values need a dense, N:M or V:N:M "
-                        "pattern, not " + p.ToString());
+    return InvalidInput("values " + spec.Name() + ": quantized values need a dense, N:M, V:N:M, "
+                        "unstructured, rows or cols pattern, not " + p.ToString());
   }
   q.per_row_ = (cols + q.dense_group_ - 1) / q.dense_group_;
   q.groups_.assign(static_cast<size_t>(rows * q.per_row_), QuantGroup{});
@@ -31,6 +39,7 @@ Result<GroupQuantizer> GroupQuantizer::Make(const ValueSpec& spec, const Pattern
 
 void GroupQuantizer::FitGroup(int64_t row, int64_t col, const float* w, const uint8_t* keep,
                               int64_t len) {
+  if (!kept_.empty()) std::copy(keep, keep + len, kept_.begin() + row * cols_ + col);
   std::vector<float> kept;
   kept.reserve(static_cast<size_t>(spec_.group));
   for (int64_t j = 0; j < len; ++j) {

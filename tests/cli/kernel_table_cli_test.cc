@@ -176,11 +176,11 @@ TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
   }
   EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns 2:4 --values int5", &out, &err), 1);
   EXPECT_THAT(err, HasSubstr("values 'int5'"));
-  EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns unstructured:0.5 "
+  EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns block:16x16 "
                    "--values int4:g64",
                    &out, &err),
             1);
-  EXPECT_THAT(err, HasSubstr("int4:g64 values are packed for N:M and dense weights only"));
+  EXPECT_THAT(err, HasSubstr("int4:g64 values are packed for N:M, CSR and dense weights only"));
 }
 
 }  // namespace

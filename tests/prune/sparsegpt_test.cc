@@ -526,9 +526,15 @@ TEST(PruneSparseGpt, GroupQuantizerRefusesPatternsItCannotGroup) {
   auto odd = GroupQuantizer::Make(spec, Pattern::NM(3, 8), 4, 64);
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("not a whole number of 3:8 groups"), std::string::npos);
-  auto csr = GroupQuantizer::Make(spec, Pattern::Unstructured(0.5), 4, 64);
-  ASSERT_FALSE(csr.ok());
-  EXPECT_NE(csr.status().message().find("need a dense, N:M or V:N:M pattern"), std::string::npos);
+  auto bsr = GroupQuantizer::Make(spec, Pattern::Block(4, 4, 0.5), 4, 64);
+  ASSERT_FALSE(bsr.ok());
+  EXPECT_NE(bsr.status().message().find("need a dense, N:M, V:N:M, unstructured, rows or cols pattern"),
+            std::string::npos);
+  auto csr = GroupQuantizer::Make(spec, Pattern::Unstructured(0.5), 4, 100);
+  ASSERT_TRUE(csr.ok());
+  EXPECT_EQ(csr->group_size(), 64);  // CSR groups are column ranges (format.h)
+  EXPECT_EQ(csr->groups_per_row(), 2);
+  EXPECT_EQ(csr->kept().size(), 400u);
   auto f32 = GroupQuantizer::Make(*ValueSpec::Parse("bf16"), Pattern::NM(2, 4), 4, 64);
   EXPECT_FALSE(f32.ok());
   auto dense = GroupQuantizer::Make(spec, Pattern::Dense(), 4, 100);
