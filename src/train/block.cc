@@ -89,20 +89,30 @@ Status CheckBlock(const LlamaConfig& c, const BlockWeights& w, const std::string
 }
 
 Status CheckMasks(const LlamaConfig& c, const BlockMasks& masks, const std::string& prefix) {
+  // Runs on every backward (and every model call): a linear scan that builds no string unless
+  // something is wrong. An ascending list (what FromLlamaModel makes) is free of repeats by the
+  // scan alone; any other order gets a seen-table.
   for (int s = 0; s < kNumSlots; ++s) {
     const auto slot = static_cast<LinearSlot>(s);
     const auto [m, k] = SlotShape(c, slot);
-    std::vector<bool> seen(static_cast<size_t>(masks.kept[s].empty() ? 0 : m * k), false);
-    for (size_t i = 0; i < masks.kept[s].size(); ++i) {
-      const int64_t idx = masks.kept[s][i];
-      const std::string where = prefix + std::string(SlotName(slot)) + ".weight: kept[" +
-                                std::to_string(i) + "] = " + std::to_string(idx);
-      if (idx < 0 || idx >= m * k) {
-        return InvalidInput(where + " is outside [" + std::to_string(m) + ", " + std::to_string(k) +
-                            "]");
+    const std::vector<int64_t>& kept = masks.kept[s];
+    auto where = [&](size_t i) {
+      return prefix + std::string(SlotName(slot)) + ".weight: kept[" + std::to_string(i) +
+             "] = " + std::to_string(kept[i]);
+    };
+    bool ascending = true;
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (kept[i] < 0 || kept[i] >= m * k) {
+        return InvalidInput(where(i) + " is outside [" + std::to_string(m) + ", " +
+                            std::to_string(k) + "]");
       }
-      if (seen[idx]) return InvalidInput(where + " is listed twice");
-      seen[idx] = true;
+      if (i > 0 && kept[i] <= kept[i - 1]) ascending = false;
+    }
+    if (ascending) continue;
+    std::vector<uint8_t> seen(static_cast<size_t>(m * k), 0);
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (seen[kept[i]]) return InvalidInput(where(i) + " is listed twice");
+      seen[kept[i]] = 1;
     }
   }
   return Status::Ok();
