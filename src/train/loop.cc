@@ -85,7 +85,7 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     AdamWStep info;
     {
       ScopedTimer t(TimerSlot(opt.exec.timers, &TrainTimers::optimizer));
-      SPARQ_RETURN_IF_ERROR(adamw.Step(&state->weights, grads, lr, &info));
+      SPARQ_RETURN_IF_ERROR(adamw.Step(&state->weights, grads, lr, &info, opt.exec.pool));
     }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

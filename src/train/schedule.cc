@@ -61,12 +61,16 @@ bool SameShapes(const ModelWeights& a, const ModelWeights& b) {
 
 // *g = zeros shaped like w, keeping g's buffers when they already have w's shapes (a training
 // loop's gradient: no fresh half-gigabyte each step).
-void ZeroLike(const ModelWeights& w, ModelWeights* g) {
+void ZeroLike(const ModelWeights& w, ModelWeights* g, ThreadPool* pool) {
   if (!SameShapes(w, *g)) {
     *g = ZerosLike(w);
     return;
   }
-  ForEachTensor(g, [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); });
+  ForEachTensor(g, [pool](std::vector<float>& v) {
+    fast::ForBlocks(
+        pool, static_cast<int64_t>(v.size()), int64_t{1} << 18,
+        [&](int64_t i0, int64_t i1) { std::fill(v.begin() + i0, v.begin() + i1, 0.0f); });
+  });
 }
 
 }  // namespace
@@ -117,7 +121,7 @@ Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   }
   {
     ScopedTimer t(TimerSlot(exec.timers, &TrainTimers::optimizer));
-    ZeroLike(w, grads);
+    ZeroLike(w, grads, exec.pool);
   }
   double sum = 0.0;
   for (size_t i = 0; i < sequences.size(); ++i) {
