@@ -17,7 +17,8 @@
 //
 // Errors: a weight, mask, token or teacher tensor that does not fit the config returns
 // kInvalidInput naming the tensor ("blk.1.ffn_up.weight ..."), never a crash.
-// Thread-safety: the functions keep no state; concurrent calls on distinct outputs are safe.
+// Thread-safety: the functions keep no state; concurrent calls on distinct outputs are safe as
+// long as they do not share a pool (TrainExec::pool: ThreadPool is not re-entrant).
 #pragma once
 
 #include <array>

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -183,8 +184,9 @@ Status LinearBackwardWeightMasked(std::span<const float> dy, std::span<const flo
   if (n == 0 || kept.empty()) return Status::Ok();
   // The dense dY^T X, then the kept entries. (The later fast path: a masked SDDMM that computes
   // only the kept dot products, half the work at 2:4 and no [m, k] scratch.)
-  std::vector<float> dense(static_cast<size_t>(m * k));
-  blas::SgemmTNTiled(m, k, n, 1.0f, dy.data(), m, x.data(), k, 0.0f, dense.data(), k, pool);
+  // (Not zero-filled: beta = 0 writes every entry.)
+  const std::unique_ptr<float[]> dense(new float[static_cast<size_t>(m * k)]);
+  blas::SgemmTNTiled(m, k, n, 1.0f, dy.data(), m, x.data(), k, 0.0f, dense.get(), k, pool);
   ForBlocks(pool, static_cast<int64_t>(kept.size()), kElemGrain, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) dw_kept[i] += dense[kept[i]];
   });
