@@ -21,7 +21,7 @@ struct EvalOptions {
   JsonOutput json;
   bool tokenize_only = false;
   std::string tokens_out, argmax_out;
-  GgufValues gguf_values = GgufValues::kF32;
+  GgufValues gguf_values = GgufValues::kAsStored;
 };
 
 Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {

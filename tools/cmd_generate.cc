@@ -24,7 +24,7 @@ struct GenOptions {
   int threads = 0;
   bool raw = false;
   bool chat = false;  // the default, spelled out (kept for older command lines)
-  GgufValues gguf_values = GgufValues::kF32;
+  GgufValues gguf_values = GgufValues::kAsStored;
 };
 
 struct PromptIds {

@@ -15,6 +15,8 @@ namespace {
 struct PruneCliOptions {
   std::string model, method = "sparsegpt", pattern = "unstructured:0.5", calib, out, values = "f32";
   std::string quant_method = "gptq";
+  std::string allocation = "uniform";
+  double owl_lambda = 0.08, owl_threshold = 5.0;
   std::string embedding_values;  // "": follow --values
   std::string include, report;
   int64_t calib_samples = 64, calib_len = 512, blocks = -1, permute_work = kDefaultPermuteWork;
@@ -33,6 +35,13 @@ Status RunPrune(const PruneCliOptions& o, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(opt.pattern, Pattern::Parse(o.pattern));
   SPARQ_ASSIGN_OR_RETURN(opt.values, ValueSpec::Parse(o.values));
   SPARQ_RETURN_IF_ERROR(ApplyQuantFlags(o.embedding_values, o.quant_method, &opt));
+  if (o.allocation == "owl") {
+    opt.allocation = ModelPruneOptions::Allocation::kOwl;
+  } else if (o.allocation != "uniform") {
+    return InvalidInput("--allocation must be uniform or owl, not '" + o.allocation + "'");
+  }
+  opt.owl_lambda = o.owl_lambda;
+  opt.owl_threshold = o.owl_threshold;
   opt.permute = o.permute;
   opt.permute_max_work = o.permute_work;
   opt.calib_samples = o.calib_samples;
@@ -96,6 +105,18 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option("--quant-method", o->quant_method,
                                "Quantized values: gptq (in SparseGPT's sweep) | rtn (after)")
                     ->capture_default_str();
+                sub.add_option("--allocation", o->allocation,
+                               "Unstructured sparsity per block: uniform | owl (denser blocks "
+                               "where the dense model has more outlier weights; same mean)")
+                    ->capture_default_str();
+                sub.add_option("--owl-lambda", o->owl_lambda,
+                               "OWL: largest change of a block's sparsity from the target")
+                    ->capture_default_str()
+                    ->check(CLI::Range(0.0, 0.5));
+                sub.add_option("--owl-threshold", o->owl_threshold,
+                               "OWL: an outlier's score is above this many times its block's mean")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1.0, 1000.0));
                 sub.add_flag("--permute", o->permute, "Channel permutation (N:M, V:N:M)");
                 sub.add_option("--permute-work", o->permute_work,
                                "Work bound of the permutation search per layer: candidate swaps x "

@@ -298,6 +298,12 @@ struct ModelPruneOptions {
       "blk\\..*\\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\\.weight";
   int64_t max_blocks = -1;           // prune only blocks < max_blocks (tests); -1: all
   double damp = 0.01;
+  // How an unstructured pattern's sparsity is spread over the blocks: the same in every block, or
+  // OWL (Yin et al. 2024): denser blocks where the dense model's Wanda scores |W_ij| * ||X_j||
+  // have more outliers (above owl_threshold times the block's mean), within +-owl_lambda of the
+  // target, the parameter-weighted mean over the pruned layers equal to the target.
+  enum class Allocation { kUniform, kOwl } allocation = Allocation::kUniform;
+  double owl_lambda = 0.08, owl_threshold = 5.0;  // OWL's defaults for LLaMA (lambda, M)
   bool progress = true;              // progress bar on stderr (only when it is a terminal)
 };
 
@@ -314,6 +320,7 @@ struct ModelPruneResult {
   double seconds = 0.0;        // whole pipeline
   double prune_seconds = 0.0;  // inside Prune() calls
   double dense_bytes = 0.0, stored_bytes = 0.0;  // pruned layers: f32 dense vs as stored
+  std::vector<double> block_sparsity;  // kOwl: each block's unstructured sparsity (else empty)
   // Deterministic summary (no timings) as stored in the checkpoint's metadata.
   std::string ToJson(bool with_timings) const;
 };

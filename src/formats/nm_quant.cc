@@ -1,4 +1,5 @@
 // Quantized values of an NmMatrix (format.h, QuantParts): quantizing, checking and dequantizing.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -102,12 +103,18 @@ Tensor NmMatrix::StoredValuesF32() const {
   const uint16_t* mn = spec.has_min() ? quant.mins.data_as<uint16_t>() : nullptr;
   const uint8_t* mrow0 = meta.data_as<uint8_t>();
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < per_row; ++j) {
-      const int64_t gi = r * qg + j / spec.group;
+    // One group's parameters per group, not per value: this loop runs on every load (Validate,
+    // packing), over every kept weight of the model.
+    for (int64_t gq = 0; gq < qg; ++gq) {
+      const int64_t gi = r * qg + gq;
       const QuantGroup g = QuantGroupFromF16(sc[gi], mn ? mn[gi] : 0, spec);
-      const int64_t col = (j / n) * m +
-                          ReadBits(mrow0 + r * l.meta_row_bytes, j * l.bits, l.bits);
-      o[r * per_row + j] = col < cols ? Dequantize(CodeAt(*this, row_bytes, r, j), g, spec) : 0.0f;
+      const int64_t j1 = std::min<int64_t>(per_row, (gq + 1) * spec.group);
+      for (int64_t j = gq * spec.group; j < j1; ++j) {
+        const int64_t col = (j / n) * m +
+                            ReadBits(mrow0 + r * l.meta_row_bytes, j * l.bits, l.bits);
+        o[r * per_row + j] =
+            col < cols ? Dequantize(CodeAt(*this, row_bytes, r, j), g, spec) : 0.0f;
+      }
     }
   }
   return out;

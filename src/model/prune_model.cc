@@ -1,4 +1,5 @@
 // Sequential calibration and pruning of a Llama model (SparseGPT's procedure), writing a .sparq.
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -7,6 +8,8 @@
 #include <random>
 #include <regex>
 
+#include "sparq/gguf.h"
+#include "sparq/model_file.h"
 #include "sparq/progress.h"
 #include "src/model/llama_internal.h"
 
@@ -29,6 +32,25 @@ Status FitsValueType(std::span<const float> w, DType dt, const std::string& name
     }
   }
   return Status::Ok();
+}
+
+// The model file's own token_embd when the GGUF stores it on exactly the grid `spec` names (a Q4_1
+// embedding for int4:g32, Q8_0 for int8:g32, Q4_0 for int4:g32:sym), else nullopt. Those codes
+// are the dense model's values: GPTQ on the head's inputs would move them off the grid they sit
+// on (a Q4_1 head re-fitted by GPTQ at g32 cost 3.5% perplexity), so they are kept bit for bit.
+Result<std::optional<DenseMatrix>> StoredEmbedding(const std::string& model_path,
+                                                   const ValueSpec& spec) {
+  auto kind = DetectModelFile(model_path);
+  if (!kind.ok() || *kind != ModelFileKind::kGguf) return std::optional<DenseMatrix>();
+  SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(model_path));
+  const GgufTensorInfo* t = f.FindTensor("token_embd.weight");
+  if (t == nullptr || (t->type != GgmlType::kQ4_0 && t->type != GgmlType::kQ4_1 &&
+                       t->type != GgmlType::kQ8_0)) {
+    return std::optional<DenseMatrix>();
+  }
+  SPARQ_ASSIGN_OR_RETURN(DenseMatrix dm, f.ReadQuantized(*t));
+  if (dm.quant.spec.Name() != spec.Name()) return std::optional<DenseMatrix>();
+  return std::optional<DenseMatrix>(std::move(dm));
 }
 
 // Which Hessian feeds each slot: q/k/v share the attention input, gate/up the MLP input.
@@ -73,6 +95,78 @@ Tensor VectorTensor(const std::vector<float>& v) {
   Tensor t = Tensor::Alloc(DType::kF32, {static_cast<int64_t>(v.size())});
   std::memcpy(t.mutable_data(), v.data(), v.size() * sizeof(float));
   return t;
+}
+
+// OWL (Yin et al. 2024, "Outlier Weighed Layerwise sparsity"): one sparsity per block from the
+// blocks' outlier ratios under the dense model's activations of the calibration tokens `x` ([S*L,
+// d], advanced through the blocks here on a copy). A block's ratio is the fraction of the Wanda
+// scores |W_ij| * ||X_j|| of all its selected layers together (as OWL's reference code
+// concatenates them) above `threshold` times their mean; OwlSparsities turns the ratios into
+// sparsities whose parameter-weighted mean over the selected layers is the target. Blocks with no
+// selected layer get the target (unused).
+Result<std::vector<double>> OwlBlockSparsities(
+    const LlamaConfig& c, const LlamaWeights& w, const std::string& model_path,
+    std::vector<float> x, int64_t samples, int64_t len, int64_t blocks,
+    const std::vector<std::array<bool, kNumSlots>>& selected, double target, double lambda,
+    double threshold, ThreadPool* pool) {
+  const int64_t d = c.n_embd;
+  std::vector<float> kc(static_cast<size_t>(len * c.kv_dim())), vc(kc.size());
+  BlockScratch scratch;
+  scratch.keep_inputs = true;
+  std::vector<double> ratios, sparsity(static_cast<size_t>(blocks), target);
+  std::vector<int64_t> numel, which;
+  for (int64_t l = 0; l < blocks; ++l) {
+    const LlamaBlock& b = w.blocks[l];
+    // Column sums of squares of each linear layer's input over every calibration token.
+    std::array<std::vector<double>, kNumInputs> sq;
+    for (int i = 0; i < kNumInputs; ++i) sq[i].assign(i == 3 ? c.n_ff : d, 0.0);
+    for (int64_t s = 0; s < samples; ++s) {
+      RunBlock(c, b, x.data() + s * len * d, len, 0, kc.data(), vc.data(), &scratch, pool);
+      const float* taps[kNumInputs] = {scratch.attn_in.data(), scratch.att.data(),
+                                       scratch.ffn_in.data(), scratch.act.data()};
+      for (int i = 0; i < kNumInputs; ++i) {
+        const auto k = static_cast<int64_t>(sq[i].size());
+        for (int64_t t = 0; t < len; ++t) {
+          for (int64_t j = 0; j < k; ++j) sq[i][j] += double(taps[i][t * k + j]) * taps[i][t * k + j];
+        }
+      }
+    }
+    // Two passes over the block's scores: their mean, then the count above threshold * mean.
+    std::vector<std::vector<float>> ws(kNumSlots);
+    double sum = 0.0;
+    int64_t count = 0;
+    for (int sl = 0; sl < kNumSlots; ++sl) {
+      if (!selected[l][sl]) continue;
+      const auto slot = static_cast<LinearSlot>(sl);
+      const auto [m, k] = SlotShape(c, slot);
+      const std::string name =
+          "blk." + std::to_string(l) + "." + std::string(SlotName(slot)) + ".weight";
+      SPARQ_ASSIGN_OR_RETURN(ws[sl], DenseWeights(b.linear[sl], model_path, name));
+      const std::vector<double>& q = sq[kSlotInput[sl]];
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < k; ++j) sum += std::fabs(ws[sl][r * k + j]) * std::sqrt(q[j]);
+      }
+      count += m * k;
+    }
+    if (count == 0) continue;
+    const double cut = threshold * sum / static_cast<double>(count);
+    int64_t outliers = 0;
+    for (int sl = 0; sl < kNumSlots; ++sl) {
+      if (ws[sl].empty()) continue;
+      const std::vector<double>& q = sq[kSlotInput[sl]];
+      const auto k = static_cast<int64_t>(q.size());
+      for (size_t i = 0; i < ws[sl].size(); ++i) {
+        outliers += std::fabs(ws[sl][i]) * std::sqrt(q[i % k]) > cut ? 1 : 0;
+      }
+    }
+    ratios.push_back(static_cast<double>(outliers) / static_cast<double>(count));
+    numel.push_back(count);
+    which.push_back(l);
+  }
+  if (ratios.empty()) return sparsity;
+  SPARQ_ASSIGN_OR_RETURN(std::vector<double> owl, OwlSparsities(ratios, numel, target, lambda));
+  for (size_t i = 0; i < which.size(); ++i) sparsity[which[i]] = owl[i];
+  return sparsity;
 }
 
 // The stored matrix with quantized values: N:M (a pruned layer) or dense (a quantized dense layer
@@ -209,6 +303,7 @@ std::string ModelPruneResult::ToJson(bool with_timings) const {
                       {"dense_f32_bytes", dense_bytes},
                       {"stored_bytes", stored_bytes},
                       {"layers", layers_j}};
+  if (!block_sparsity.empty()) j["block_sparsity"] = block_sparsity;
   if (with_timings) {
     j["seconds"] = seconds;
     j["prune_seconds"] = prune_seconds;
@@ -228,6 +323,11 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
         "not " +
         opt.values.Name());
   }
+  if (opt.allocation == ModelPruneOptions::Allocation::kOwl &&
+      opt.pattern.kind != PatternKind::kUnstructured) {
+    return InvalidInput("prune: --allocation owl spreads an unstructured sparsity over the blocks; " +
+                        opt.pattern.ToString() + " fixes every layer's sparsity");
+  }
   if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM &&
       opt.pattern.kind != PatternKind::kDense) {
     return InvalidInput("prune: " + opt.values.Name() +
@@ -245,8 +345,12 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // A quantized embedding that is also the head is quantized as the head, on its inputs.
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
   LlamaConfig c = model.config();
-  const bool quantize_head =
-      opt.embedding_values && embd_values.quantized() && c.tied_output && !prune_head;
+  std::optional<DenseMatrix> stored_embd;
+  if (opt.embedding_values && embd_values.quantized()) {
+    SPARQ_ASSIGN_OR_RETURN(stored_embd, StoredEmbedding(model_path, embd_values));
+  }
+  const bool quantize_head = opt.embedding_values && embd_values.quantized() && c.tied_output &&
+                             !prune_head && !stored_embd;
   // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
   // f16 stays f16 (the runtime widens it to f32: no f16 kernel rows); quantized specs keep bf16.
   const DType small_dtype = opt.values.dtype == DType::kF32 || opt.values.dtype == DType::kF16
@@ -267,18 +371,31 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   BlockScratch scratch;
   scratch.keep_inputs = true;  // step 1 reads every linear layer's input
   const int64_t blocks = opt.max_blocks < 0 ? c.n_layer : std::min(opt.max_blocks, c.n_layer);
+  std::vector<std::array<bool, kNumSlots>> selected_of(static_cast<size_t>(c.n_layer));
+  for (int64_t l = 0; l < blocks; ++l) {
+    for (int s = 0; s < kNumSlots; ++s) {
+      selected_of[l][s] = std::regex_match("blk." + std::to_string(l) + "." +
+                                               std::string(SlotName(static_cast<LinearSlot>(s))) +
+                                               ".weight",
+                                           include);
+    }
+  }
+  if (opt.allocation == ModelPruneOptions::Allocation::kOwl) {
+    SPARQ_ASSIGN_OR_RETURN(result.block_sparsity,
+                           OwlBlockSparsities(c, w, model_path, x, S, L, blocks, selected_of,
+                                              opt.pattern.fraction, opt.owl_lambda,
+                                              opt.owl_threshold, pool));
+  }
   ProgressBar bar("prune", blocks);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     LlamaBlock& b = w.blocks[l];
     const std::string blk = "blk." + std::to_string(l) + ".";
-    std::array<bool, kNumSlots> selected{};
+    const std::array<bool, kNumSlots>& selected = selected_of[l];
     bool any = false;
-    for (int s = 0; s < kNumSlots; ++s) {
-      selected[s] =
-          l < blocks &&
-          std::regex_match(blk + std::string(SlotName(static_cast<LinearSlot>(s))) + ".weight",
-                           include);
-      any = any || selected[s];
+    for (int s = 0; s < kNumSlots; ++s) any = any || selected[s];
+    ModelPruneOptions bo = opt;  // this block's options: OWL's sparsity
+    if (!result.block_sparsity.empty() && l < blocks) {
+      bo.pattern.fraction = result.block_sparsity[l];
     }
     if (any) {
       // 1. Inputs of each linear layer under the current (dense) block, into the Hessians.
@@ -303,13 +420,13 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
         SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
                                DenseWeights(b.linear[s], model_path, job.name));
         SPARQ_ASSIGN_OR_RETURN(PrunedLayer p,
-                               PruneOne(std::move(dense), job, opt, true, cfg, pool));
+                               PruneOne(std::move(dense), job, bo, true, cfg, pool));
         result.prune_seconds += p.result.report.seconds;
         result.dense_bytes += static_cast<double>(m * k * 4);
         result.stored_bytes += static_cast<double>(p.result.stored_bytes);
         b.linear[s] = std::move(p.linear);
         b.perm[s] = p.perm;
-        ck.matrices.push_back({job.name, std::move(p.stored), opt.pattern});
+        ck.matrices.push_back({job.name, std::move(p.stored), bo.pattern});
         if (!p.perm.empty()) {
           Tensor pt = Tensor::Alloc(DType::kI32, {k});
           std::memcpy(pt.mutable_data(), p.perm.data(), p.perm.size() * sizeof(int32_t));
@@ -370,7 +487,13 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // --values bf16 (or quantized) stores the embedding in bf16; a tied head then runs as a dense
   // bf16 product (half the bytes per generated token of the f32 head, the largest matrix of a
   // small model). --embedding-values int8 / int4 store it as a dense quantized matrix instead.
-  if (quantize_head) {
+  if (stored_embd && !prune_head) {
+    // Kept as the GGUF stores it (StoredEmbedding): the lookup and a tied head read its codes.
+    result.dense_bytes += static_cast<double>(c.n_vocab * d * 4);
+    SparseMatrix em(std::move(*stored_embd));
+    result.stored_bytes += static_cast<double>(ByteSize(em));
+    ck.matrices.push_back({"token_embd.weight", std::move(em), Pattern::Dense()});
+  } else if (quantize_head) {
     // The tied head: GPTQ (or round to nearest) on the final-norm hidden states, as a dense layer.
     // The lookup reads the same codes, though GPTQ fits them to the head's inputs only (the
     // lookup's error is not in its objective: docs/model.md measures what each costs).
@@ -433,6 +556,12 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         {"damp", opt.damp},
                         {"summary", nlohmann::json::parse(result.ToJson(false))}};
   if (opt.embedding_values) how["embedding_values"] = opt.embedding_values->Name();
+  if (opt.allocation == ModelPruneOptions::Allocation::kOwl) {
+    how["allocation"] = {{"method", "owl"},
+                         {"lambda", opt.owl_lambda},
+                         {"threshold", opt.owl_threshold},
+                         {"block_sparsity", result.block_sparsity}};
+  }
   if (opt.values.quantized()) {
     how["quant_method"] =
         opt.quant_method == ModelPruneOptions::QuantMethod::kGptq ? "gptq" : "rtn";

@@ -395,6 +395,44 @@ TEST(ReadmeBench, KernelsPlotIsAPngThatDecodes) {
   EXPECT_THAT(out, HasSubstr("|")) << out;
 }
 
+// bench/pareto.py (issue 27's picture) on hand-made `bench model` rows whose fronts are known: a
+// row dominated on both axes is off both fronts, a row without perplexity is left out, llama.cpp's
+// file size stands in for its bytes per token; the PNG decodes.
+TEST(ReadmeBench, ParetoPlotMarksTheFront) {
+  const std::string py = testing::PythonInterpreter();
+  std::string out, err;
+  SPARQ_REQUIRE(Shell(Quote(py) + " -c 'import matplotlib'", &out, &err) == 0,
+                "matplotlib missing in " + py + ": run scripts/install_deps.sh (it installs it in .venv/)");
+  const std::string rows_path = OutDir() + "/model-rows.json", png = OutDir() + "/pareto.png";
+  // ppl / MB per token / tok/s: a 10 / 100 / 50, b 20 / 50 / 100, c 30 / 120 / 40 (dominated by
+  // a in both panels), e without perplexity, llama.cpp 11 / 98 (file) / 60.
+  std::ofstream(rows_path) << R"([
+    {"runtime": "sparq", "model": "a.sparq", "values": "int4:g64", "perplexity": 10,
+     "weight_bytes_per_token": 100e6, "decode_tok_s": 50, "cpu_model": "X", "isa": "AVX2",
+     "threads": 2},
+    {"runtime": "sparq", "model": "b.sparq", "values": "int4:g64", "perplexity": 20,
+     "weight_bytes_per_token": 50e6, "decode_tok_s": 100},
+    {"runtime": "sparq", "model": "c.sparq", "values": "bf16", "perplexity": 30,
+     "weight_bytes_per_token": 120e6, "decode_tok_s": 40},
+    {"runtime": "sparq", "model": "e.sparq", "values": "bf16", "perplexity": null,
+     "weight_bytes_per_token": 1e6, "decode_tok_s": 400},
+    {"runtime": "llama.cpp", "model": "llama.cpp M.gguf", "perplexity": 11,
+     "weight_bytes_per_token": null, "file_bytes": 98e6, "decode_tok_s": 60}])";
+  ASSERT_EQ(Shell("cd " + Quote(SPARQ_SOURCE_DIR) + " && " + Quote(py) + " bench/pareto.py " +
+                      Quote(rows_path) + " " + Quote(png),
+                  &out, &err),
+            0)
+      << out << err;
+  EXPECT_THAT(out, HasSubstr("(4 rows)"));
+  EXPECT_THAT(out, HasSubstr("front, perplexity vs MB per token: b (int4:g64); llama.cpp M.gguf; "
+                             "a (int4:g64)\n"));
+  EXPECT_THAT(out, HasSubstr("front, perplexity vs decode tok/s: a (int4:g64); llama.cpp M.gguf; "
+                             "b (int4:g64)\n"));
+  const std::string b = Slurp(png);
+  ASSERT_GE(b.size(), 33u);
+  EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
 // `bench machine`: the limits the kernel tables are measured against, for 1 and 2 threads.
 TEST(ReadmeBench, MachineLimits) {
   std::string out, err;

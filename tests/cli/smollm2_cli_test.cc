@@ -129,6 +129,27 @@ TEST_F(SmolLm2Test, PruneValuesAndDtypeAreOneFlag) {
   for (const auto& p : {a, b}) std::remove(p.c_str());
 }
 
+// --allocation owl reaches PruneLlama (the per-block sparsities in the JSON report; the library
+// test checks what they are); a wrong value is refused naming the flag.
+TEST_F(SmolLm2Test, PruneAllocationOwl) {
+  const std::string dir = testing::TempDir();
+  const std::string out = dir + "/owl.sparq";
+  const std::string common = Cli() + " prune '" + path_ + "' --method magnitude --pattern " +
+                             "unstructured:0.5 --blocks 2 --calib-samples 2 --calib-len 32 " +
+                             "--threads 2 --calib '" +
+                             testing::DataText("sherlock-holmes-pg1661.txt") + "' -o '" + out + "'";
+  std::string log;
+  ASSERT_EQ(testing::RunCommand(common + " --allocation owl --json", &log), 0) << log;
+  const json j = json::parse(log);
+  ASSERT_TRUE(j.contains("block_sparsity")) << log;
+  EXPECT_EQ(j["block_sparsity"].size(), 2u);
+  EXPECT_NEAR(j["block_sparsity"][0].get<double>() + j["block_sparsity"][1].get<double>(), 1.0,
+              1e-9);
+  EXPECT_EQ(testing::RunCommand(common + " --allocation best 2>&1", &log), 1);
+  EXPECT_NE(log.find("--allocation must be uniform or owl, not 'best'"), std::string::npos) << log;
+  std::remove(out.c_str());
+}
+
 TEST_F(SmolLm2Test, ConvertTo24Bf16AndBackGivesExactlyTheMaskedWeights) {
   const std::string dir = testing::TempDir();
   const std::string sparq = dir + "/s.sparq", dense = dir + "/d.safetensors";

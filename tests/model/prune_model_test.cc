@@ -4,7 +4,11 @@
 // and checks channel permutation.
 
 #include <cmath>
+#include <cstring>
+#include <tuple>
+
 #include "model/prune_model_fixture.h"
+#include "sparq/gguf.h"
 
 namespace sparq {
 namespace {
@@ -366,6 +370,76 @@ TEST_F(PruneModelTest, QuantizedEmbeddingRunsTheTiedHeadAsStored) {
   const EmbeddingCase wants[] = {{"int8:g64", QM::kRtn, 0.01}, {"int8:g64", QM::kGptq, 0.01}};
   const std::vector<double> head_error = CheckQuantizedEmbeddings(wants);
   EXPECT_LT(head_error[1], head_error[0]) << "GPTQ's head error is not below round to nearest's";
+}
+
+// --embedding-values naming the grid the GGUF already stores token_embd on (SmolLM2's is Q8_0 =
+// int8:g32) keeps the file's codes and scales bit for bit: no head calibration, no GPTQ (which
+// would move codes that are the dense model's values), perplexity exactly the as-stored load's.
+TEST_F(PruneModelTest, EmbeddingOnTheGgufsOwnGridIsKeptAsStored) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
+  o.max_blocks = 0;
+  o.values.dtype = DType::kBF16;
+  o.embedding_values = *ValueSpec::Parse("int8:g32");
+  const std::string out = Out("embd-as-stored.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->layers.empty()) << "the head was re-fitted: " << r->layers[0].name;
+  auto f = GgufFile::Open(path_);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->FindTensor("token_embd.weight")->type, GgmlType::kQ8_0);
+  auto stored = f->ReadQuantized(*f->FindTensor("token_embd.weight"));
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  const CheckpointTensor* em = ck->FindMatrix("token_embd.weight");
+  ASSERT_NE(em, nullptr);
+  const auto& dm = std::get<DenseMatrix>(em->matrix);
+  EXPECT_EQ(dm.quant.spec.Name(), "int8:g32");
+  for (const auto& [got, want, what] :
+       {std::tuple{&dm.values, &stored->values, "codes"},
+        std::tuple{&dm.quant.scales, &stored->quant.scales, "scales"}}) {
+    ASSERT_EQ(got->nbytes(), want->nbytes()) << what;
+    EXPECT_EQ(std::memcmp(got->data(), want->data(), got->nbytes()), 0) << what;
+  }
+  std::remove(out.c_str());
+}
+
+// --allocation owl: SparseGPT 50% over two blocks with OWL's per-block sparsities. With two blocks
+// of equal size OWL's min-max normalization puts one block at target - lambda and the other at
+// target + lambda (OwlSparsities' own tests cover the general case); each block's layers are
+// stored at their block's sparsity, the allocation is in the file, lambda 0 is uniform, and N:M
+// is refused (its sparsity is fixed).
+TEST_F(PruneModelTest, OwlSpreadsUnstructuredSparsityOverBlocks) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "unstructured:0.5");
+  o.allocation = ModelPruneOptions::Allocation::kOwl;
+  const std::string out = Out("owl.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->block_sparsity.size(), 2u);
+  const double s0 = r->block_sparsity[0], s1 = r->block_sparsity[1];
+  EXPECT_NEAR(std::fabs(s0 - s1), 2 * o.owl_lambda, 1e-9) << s0 << " " << s1;
+  EXPECT_NEAR((s0 + s1) / 2, 0.5, 1e-9);
+  ASSERT_EQ(r->layers.size(), 14u);
+  for (const LayerPruneResult& l : r->layers) {
+    const double want = l.name.rfind("blk.0.", 0) == 0 ? s0 : s1;
+    EXPECT_NEAR(l.report.sparsity, want, 0.002) << l.name;
+  }
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  EXPECT_NE(ck->metadata.at("sparq.prune").find("\"allocation\":{"), std::string::npos);
+  o.owl_lambda = 0.0;
+  r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->block_sparsity, std::vector<double>({0.5, 0.5}));
+  o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.allocation = ModelPruneOptions::Allocation::kOwl;
+  r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--allocation owl"), std::string::npos)
+      << r.status().ToString();
+  std::remove(out.c_str());
 }
 
 TEST_F(PruneModelTest, BadOptionsAreErrors) {
