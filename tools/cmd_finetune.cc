@@ -4,9 +4,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "sparq/finetune.h"
 #include "sparq/model.h"
@@ -20,6 +22,8 @@ struct FinetuneCliOptions {
   train::FinetuneOptions lib;
   std::vector<std::string> text_files;
   int threads = 0;
+  bool timings = false;
+  train::TrainTimers timers;
   JsonOutput json;
 };
 
@@ -53,7 +57,24 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
                  tty ? "   " : "\n");
     if (tty && p.step == p.total_steps) std::fprintf(stderr, "\n");
   };
+  if (o.timings) o.lib.timers = &o.timers;
   SPARQ_ASSIGN_OR_RETURN(train::FinetuneResult r, train::Finetune(o.lib, cfg, &pool));
+  if (o.timings) {
+    const train::TrainTimers& t = o.timers;
+    const double all = std::max(t.total(), 1e-9);
+    std::fprintf(stderr, "step time (%d threads), s and share of %.2f s:\n", pool.num_threads(),
+                 t.total());
+    const std::pair<const char*, double> rows[] = {{"teacher forward", t.teacher},
+                                                   {"student forward", t.forward},
+                                                   {"head + loss", t.head},
+                                                   {"head backward", t.head_backward},
+                                                   {"blocks recomputed", t.recompute},
+                                                   {"blocks backward", t.backward},
+                                                   {"optimizer", t.optimizer}};
+    for (const auto& [name, sec] : rows) {
+      std::fprintf(stderr, "  %-18s %8.2f  %5.1f%%\n", name, sec, 100.0 * sec / all);
+    }
+  }
   SPARQ_RETURN_IF_ERROR(o.json.Write(r.ToJson()));
   if (o.json.to_stdout()) return Status::Ok();
   if (r.end_step == r.start_step) {
@@ -106,7 +127,11 @@ Registrar reg(
       sub.add_option("--max-grad-norm", l.max_grad_norm, "Gradient clipping (0: none)")
           ->capture_default_str();
       sub.add_option("--seed", l.seed, "Seed of the data order")->capture_default_str();
-      sub.add_option("--threads", o->threads, "Threads (the teacher's forward)");
+      sub.add_option("--threads", o->threads,
+                     "Threads (the teacher's forward and the training step; same results for any)");
+      sub.add_flag("--timings", o->timings,
+                   "Print where the steps' time went (teacher, forward, head, backward, "
+                   "optimizer) at the end, on stderr");
       sub.add_option("--checkpoint-every", l.checkpoint_every,
                      "Save the train state every N steps (0: at the end only)")
           ->capture_default_str()

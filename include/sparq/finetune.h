@@ -5,9 +5,12 @@
 // What it trains: every weight of the student (embedding, norms, the kept weights of each sparse
 // linear layer, every weight of a dense one) as f32 masters (sparq/train_model.h), AdamW
 // (sparq/train_optim.h), warmup + cosine (sparq/train_loop.h). Pruned weights stay exactly 0.
+// How: the student's forward / backward runs on the training fast path (TrainExec::fast,
+// sparq/train_model.h: f32 BLAS tiles, attention and the per-row ops split over the pool), the
+// teacher's forward on the runtime's kernels; both on the pool passed in, with results that do
+// not depend on its size.
 // What it does not do yet: quantized students (int8 / int4 values) are refused; an untied output
-// head is refused (FromLlamaModel); the forward / backward is the plain f32 training code, one
-// thread (the teacher's forward uses the pool).
+// head is refused (FromLlamaModel); a sparse slot's gradient is computed dense, then masked.
 //
 // Determinism: a run is a function of (student, teacher, texts, options); a run stopped after k
 // steps and resumed from its state file ends with the same OUT, bit for bit.
@@ -54,6 +57,7 @@ struct FinetuneOptions {
   bool resume = false;           // continue from state_path
   int64_t stop_at = -1;          // stop after this step without writing out (tests: interrupt)
   std::function<void(const TrainProgress&)> progress;  // may be empty
+  TrainTimers* timers = nullptr;  // null, or accumulates where the steps' time went
 };
 
 struct FinetuneResult {

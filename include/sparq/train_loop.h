@@ -51,12 +51,13 @@ int64_t WindowStart(uint64_t seed, int64_t step, int64_t micro, int64_t stream_l
 // step on all the sequences at once. When spec.kl_weight > 0, teacher_logits holds one
 // [n_i, n_vocab] tensor per sequence (spec.teacher_logits is ignored). grads is overwritten
 // (zeroed first); masked pruned entries stay exactly 0. The per-sequence gradients are summed
-// into one f32 buffer, then scaled by 1 / count.
+// into one f32 buffer, then scaled by 1 / count. exec: the path and pool (sparq/train_model.h).
 Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                               std::span<const BlockMasks> masks,
                               std::span<const std::span<const int32_t>> sequences, double* loss,
                               ModelWeights* grads, const LossSpec& spec = {},
-                              std::span<const std::span<const float>> teacher_logits = {});
+                              std::span<const std::span<const float>> teacher_logits = {},
+                              const TrainExec& exec = {});
 
 // What a run needs to continue, saved with the state.
 struct TrainOptions {
@@ -131,6 +132,9 @@ struct TrainLoopOptions {
   // Needed when kl_weight > 0: writes the teacher's logits [n, n_vocab] of n input tokens (a
   // window's first seq_len). Must be deterministic for a resumed run to match (a fixed model).
   std::function<Status(std::span<const int32_t> inputs, std::span<float> logits)> teacher;
+  // The path the forward / backward runs on (sparq/train_model.h; default: the reference), its
+  // pool and timers (the teacher's and the optimizer's time are added here too).
+  TrainExec exec;
 };
 
 // Runs *state from state->step() to min(stop_at, total_steps): each step averages the gradients

@@ -1,7 +1,9 @@
 // Forward and backward of a whole Llama decoder block and of the whole model with a tied head,
-// composed from the ops of sparq/train_ops.h (f32, plain loops, long sums in double). The math is
-// the runtime's (src/model/llama_forward.cc): the training forward's logits match
-// LlamaModel::Forward's on the same weights (tests/train/model_grad_test.cc).
+// composed from the ops of sparq/train_ops.h. The math is the runtime's
+// (src/model/llama_forward.cc): the training forward's logits match LlamaModel::Forward's on the
+// same weights (tests/train/model_grad_test.cc). Two paths compute it (TrainExec below): the
+// reference (plain loops, one thread, long sums in double) and the fast path (f32 BLAS tiles and
+// per-row / per-head work on a ThreadPool) that training runs on.
 //
 // Shapes follow LlamaConfig: d = n_embd, hd = head_dim(), kvd = kv_dim(), f = n_ff, n tokens.
 // Every weight is f32, row-major, W of a linear slot shaped SlotShape(c, slot) = [m, k] (one
@@ -15,7 +17,8 @@
 //
 // Errors: a weight, mask, token or teacher tensor that does not fit the config returns
 // kInvalidInput naming the tensor ("blk.1.ffn_up.weight ..."), never a crash.
-// Thread-safety: the functions keep no state; concurrent calls on distinct outputs are safe.
+// Thread-safety: the functions keep no state; concurrent calls on distinct outputs are safe as
+// long as they do not share a pool (TrainExec::pool: ThreadPool is not re-entrant).
 #pragma once
 
 #include <array>
@@ -26,8 +29,38 @@
 
 #include "sparq/model.h"
 #include "sparq/status.h"
+#include "sparq/thread_pool.h"
 
 namespace sparq::train {
+
+// Where a training step's time goes (seconds, accumulated over calls): filled when
+// TrainExec::timers is set. teacher and optimizer are TrainLoop's; the rest ModelLossAndGrad's.
+struct TrainTimers {
+  double teacher = 0.0;        // the teacher's logits
+  double forward = 0.0;        // embedding and blocks, forward (keeping each block's input)
+  double head = 0.0;           // final RMSNorm, the tied head's logits and the loss
+  double head_backward = 0.0;  // the head's dE and dx, the final RMSNorm's backward
+  double recompute = 0.0;      // each block's forward again, in the backward (checkpointing)
+  double backward = 0.0;       // the blocks' backward and the embedding's scatter-add
+  double optimizer = 0.0;      // zeroing / scaling the gradients and the AdamW update
+  double total() const {
+    return teacher + forward + head + head_backward + recompute + backward + optimizer;
+  }
+};
+
+// How the training math runs. fast = false: the reference ops of sparq/train_ops.h (plain loops,
+// one thread, long sums in double; pool unused). fast = true: the f32 fast path
+// (src/train/fast_ops.h): the linear products as fixed grids of single-threaded OpenBLAS tiles
+// (src/core/blas_tiles.h), attention by (head, block of rows) and the norms, SwiGLU, RoPE and the
+// losses by blocks of rows, all on `pool`. The split depends on the shapes alone, so the fast
+// path gives the same bits for any pool size (and null: one thread); it agrees with the reference
+// to f32 rounding (tests/train/fast_path_test.cc). The pool must not be running a ParallelFor
+// of the caller's (ThreadPool is not re-entrant).
+struct TrainExec {
+  bool fast = false;
+  ThreadPool* pool = nullptr;
+  TrainTimers* timers = nullptr;  // null: not timed
+};
 
 // f32 master weights of one block.
 struct BlockWeights {
@@ -79,17 +112,18 @@ struct BlockActivations {
 // y [n, d] = the block on x [n, d] at positions 0..n-1; *acts receives what the backward needs.
 // (block_index names the tensors in errors: "blk.<i>.")
 Status BlockForward(const LlamaConfig& c, const BlockWeights& w, int block_index,
-                    std::span<const float> x, int64_t n, std::span<float> y,
-                    BlockActivations* acts);
+                    std::span<const float> x, int64_t n, std::span<float> y, BlockActivations* acts,
+                    const TrainExec& exec = {});
 // dx [n, d] (written) and the weights' gradients (accumulated into *grads) from dy [n, d], the
 // gradient of the block's output. masks: null for dense dW everywhere.
 Status BlockBackward(const LlamaConfig& c, const BlockWeights& w, int block_index,
                      const BlockMasks* masks, const BlockActivations& acts,
-                     std::span<const float> dy, std::span<float> dx, BlockWeights* grads);
+                     std::span<const float> dy, std::span<float> dx, BlockWeights* grads,
+                     const TrainExec& exec = {});
 
 // logits [n, n_vocab] of tokens [n] at positions 0..n-1 (ids in [0, n_vocab)).
 Status ModelLogits(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
-                   std::span<float> logits);
+                   std::span<float> logits, const TrainExec& exec = {});
 
 // The training loss on one sequence tokens [n + 1]: positions 0..n-1 read tokens[0..n), and the
 // target of position t is tokens[t + 1].
@@ -113,7 +147,8 @@ struct LossResult {
 // (n_layer * n * d floats); the backward recomputes one block's activations at a time.
 Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                         std::span<const BlockMasks> masks, std::span<const int32_t> tokens,
-                        const LossSpec& spec, LossResult* result, ModelWeights* grads);
+                        const LossSpec& spec, LossResult* result, ModelWeights* grads,
+                        const TrainExec& exec = {});
 
 }  // namespace sparq::train
 

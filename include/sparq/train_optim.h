@@ -12,7 +12,9 @@
 // Trainable entries: every entry of the norms and of token_embd, every entry of a slot whose kept
 // list is empty, and only the kept entries of the others. A masked slot's moments are held for its
 // kept entries only; its pruned entries are neither read nor written, so they stay exactly 0.
-// Thread-safety: an AdamW is a single-threaded state object.
+// Thread-safety: an AdamW is a single-threaded state object; Step may spread its work over a pool
+// (blocks of entries fixed by the shapes, the norm's partial sums added in block order: the same
+// bits for any pool size, and with none).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "sparq/status.h"
+#include "sparq/thread_pool.h"
 #include "sparq/train_model.h"
 
 namespace sparq::train {
@@ -60,8 +63,9 @@ class AdamW {
 
   // One update of *w (the weights Create saw) with grads (same shapes) at learning rate lr >= 0.
   // Errors: shapes that do not fit; a non-finite gradient norm (kInvalidInput, weights and state
-  // unchanged: a NaN loss stops the run instead of poisoning it).
-  Status Step(ModelWeights* w, const ModelWeights& grads, double lr, AdamWStep* info = nullptr);
+  // unchanged: a NaN loss stops the run instead of poisoning it). pool: may be null.
+  Status Step(ModelWeights* w, const ModelWeights& grads, double lr, AdamWStep* info = nullptr,
+              ThreadPool* pool = nullptr);
 
   int64_t steps() const { return t_; }
 

@@ -22,6 +22,11 @@ constexpr int64_t kSyrkTile = 256;
 // work; 64 outputs below 2048 give a 576-wide layer 9 tiles for 2-3 threads.
 constexpr int64_t kNTTileRows = 256;
 int64_t NTTileCols(int64_t n) { return n >= 2048 ? 128 : 64; }
+// C[m, n] = A^T B (a weight gradient dW[outputs, inputs] = dY^T X over a few hundred tokens):
+// 128 x 192 tiles, 192 dividing the usual widths (576, 1536, 2304) so no thin tail tile, and a
+// 576 x 576 layer still gives 15 tiles for 2-3 threads.
+constexpr int64_t kTNTileRows = 128;
+constexpr int64_t kTNTileCols = 192;
 // sgemv: 64 rows per call (a 192-row layer still splits in 3).
 constexpr int64_t kGemvTileRows = 64;
 
@@ -35,11 +40,12 @@ void Run(int64_t tasks, ThreadPool* pool, const std::function<void(int64_t, int)
   }
 }
 
-// trans_b: B is [n, kk] (row per output column of C) instead of [kk, n].
+// trans_a: A is [kk, m] (C = A^T ...) instead of [m, kk]; trans_b: B is [n, kk] (row per output
+// column of C) instead of [kk, n].
 template <typename T, typename Gemm>
 void GemmTiled(int64_t m, int64_t n, int64_t kk, T alpha, const T* a, int64_t lda, const T* b,
                int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool, Gemm gemm,
-               bool trans_b = false, int64_t tile_rows = kGemmTileRows,
+               bool trans_a = false, bool trans_b = false, int64_t tile_rows = kGemmTileRows,
                int64_t tile_cols = kGemmTileCols) {
   if (m <= 0 || n <= 0) return;
   OpenBlasThreads pin(1);
@@ -47,8 +53,9 @@ void GemmTiled(int64_t m, int64_t n, int64_t kk, T alpha, const T* a, int64_t ld
   Run(tr * tc, pool, [&](int64_t t, int) {
     const int64_t r0 = (t / tc) * tile_rows, c0 = (t % tc) * tile_cols;
     const int64_t rn = std::min(tile_rows, m - r0), cn = std::min(tile_cols, n - c0);
-    gemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(rn),
-         static_cast<int>(cn), static_cast<int>(kk), alpha, a + r0 * lda, static_cast<int>(lda),
+    gemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+         static_cast<int>(rn), static_cast<int>(cn), static_cast<int>(kk), alpha,
+         trans_a ? a + r0 : a + r0 * lda, static_cast<int>(lda),
          trans_b ? b + c0 * ldb : b + c0, static_cast<int>(ldb), beta, c + r0 * ldc + c0,
          static_cast<int>(ldc));
   });
@@ -70,8 +77,15 @@ void SgemmTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, i
 
 void SgemmNTTiled(int64_t m, int64_t n, int64_t kk, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float* c, int64_t ldc, ThreadPool* pool) {
-  GemmTiled<float>(m, n, kk, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, pool, cblas_sgemm, true,
+  GemmTiled<float>(m, n, kk, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, pool, cblas_sgemm, false, true,
                    kNTTileRows, NTTileCols(n));
+}
+
+void SgemmTNTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                  ThreadPool* pool) {
+  GemmTiled<float>(m, n, kk, alpha, a, lda, b, ldb, beta, c, ldc, pool, cblas_sgemm, true, false,
+                   kTNTileRows, kTNTileCols);
 }
 
 void SgemvTiled(int64_t m, int64_t kk, const float* a, int64_t lda, const float* x, float* y,

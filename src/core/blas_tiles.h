@@ -1,6 +1,8 @@
 // Dense BLAS products as a fixed grid of output tiles, each one single-threaded OpenBLAS call, the
 // tiles spread over sparq's ThreadPool: the dense f32 kernel (src/cpu/blas.cc) and the products of
-// src/prune (the Hessian's X^T X, SparseGPT's lazy updates, the quadratic forms of its report).
+// src/prune (the Hessian's X^T X, SparseGPT's lazy updates, the quadratic forms of its report)
+// and the training fast path of src/train (the linear layers' and the tied head's forward and
+// backward).
 //
 // Why: OpenBLAS splits a call's output between its own threads, and on several kernel families
 // the split changes the bits (Debian's 0.3.21: sgemm with every kernel family at some shapes,
@@ -33,6 +35,12 @@ void SgemmTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, i
 // layer still gives every thread work).
 void SgemmNTTiled(int64_t m, int64_t n, int64_t kk, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float* c, int64_t ldc, ThreadPool* pool);
+
+// Row-major C[m, n] = alpha * A[kk, m]^T * B[kk, n] + beta * C (a weight gradient
+// dW[outputs, inputs] += dY[tokens, outputs]^T X[tokens, inputs] with alpha = beta = 1), on a grid
+// of output tiles chosen from the shape alone.
+void SgemmTNTiled(int64_t m, int64_t n, int64_t kk, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool* pool);
 
 // y[m] = A[m, kk] x, in blocks of rows.
 void SgemvTiled(int64_t m, int64_t kk, const float* a, int64_t lda, const float* x, float* y,

@@ -211,6 +211,7 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   TrainLoopOptions lo;
   lo.stop_at = o.stop_at;
   lo.checkpoint_path = state_path;
+  lo.exec = {.fast = true, .pool = pool, .timers = o.timers};
   lo.progress = [&](const TrainProgress& p) {
     if (p.step == r.start_step + 1) r.first_loss = p.loss;
     r.last_loss = p.loss;

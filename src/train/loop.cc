@@ -10,6 +10,7 @@
 #include "sparq/train_loop.h"
 #include "sparq/train_model.h"
 #include "sparq/train_optim.h"
+#include "src/train/exec_ops.h"
 
 namespace sparq::train {
 
@@ -72,16 +73,20 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     for (int64_t i = 0; i < o.accum; ++i) {
       windows[i] = tokens.subspan(WindowStart(o.seed, s, i, stream_len, o.seq_len), o.seq_len + 1);
       if (kl) {
+        ScopedTimer t(TimerSlot(opt.exec.timers, &TrainTimers::teacher));
         SPARQ_RETURN_IF_ERROR(
             opt.teacher(windows[i].first(o.seq_len), teacher[i]).WithContext("teacher"));
       }
     }
     double loss = 0.0;
     SPARQ_RETURN_IF_ERROR(AccumulatedLossAndGrad(c, state->weights, state->masks, windows, &loss,
-                                                 &grads, spec, teacher_spans));
+                                                 &grads, spec, teacher_spans, opt.exec));
     const double lr = o.schedule.lr(s);
     AdamWStep info;
-    SPARQ_RETURN_IF_ERROR(adamw.Step(&state->weights, grads, lr, &info));
+    {
+      ScopedTimer t(TimerSlot(opt.exec.timers, &TrainTimers::optimizer));
+      SPARQ_RETURN_IF_ERROR(adamw.Step(&state->weights, grads, lr, &info, opt.exec.pool));
+    }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o.checkpoint_every > 0 && adamw.steps() % o.checkpoint_every == 0 && adamw.steps() < end) {

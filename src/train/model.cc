@@ -2,7 +2,8 @@
 // loss (cross-entropy on the next tokens, optionally KL to a teacher's logits), forward and
 // backward. Activation checkpointing per block: the forward keeps only each block's input, and
 // the backward recomputes that block's activations just before its backward, so memory holds
-// n_layer block inputs plus one block's activations (bounded at ctx 512, issue 28).
+// n_layer block inputs plus one block's activations (bounded at ctx 512, issue 28). The ops run
+// on the path the TrainExec picks (exec_ops.h), timed into its TrainTimers when it has them.
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -11,6 +12,7 @@
 
 #include "sparq/train_model.h"
 #include "sparq/train_ops.h"
+#include "src/train/exec_ops.h"
 #include "src/train/model_check.h"
 #include "src/train/shape_check.h"
 
@@ -19,7 +21,8 @@ namespace {
 
 // x [n, d] = the blocks on the embedded tokens; inputs (if not null) gets each block's input.
 Status Trunk(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
-             std::vector<std::vector<float>>* inputs, std::vector<float>* x) {
+             std::vector<std::vector<float>>* inputs, std::vector<float>* x,
+             const TrainExec& exec) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t d = c.n_embd;
   x->resize(n * d);
@@ -29,18 +32,20 @@ Status Trunk(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_
   if (inputs != nullptr) inputs->resize(c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (inputs != nullptr) (*inputs)[l] = *x;
-    SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], static_cast<int>(l), *x, n, y, &acts));
+    SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], static_cast<int>(l), *x, n, y, &acts, exec));
     x->swap(y);
   }
   return Status::Ok();
 }
 
 // xf = RMSNorm(x, output_norm), logits = xf E^T (the tied head).
-Status Head(const LlamaConfig& c, const ModelWeights& w, std::span<const float> x, int64_t n,
-            std::vector<float>* xf, std::span<float> logits) {
+// The head [n, n_vocab] is the biggest single product (49152 x 576 on SmolLM2): on the fast
+// path a grid of BLAS tiles over the pool like every linear layer.
+Status Head(const ExecOps& ops, const LlamaConfig& c, const ModelWeights& w,
+            std::span<const float> x, int64_t n, std::vector<float>* xf, std::span<float> logits) {
   xf->resize(n * c.n_embd);
-  SPARQ_RETURN_IF_ERROR(RmsNormForward(x, w.output_norm, n, c.n_embd, c.rms_eps, *xf));
-  return LinearForward(*xf, w.token_embd, n, c.n_embd, c.n_vocab, logits);
+  SPARQ_RETURN_IF_ERROR(ops.RmsNormForward(x, w.output_norm, n, c.n_embd, c.rms_eps, *xf));
+  return ops.LinearForward(*xf, w.token_embd, n, c.n_embd, c.n_vocab, logits);
 }
 
 Status CheckTokens(const char* op, std::span<const int32_t> tokens, int64_t min_count) {
@@ -86,20 +91,23 @@ Status CheckModel(const LlamaConfig& c, const ModelWeights& w, std::span<const B
 }
 
 Status ModelLogits(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
-                   std::span<float> logits) {
+                   std::span<float> logits, const TrainExec& exec) {
   SPARQ_RETURN_IF_ERROR(CheckModel(c, w));
   SPARQ_RETURN_IF_ERROR(CheckTokens("ModelLogits", tokens, 1));
   const auto n = static_cast<int64_t>(tokens.size());
   SPARQ_RETURN_IF_ERROR(CheckSize("ModelLogits", "logits", logits, {n, c.n_vocab}));
   std::vector<float> x, xf;
-  SPARQ_RETURN_IF_ERROR(Trunk(c, w, tokens, nullptr, &x));
-  return Head(c, w, x, n, &xf, logits);
+  SPARQ_RETURN_IF_ERROR(Trunk(c, w, tokens, nullptr, &x, exec));
+  return Head(ExecOps(exec), c, w, x, n, &xf, logits);
 }
 
 Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                         std::span<const BlockMasks> masks, std::span<const int32_t> tokens,
-                        const LossSpec& spec, LossResult* result, ModelWeights* grads) {
+                        const LossSpec& spec, LossResult* result, ModelWeights* grads,
+                        const TrainExec& exec) {
   constexpr const char* kOp = "ModelLossAndGrad";
+  const ExecOps ops(exec);
+  auto timer = [&](double TrainTimers::*field) { return TimerSlot(exec.timers, field); };
   SPARQ_RETURN_IF_ERROR(CheckModel(c, w, masks));
   if (grads != nullptr) SPARQ_RETURN_IF_ERROR(CheckModel(c, *grads).WithContext("gradient"));
   SPARQ_RETURN_IF_ERROR(CheckTokens(kOp, tokens, 2));
@@ -118,39 +126,60 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
 
   std::vector<std::vector<float>> block_in;  // the checkpoints
   std::vector<float> x, xf, logits(n * vocab);
-  SPARQ_RETURN_IF_ERROR(Trunk(c, w, inputs, grads != nullptr ? &block_in : nullptr, &x));
-  SPARQ_RETURN_IF_ERROR(Head(c, w, x, n, &xf, logits));
+  {
+    ScopedTimer t(timer(&TrainTimers::forward));
+    SPARQ_RETURN_IF_ERROR(Trunk(c, w, inputs, grads != nullptr ? &block_in : nullptr, &x, exec));
+  }
   const bool backward = grads != nullptr;
   std::vector<float> dlogits(backward ? n * vocab : 0), dkl(backward && use_kl ? n * vocab : 0);
   LossResult r;
-  SPARQ_RETURN_IF_ERROR(CrossEntropy(logits, targets, n, vocab, &r.ce, dlogits));
-  if (use_kl) {
-    SPARQ_RETURN_IF_ERROR(
-        KlDivergence(spec.teacher_logits, logits, n, vocab, spec.tau, &r.kl, dkl));
-  }
-  r.loss = spec.ce_weight * r.ce + (use_kl ? spec.kl_weight * r.kl : 0.0);
-  *result = r;
-  if (!backward) return Status::Ok();
-
-  for (size_t i = 0; i < dlogits.size(); ++i) {
-    dlogits[i] =
-        static_cast<float>(spec.ce_weight * dlogits[i] + (use_kl ? spec.kl_weight * dkl[i] : 0.0));
+  {
+    ScopedTimer t(timer(&TrainTimers::head));
+    SPARQ_RETURN_IF_ERROR(Head(ops, c, w, x, n, &xf, logits));
+    SPARQ_RETURN_IF_ERROR(ops.CrossEntropy(logits, targets, n, vocab, &r.ce, dlogits));
+    if (use_kl) {
+      SPARQ_RETURN_IF_ERROR(
+          ops.KlDivergence(spec.teacher_logits, logits, n, vocab, spec.tau, &r.kl, dkl));
+    }
+    r.loss = spec.ce_weight * r.ce + (use_kl ? spec.kl_weight * r.kl : 0.0);
+    *result = r;
+    if (!backward) return Status::Ok();
+    auto combine = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        dlogits[i] = static_cast<float>(spec.ce_weight * dlogits[i] +
+                                        (use_kl ? spec.kl_weight * dkl[i] : 0.0));
+      }
+    };
+    if (ops.fast()) {
+      fast::ForBlocks(ops.pool(), static_cast<int64_t>(dlogits.size()), 1 << 16, combine);
+    } else {
+      combine(0, static_cast<int64_t>(dlogits.size()));
+    }
   }
   // Tied head: logits = xf E^T, so E gets dlogits^T xf here and the lookup's rows below.
   std::vector<float> dxf(n * d), dx(n * d), dprev(n * d), y(n * d);
-  SPARQ_RETURN_IF_ERROR(LinearBackwardWeight(dlogits, xf, n, d, vocab, grads->token_embd));
-  SPARQ_RETURN_IF_ERROR(LinearBackwardInput(dlogits, w.token_embd, n, d, vocab, dxf));
-  SPARQ_RETURN_IF_ERROR(
-      RmsNormBackward(x, w.output_norm, dxf, n, d, c.rms_eps, dx, grads->output_norm));
+  {
+    ScopedTimer t(timer(&TrainTimers::head_backward));
+    SPARQ_RETURN_IF_ERROR(ops.LinearBackwardWeight(dlogits, xf, n, d, vocab, grads->token_embd));
+    SPARQ_RETURN_IF_ERROR(ops.LinearBackwardInput(dlogits, w.token_embd, n, d, vocab, dxf));
+    SPARQ_RETURN_IF_ERROR(
+        ops.RmsNormBackward(x, w.output_norm, dxf, n, d, c.rms_eps, dx, grads->output_norm));
+  }
   BlockActivations acts;
   for (int64_t l = c.n_layer - 1; l >= 0; --l) {
     const auto bi = static_cast<int>(l);
-    // Recompute: the block's activations from its checkpointed input (bitwise the forward's).
-    SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], bi, block_in[l], n, y, &acts));
+    {
+      // Recompute: the block's activations from its checkpointed input (bitwise the forward's).
+      ScopedTimer t(timer(&TrainTimers::recompute));
+      SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], bi, block_in[l], n, y, &acts, exec));
+    }
+    ScopedTimer t(timer(&TrainTimers::backward));
     const BlockMasks* m = masks.empty() ? nullptr : &masks[l];
-    SPARQ_RETURN_IF_ERROR(BlockBackward(c, w.blocks[l], bi, m, acts, dx, dprev, &grads->blocks[l]));
+    SPARQ_RETURN_IF_ERROR(
+        BlockBackward(c, w.blocks[l], bi, m, acts, dx, dprev, &grads->blocks[l], exec));
     dx.swap(dprev);
   }
+  ScopedTimer t(timer(&TrainTimers::backward));
   return EmbeddingBackward(dx, inputs, vocab, d, grads->token_embd);
 }
 

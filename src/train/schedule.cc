@@ -1,5 +1,6 @@
 // The pieces of a training step (sparq/train_loop.h): the learning-rate schedule, the seeded
 // data order, gradient accumulation and the run options' checks.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -9,6 +10,7 @@
 
 #include "sparq/train_loop.h"
 #include "sparq/train_model.h"
+#include "src/train/exec_ops.h"
 
 namespace sparq::train {
 namespace {
@@ -21,17 +23,54 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-void ScaleAll(ModelWeights* g, float s) {
-  auto scale = [s](std::vector<float>& v) {
-    for (float& x : v) x *= s;
-  };
-  scale(g->token_embd);
-  scale(g->output_norm);
+// Calls fn on every tensor of g.
+template <class Fn>
+void ForEachTensor(ModelWeights* g, Fn fn) {
+  fn(g->token_embd);
+  fn(g->output_norm);
   for (BlockWeights& b : g->blocks) {
-    scale(b.attn_norm);
-    scale(b.ffn_norm);
-    for (std::vector<float>& l : b.linear) scale(l);
+    fn(b.attn_norm);
+    fn(b.ffn_norm);
+    for (std::vector<float>& l : b.linear) fn(l);
   }
+}
+
+void ScaleAll(ModelWeights* g, float s) {
+  if (s == 1.0f) return;  // x * 1 is x
+  ForEachTensor(g, [s](std::vector<float>& v) {
+    for (float& x : v) x *= s;
+  });
+}
+
+bool SameShapes(const ModelWeights& a, const ModelWeights& b) {
+  if (a.token_embd.size() != b.token_embd.size() || a.output_norm.size() != b.output_norm.size() ||
+      a.blocks.size() != b.blocks.size()) {
+    return false;
+  }
+  for (size_t l = 0; l < a.blocks.size(); ++l) {
+    if (a.blocks[l].attn_norm.size() != b.blocks[l].attn_norm.size() ||
+        a.blocks[l].ffn_norm.size() != b.blocks[l].ffn_norm.size()) {
+      return false;
+    }
+    for (int s = 0; s < kNumSlots; ++s) {
+      if (a.blocks[l].linear[s].size() != b.blocks[l].linear[s].size()) return false;
+    }
+  }
+  return true;
+}
+
+// *g = zeros shaped like w, keeping g's buffers when they already have w's shapes (a training
+// loop's gradient: no fresh half-gigabyte each step).
+void ZeroLike(const ModelWeights& w, ModelWeights* g, ThreadPool* pool) {
+  if (!SameShapes(w, *g)) {
+    *g = ZerosLike(w);
+    return;
+  }
+  ForEachTensor(g, [pool](std::vector<float>& v) {
+    fast::ForBlocks(
+        pool, static_cast<int64_t>(v.size()), int64_t{1} << 18,
+        [&](int64_t i0, int64_t i1) { std::fill(v.begin() + i0, v.begin() + i1, 0.0f); });
+  });
 }
 
 }  // namespace
@@ -72,26 +111,31 @@ Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                               std::span<const BlockMasks> masks,
                               std::span<const std::span<const int32_t>> sequences, double* loss,
                               ModelWeights* grads, const LossSpec& spec,
-                              std::span<const std::span<const float>> teacher_logits) {
+                              std::span<const std::span<const float>> teacher_logits,
+                              const TrainExec& exec) {
   if (sequences.empty()) return InvalidInput("AccumulatedLossAndGrad: no sequences");
   const bool kl = spec.kl_weight > 0;
   if (kl && teacher_logits.size() != sequences.size()) {
     return InvalidInput("AccumulatedLossAndGrad: " + std::to_string(teacher_logits.size()) +
                         " teacher logits for " + std::to_string(sequences.size()) + " sequences");
   }
-  *grads = ZerosLike(w);
+  {
+    ScopedTimer t(TimerSlot(exec.timers, &TrainTimers::optimizer));
+    ZeroLike(w, grads, exec.pool);
+  }
   double sum = 0.0;
   for (size_t i = 0; i < sequences.size(); ++i) {
     LossResult r;
     LossSpec si = spec;
     si.teacher_logits = kl ? teacher_logits[i] : std::span<const float>();
     // Each call adds its gradient to *grads (train_model.h), so the sum needs no copy.
-    SPARQ_RETURN_IF_ERROR(ModelLossAndGrad(c, w, masks, sequences[i], si, &r, grads)
+    SPARQ_RETURN_IF_ERROR(ModelLossAndGrad(c, w, masks, sequences[i], si, &r, grads, exec)
                               .WithContext("micro-batch " + std::to_string(i)));
     sum += r.loss;
   }
   const auto count = static_cast<double>(sequences.size());
   *loss = sum / count;
+  ScopedTimer t(TimerSlot(exec.timers, &TrainTimers::optimizer));
   ScaleAll(grads, static_cast<float>(1.0 / count));
   return Status::Ok();
 }
