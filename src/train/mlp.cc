@@ -44,6 +44,34 @@ void MaskRow2of4(const float* __restrict w, int64_t cols, uint8_t* __restrict m)
   }
 }
 
+// The element-wise passes as functions of restrict pointers (captured by reference in a lambda, the
+// pointers would be reloaded on every iteration and the loops would not vectorize).
+void ApplyMask(const float* __restrict w, const uint8_t* __restrict mask, int64_t count,
+               float* __restrict weff) {
+  for (int64_t i = 0; i < count; ++i) weff[i] = mask[i] ? w[i] : 0.0f;
+}
+void AddDecay(const float* __restrict w, const uint8_t* __restrict mask, int64_t count,
+              float lambda, float* __restrict g) {
+  for (int64_t i = 0; i < count; ++i) g[i] += mask[i] ? 0.0f : lambda * w[i];
+}
+void SgdMomentum(const float* __restrict g, int64_t count, float mu, float lr,
+                 float* __restrict v, float* __restrict w) {
+  for (int64_t i = 0; i < count; ++i) {
+    v[i] = mu * v[i] + g[i];
+    w[i] -= lr * v[i];
+  }
+}
+// The 2:4 layer's update: SR-STE's decay on the pruned entries, the momentum step, and W_eff.
+void SgdMomentumMasked(const float* __restrict g, const uint8_t* __restrict mask, int64_t count,
+                       float mu, float lr, float lambda, float* __restrict v,
+                       float* __restrict w, float* __restrict weff) {
+  for (int64_t i = 0; i < count; ++i) {
+    v[i] = mu * v[i] + (mask[i] ? g[i] : g[i] + lambda * w[i]);
+    w[i] -= lr * v[i];
+    weff[i] = mask[i] ? w[i] : 0.0f;
+  }
+}
+
 // Runs fn(r0, r1) over [0, rows) in blocks of kRowBlock rows on the pool (inline when null). The
 // element-wise passes (masks, SR-STE, the update) write each row once: any split gives the same bits.
 constexpr int64_t kRowBlock = 64;  // 64 rows of 1024 inputs: 256 KiB of f32 per task
@@ -123,7 +151,7 @@ void Mlp::UpdateMasks(ThreadPool* pool) {
     float* __restrict weff = weff_[l].data();
     ForRows(pool, out, [&](int64_t r0, int64_t r1) {
       MaskRow2of4(w + r0 * in, (r1 - r0) * in, mask + r0 * in);
-      for (int64_t i = r0 * in; i < r1 * in; ++i) weff[i] = mask[i] ? w[i] : 0.0f;
+      ApplyMask(w + r0 * in, mask + r0 * in, (r1 - r0) * in, weff + r0 * in);
     });
   }
 }
@@ -216,7 +244,7 @@ double Mlp::Backward(const float* x, const uint8_t* labels, int64_t n,
       const uint8_t* __restrict mask = mask_[l].data();
       float* __restrict g = gw.data();
       ForRows(pool, out, [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0 * in; i < r1 * in; ++i) g[i] += mask[i] ? 0.0f : lambda * w[i];
+        AddDecay(w + r0 * in, mask + r0 * in, (r1 - r0) * in, lambda, g + r0 * in);
       });
     }
     if (l == 0) break;
@@ -245,20 +273,14 @@ double Mlp::Step(const float* x, const uint8_t* labels, int64_t n, double lr, Th
     float* __restrict w = w_[l].data();
     float* __restrict v = vw_[l].data();
     const float* __restrict g = dw_[l].data();
+    const uint8_t* __restrict mask = mask_[l].data();
+    float* __restrict weff = sp ? weff_[l].data() : nullptr;
     ForRows(pool, out, [&](int64_t r0, int64_t r1) {
-      if (!sp) {
-        for (int64_t i = r0 * in; i < r1 * in; ++i) {
-          v[i] = mu * v[i] + g[i];
-          w[i] -= step * v[i];
-        }
-        return;
-      }
-      const uint8_t* __restrict mask = mask_[l].data();
-      float* __restrict weff = weff_[l].data();
-      for (int64_t i = r0 * in; i < r1 * in; ++i) {
-        v[i] = mu * v[i] + (mask[i] ? g[i] : g[i] + lambda * w[i]);
-        w[i] -= step * v[i];
-        weff[i] = mask[i] ? w[i] : 0.0f;
+      const int64_t at = r0 * in, count = (r1 - r0) * in;
+      if (sp) {
+        SgdMomentumMasked(g + at, mask + at, count, mu, step, lambda, v + at, w + at, weff + at);
+      } else {
+        SgdMomentum(g + at, count, mu, step, v + at, w + at);
       }
     });
     for (int64_t i = 0; i < out; ++i) {
