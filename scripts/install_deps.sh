@@ -13,7 +13,9 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git unzip python3 python3-venv
-  libhwy-dev libopenblas-dev liblapacke-dev
+  libhwy-dev libopenblas-dev liblapacke-dev zlib1g-dev
+  # `sparq train --task fashion-mnist` (its IDX files in /usr/share/datasets/fashion-mnist)
+  dataset-fashion-mnist
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   # peers for `sparq bench kernels` (optional at build time, used when present)
   libeigen3-dev libblis-dev libdnnl-dev
