@@ -61,24 +61,7 @@ Status ValidateCsrQuant(const CsrMatrix& s, const std::string& name) {
   const DType code_dtype = spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8;
   SPARQ_RETURN_IF_ERROR(
       CheckPart(s.values, name + ".values", {code_dtype}, {CodeRowBytes(spec, nnz)}));
-  SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.scales, name + ".scales", {DType::kF16}, {s.rows, qg}));
-  if (spec.has_min()) {
-    SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.mins, name + ".mins", {DType::kF16}, {s.rows, qg}));
-  } else if (s.quant.mins.numel() != 0) {
-    return InvalidInput(name + ".mins: present, but " + spec.Name() + " values have no min");
-  }
-  const uint16_t* sc = s.quant.scales.data_as<uint16_t>();
-  const uint16_t* mn = spec.has_min() ? s.quant.mins.data_as<uint16_t>() : nullptr;
-  for (int64_t i = 0; i < s.rows * qg; ++i) {
-    const float v = F16ToF32(sc[i]);
-    if (!std::isfinite(v) || std::signbit(v)) {
-      return InvalidInput(name + ".scales: " + At(i / qg, i % qg) + " has scale " +
-                          std::to_string(v) + " (scales must be finite and >= 0)");
-    }
-    if (mn != nullptr && !std::isfinite(F16ToF32(mn[i]))) {
-      return InvalidInput(name + ".mins: " + At(i / qg, i % qg) + " has a non-finite min");
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(ValidateGroupParams(s.quant, s.rows, qg, name, false));
   const int lo = MinCode(spec), hi = MaxCode(spec);
   const uint8_t* codes = s.values.data_as<uint8_t>();
   for (int64_t p = 0; p < nnz; ++p) {

@@ -24,10 +24,6 @@ int CodeAt(const uint8_t* row, DType dtype, int64_t j) {
 // (GGUF Q4_0 uses all 16 codes; (0 - 8) * scale is well defined).
 int MinStoredCode(const ValueSpec& spec) { return spec.dtype == DType::kI4 ? 0 : MinCode(spec); }
 
-std::string At(int64_t r, int64_t g) {
-  return "row " + std::to_string(r) + " group " + std::to_string(g);
-}
-
 }  // namespace
 
 int64_t DenseMatrix::quant_groups(const ValueSpec& spec) const {
@@ -44,24 +40,7 @@ Status ValidateDenseQuant(const DenseMatrix& s, const std::string& name) {
   const int64_t qg = s.quant_groups(spec), row_bytes = CodeRowBytes(spec, s.cols);
   const DType code_dtype = spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8;
   SPARQ_RETURN_IF_ERROR(CheckPart(s.values, name + ".values", {code_dtype}, {s.rows, row_bytes}));
-  SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.scales, name + ".scales", {DType::kF16}, {s.rows, qg}));
-  if (spec.has_min()) {
-    SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.mins, name + ".mins", {DType::kF16}, {s.rows, qg}));
-  } else if (s.quant.mins.numel() != 0) {
-    return InvalidInput(name + ".mins: present, but " + spec.Name() + " values have no min");
-  }
-  const uint16_t* sc = s.quant.scales.data_as<uint16_t>();
-  const uint16_t* mn = spec.has_min() ? s.quant.mins.data_as<uint16_t>() : nullptr;
-  for (int64_t i = 0; i < s.rows * qg; ++i) {
-    const float v = F16ToF32(sc[i]);
-    if (!std::isfinite(v)) {
-      return InvalidInput(name + ".scales: " + At(i / qg, i % qg) + " has scale " +
-                          std::to_string(v) + " (scales must be finite)");
-    }
-    if (mn != nullptr && !std::isfinite(F16ToF32(mn[i]))) {
-      return InvalidInput(name + ".mins: " + At(i / qg, i % qg) + " has a non-finite min");
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(ValidateGroupParams(s.quant, s.rows, qg, name, true));
   const int lo = MinStoredCode(spec), hi = MaxCode(spec);
   const uint8_t* codes = s.values.data_as<uint8_t>();
   for (int64_t r = 0; r < s.rows; ++r) {

@@ -1,6 +1,7 @@
 #include "src/formats/format_util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -65,6 +66,34 @@ Status CheckDenseInput(std::span<const float> w, int64_t rows, int64_t cols, DTy
   if (!IsValueDType(value_dtype)) {
     return InvalidInput(std::string(what) + ": value dtype " + std::string(DTypeName(value_dtype)) +
                         " is not f32, bf16 or f16");
+  }
+  return Status::Ok();
+}
+
+Status ValidateGroupParams(const QuantParts& q, int64_t rows, int64_t qg, const std::string& name,
+                           bool signed_scales) {
+  const ValueSpec& spec = q.spec;
+  SPARQ_RETURN_IF_ERROR(CheckPart(q.scales, name + ".scales", {DType::kF16}, {rows, qg}));
+  if (spec.has_min()) {
+    SPARQ_RETURN_IF_ERROR(CheckPart(q.mins, name + ".mins", {DType::kF16}, {rows, qg}));
+  } else if (q.mins.numel() != 0) {
+    return InvalidInput(name + ".mins: present, but " + spec.Name() + " values have no min");
+  }
+  const uint16_t* sc = q.scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? q.mins.data_as<uint16_t>() : nullptr;
+  const auto at = [qg](int64_t i) {
+    return "row " + std::to_string(i / qg) + " group " + std::to_string(i % qg);
+  };
+  for (int64_t i = 0; i < rows * qg; ++i) {
+    const float v = F16ToF32(sc[i]);
+    if (!std::isfinite(v) || (!signed_scales && std::signbit(v))) {
+      return InvalidInput(name + ".scales: " + at(i) + " has scale " + std::to_string(v) +
+                          (signed_scales ? " (scales must be finite)"
+                                         : " (scales must be finite and >= 0)"));
+    }
+    if (mn != nullptr && !std::isfinite(F16ToF32(mn[i]))) {
+      return InvalidInput(name + ".mins: " + at(i) + " has a non-finite min");
+    }
   }
   return Status::Ok();
 }

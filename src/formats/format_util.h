@@ -92,6 +92,13 @@ inline bool QuantSpecOk(const ValueSpec& spec) {
          (spec.dtype == DType::kI4 || spec.sym);
 }
 
+// The group parameters of quantized values: scales (and mins, when the spec has them) f16 [rows,
+// qg], every scale finite (and >= 0 unless `signed_scales`: GGUF's Q4_0 stores negative ones),
+// every min finite; mins absent when the spec has none. Messages name "<name>.scales" / ".mins"
+// and the row and group.
+Status ValidateGroupParams(const QuantParts& q, int64_t rows, int64_t qg, const std::string& name,
+                           bool signed_scales);
+
 // Bytes of a row of `per_row` codes: int8 one each, int4 two to a byte.
 inline int64_t CodeRowBytes(const ValueSpec& spec, int64_t per_row) {
   return spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;

@@ -36,26 +36,7 @@ Status ValidateQuantParts(const NmMatrix& s, const std::string& name) {
   const DType code_dtype = spec.dtype == DType::kI8 ? DType::kI8 : DType::kU8;
   SPARQ_RETURN_IF_ERROR(CheckPart(s.values, name + ".values", {code_dtype}, {s.rows, row_bytes}));
   SPARQ_RETURN_IF_ERROR(CheckPart(s.meta, name + ".meta", {DType::kU8}, {l.slabs, l.meta_row_bytes}));
-  SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.scales, name + ".scales", {DType::kF16}, {s.rows, qg}));
-  if (spec.has_min()) {
-    SPARQ_RETURN_IF_ERROR(CheckPart(s.quant.mins, name + ".mins", {DType::kF16}, {s.rows, qg}));
-  } else if (s.quant.mins.numel() != 0) {
-    return InvalidInput(name + ".mins: present, but " + spec.Name() + " values have no min");
-  }
-  const uint16_t* sc = s.quant.scales.data_as<uint16_t>();
-  const uint16_t* mn = spec.has_min() ? s.quant.mins.data_as<uint16_t>() : nullptr;
-  for (int64_t i = 0; i < s.rows * qg; ++i) {
-    const float v = F16ToF32(sc[i]);
-    if (!std::isfinite(v) || std::signbit(v)) {
-      return InvalidInput(name + ".scales: row " + std::to_string(i / qg) + " group " +
-                          std::to_string(i % qg) + " has scale " + std::to_string(v) +
-                          " (scales must be finite and >= 0)");
-    }
-    if (mn != nullptr && !std::isfinite(F16ToF32(mn[i]))) {
-      return InvalidInput(name + ".mins: row " + std::to_string(i / qg) + " group " +
-                          std::to_string(i % qg) + " has a non-finite min");
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(ValidateGroupParams(s.quant, s.rows, qg, name, false));
   const int lo = MinCode(spec), hi = MaxCode(spec);
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t j = 0; j < per_row; ++j) {
