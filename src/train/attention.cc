@@ -11,7 +11,6 @@
 #include "src/train/shape_check.h"
 
 namespace sparq::train {
-namespace {
 
 Status CheckAttention(const char* op, const AttentionShape& s, std::span<const float> q,
                       std::span<const float> k, std::span<const float> v) {
@@ -24,6 +23,7 @@ Status CheckAttention(const char* op, const AttentionShape& s, std::span<const f
   SPARQ_RETURN_IF_ERROR(CheckSize(op, "k", k, {s.t, s.n_kv, s.hd}));
   return CheckSize(op, "v", v, {s.t, s.n_kv, s.hd});
 }
+namespace {
 
 // p[j] = softmax_j(scale q_i . k_j), j <= i, for query head h (row q_row) over KV head g.
 void RowSoftmax(const float* q_row, const float* k, int64_t i, int64_t g, int64_t kvd, int64_t hd,

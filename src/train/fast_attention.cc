@@ -23,18 +23,6 @@
 namespace sparq::train::fast {
 namespace {
 
-Status CheckAttention(const char* op, const AttentionShape& s, std::span<const float> q,
-                      std::span<const float> k, std::span<const float> v) {
-  if (s.n_head <= 0 || s.n_kv <= 0 || s.n_head % s.n_kv != 0 || s.hd <= 0 || s.t < 0) {
-    return InvalidInput(std::string(op) + ": n_head " + std::to_string(s.n_head) +
-                        " must be a positive multiple of n_kv " + std::to_string(s.n_kv) + ", hd " +
-                        std::to_string(s.hd) + " positive, t >= 0");
-  }
-  SPARQ_RETURN_IF_ERROR(CheckSize(op, "q", q, {s.t, s.n_head, s.hd}));
-  SPARQ_RETURN_IF_ERROR(CheckSize(op, "k", k, {s.t, s.n_kv, s.hd}));
-  return CheckSize(op, "v", v, {s.t, s.n_kv, s.hd});
-}
-
 // The task grid: n_head x blocks of kAttnRows query rows.
 struct Grid {
   int64_t t, hd, qd, kvd, group, blocks;

@@ -43,15 +43,7 @@ RowExp ExpRow(const float* z, int64_t vocab, float inv_tau, float* e) {
 
 Status CrossEntropy(std::span<const float> logits, std::span<const int32_t> targets, int64_t n,
                     int64_t vocab, double* loss, std::span<float> dlogits, ThreadPool* pool) {
-  constexpr const char* kOp = "CrossEntropy";
-  if (n <= 0 || vocab <= 0) {
-    return InvalidInput(std::string(kOp) + ": needs n > 0 tokens and vocab > 0, got n = " +
-                        std::to_string(n) + ", vocab = " + std::to_string(vocab));
-  }
-  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "logits", logits, {n, vocab}));
-  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "targets", targets, {n}));
-  if (!dlogits.empty()) SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "dlogits", dlogits, {n, vocab}));
-  SPARQ_RETURN_IF_ERROR(CheckIds(kOp, "targets", targets, vocab));
+  SPARQ_RETURN_IF_ERROR(CheckCrossEntropyArgs(logits, targets, n, vocab, dlogits));
   std::vector<double> row_loss(static_cast<size_t>(n));
   const double inv_n = 1.0 / static_cast<double>(n);
   ForBlocks(pool, n, kLossRows, [&](int64_t r0, int64_t r1) {
@@ -76,15 +68,7 @@ Status CrossEntropy(std::span<const float> logits, std::span<const int32_t> targ
 Status KlDivergence(std::span<const float> teacher, std::span<const float> student, int64_t n,
                     int64_t vocab, double tau, double* loss, std::span<float> dstudent,
                     ThreadPool* pool) {
-  constexpr const char* kOp = "KlDivergence";
-  if (n <= 0 || vocab <= 0 || !(tau > 0) || !std::isfinite(tau)) {
-    return InvalidInput(std::string(kOp) + ": needs n > 0 tokens, vocab > 0 and a finite " +
-                        "temperature > 0, got n = " + std::to_string(n) +
-                        ", vocab = " + std::to_string(vocab) + ", tau = " + std::to_string(tau));
-  }
-  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher", teacher, {n, vocab}));
-  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "student", student, {n, vocab}));
-  if (!dstudent.empty()) SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "dstudent", dstudent, {n, vocab}));
+  SPARQ_RETURN_IF_ERROR(CheckKlArgs(teacher, student, n, vocab, tau, dstudent));
   std::vector<double> row_loss(static_cast<size_t>(n));
   // The teacher's exponentials: one row per block of rows (the block's own slot, so no thread
   // index is needed: blocks x vocab floats, a quarter of the logits).

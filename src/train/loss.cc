@@ -25,8 +25,8 @@ void LogSoftmax(const float* z, int64_t vocab, double inv_tau, double* logp) {
 
 }  // namespace
 
-Status CrossEntropy(std::span<const float> logits, std::span<const int32_t> targets, int64_t n,
-                    int64_t vocab, double* loss, std::span<float> dlogits) {
+Status CheckCrossEntropyArgs(std::span<const float> logits, std::span<const int32_t> targets,
+                             int64_t n, int64_t vocab, std::span<const float> dlogits) {
   constexpr const char* kOp = "CrossEntropy";
   if (n <= 0 || vocab <= 0) {
     return InvalidInput(std::string(kOp) + ": needs n > 0 tokens and vocab > 0, got n = " +
@@ -35,7 +35,26 @@ Status CrossEntropy(std::span<const float> logits, std::span<const int32_t> targ
   SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "logits", logits, {n, vocab}));
   SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "targets", targets, {n}));
   if (!dlogits.empty()) SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "dlogits", dlogits, {n, vocab}));
-  SPARQ_RETURN_IF_ERROR(CheckIds(kOp, "targets", targets, vocab));
+  return CheckIds(kOp, "targets", targets, vocab);
+}
+
+Status CheckKlArgs(std::span<const float> teacher, std::span<const float> student, int64_t n,
+                   int64_t vocab, double tau, std::span<const float> dstudent) {
+  constexpr const char* kOp = "KlDivergence";
+  if (n <= 0 || vocab <= 0 || !(tau > 0) || !std::isfinite(tau)) {
+    return InvalidInput(std::string(kOp) + ": needs n > 0 tokens, vocab > 0 and a finite " +
+                        "temperature > 0, got n = " + std::to_string(n) +
+                        ", vocab = " + std::to_string(vocab) + ", tau = " + std::to_string(tau));
+  }
+  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher", teacher, {n, vocab}));
+  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "student", student, {n, vocab}));
+  if (!dstudent.empty()) SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "dstudent", dstudent, {n, vocab}));
+  return Status::Ok();
+}
+
+Status CrossEntropy(std::span<const float> logits, std::span<const int32_t> targets, int64_t n,
+                    int64_t vocab, double* loss, std::span<float> dlogits) {
+  SPARQ_RETURN_IF_ERROR(CheckCrossEntropyArgs(logits, targets, n, vocab, dlogits));
   std::vector<double> logp(static_cast<size_t>(vocab));
   double total = 0.0;
   const double inv_n = 1.0 / static_cast<double>(n);
@@ -54,15 +73,7 @@ Status CrossEntropy(std::span<const float> logits, std::span<const int32_t> targ
 
 Status KlDivergence(std::span<const float> teacher, std::span<const float> student, int64_t n,
                     int64_t vocab, double tau, double* loss, std::span<float> dstudent) {
-  constexpr const char* kOp = "KlDivergence";
-  if (n <= 0 || vocab <= 0 || !(tau > 0) || !std::isfinite(tau)) {
-    return InvalidInput(std::string(kOp) + ": needs n > 0 tokens, vocab > 0 and a finite " +
-                        "temperature > 0, got n = " + std::to_string(n) +
-                        ", vocab = " + std::to_string(vocab) + ", tau = " + std::to_string(tau));
-  }
-  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher", teacher, {n, vocab}));
-  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "student", student, {n, vocab}));
-  if (!dstudent.empty()) SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "dstudent", dstudent, {n, vocab}));
+  SPARQ_RETURN_IF_ERROR(CheckKlArgs(teacher, student, n, vocab, tau, dstudent));
   std::vector<double> logp(static_cast<size_t>(vocab)), logq(static_cast<size_t>(vocab));
   double total = 0.0;
   const double inv_n = 1.0 / static_cast<double>(n), inv_tau = 1.0 / tau;

@@ -8,6 +8,7 @@
 
 #include "sparq/checked.h"
 #include "sparq/status.h"
+#include "sparq/train_ops.h"
 
 namespace sparq::train {
 
@@ -30,5 +31,15 @@ Status CheckSize(const char* op, const char* what, std::span<T> s,
 
 // OK when every id is in [0, limit).
 Status CheckIds(const char* op, const char* what, std::span<const int32_t> ids, int64_t limit);
+
+// The argument checks of the ops that have a reference and a fast version (the same messages):
+// attention's shape and q / k / v sizes (attention.cc), the losses' sizes, ids and temperature
+// (loss.cc). `dlogits` / `dstudent` may be empty (no gradient).
+Status CheckAttention(const char* op, const AttentionShape& s, std::span<const float> q,
+                      std::span<const float> k, std::span<const float> v);
+Status CheckCrossEntropyArgs(std::span<const float> logits, std::span<const int32_t> targets,
+                             int64_t n, int64_t vocab, std::span<const float> dlogits);
+Status CheckKlArgs(std::span<const float> teacher, std::span<const float> student, int64_t n,
+                   int64_t vocab, double tau, std::span<const float> dstudent);
 
 }  // namespace sparq::train
