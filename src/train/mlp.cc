@@ -171,7 +171,6 @@ void Mlp::Forward(const float* x, int64_t n, float* logits, ThreadPool* pool) {
   for (int l = 0; l < layers; ++l) {
     const int64_t in = opt_.sizes[l], out = opt_.sizes[l + 1];
     const bool last = l + 1 == layers;
-    std::vector<float> tmp;
     float* z = logits;
     if (!last) {
       acts_[l + 1].resize(n * out);
