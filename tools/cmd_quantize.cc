@@ -2,7 +2,8 @@
 // weight-only quantization of a whole Llama model, `sparq prune` with the dense pattern
 // (PruneLlama in sparq/model.h): every block linear is stored as a dense quantized matrix, its
 // groups fitted by GPTQ (SparseGPT's sweep with no mask, block by block on calibration inputs) or
-// rounded to nearest.
+// rounded to nearest. A pruned .sparq (e.g. after `sparq finetune`) keeps its layers' patterns and
+// masks: GPTQ then runs on the kept weights with the mask fixed.
 
 #include <cstdio>
 
@@ -66,7 +67,7 @@ Registrar reg(
     "quantize", "Quantize a whole model's weights (GPTQ or round to nearest) into a .sparq",
     [](CLI::App& sub) -> RunFn {
       auto o = std::make_shared<QuantizeCliOptions>();
-      sub.add_option("model", o->model, "Dense model (.gguf, Hugging Face folder or .sparq)")
+      sub.add_option("model", o->model, "Model (.gguf, Hugging Face folder or .sparq; a pruned .sparq keeps its masks)")
           ->required();
       sub.add_option("--values", o->values,
                      "Stored values: int8[:gN] | int4[:gN][:sym] (N = 32, 64, 128)")

@@ -169,6 +169,11 @@ struct PruneOptions {
   int64_t permute_max_rounds = 1 << 30;
   int64_t permute_max_work = 0;  // see PermuteOptions::max_work
   Quantizer* quantizer = nullptr;
+  // A mask to keep instead of choosing one (m * k entries, 1 = kept; empty: choose by `method`).
+  // SparseGPT then sweeps with these weights kept (the quantizer, if any, fitted on them: GPTQ
+  // on an already pruned weight); magnitude and Wanda zero the others. `pattern` must hold for
+  // it (checked), and it rules out `permute`. Re-quantizing a fine-tuned sparse model uses it.
+  std::span<const uint8_t> fixed_mask;
   ThreadPool* pool = nullptr;  // null: single-threaded row loops
   // Compute ReconstructionError for the report (costs two m x k x k dgemms).
   bool compute_error = true;

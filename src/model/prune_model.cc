@@ -91,6 +91,48 @@ Result<std::vector<float>> DenseWeights(const LinearWeight& lw, const std::strin
   return std::vector<float>(p, p + lw.rows() * lw.cols());
 }
 
+// The checkpoint of a .sparq input with at least one sparse (not dense) linear layer, else none.
+// Channel-permuted layers are refused: their masks hold in permuted column order.
+Result<std::optional<Checkpoint>> SparseInput(const std::string& path, const LlamaModel& model) {
+  bool sparse = false;
+  for (const LlamaBlock& b : model.weights().blocks) {
+    for (int s = 0; s < kNumSlots; ++s) {
+      if (b.linear[s].dense_f32() == nullptr && !b.linear[s].format().starts_with("dense")) {
+        sparse = true;
+      }
+      if (!b.perm[s].empty()) {
+        return InvalidInput(path + ": a layer is channel-permuted; re-quantizing a permuted "
+                            "checkpoint is not supported: prune the dense model");
+      }
+    }
+  }
+  if (!sparse) return std::optional<Checkpoint>();
+  SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(path));
+  return std::optional<Checkpoint>(std::move(ck));
+}
+
+// The input's matrix of `name` if it is sparse (its pattern is not dense).
+const CheckpointTensor* InputSparse(const std::optional<Checkpoint>& ck, const std::string& name) {
+  if (!ck) return nullptr;
+  const CheckpointTensor* t = ck->FindMatrix(name);
+  return t != nullptr && t->pattern.kind != PatternKind::kDense ? t : nullptr;
+}
+
+// A sparse input layer's weights (dequantized to f32) and its mask: the nonzero weights (a kept
+// weight that is exactly 0 counts as pruned; the pattern holds for the mask either way).
+Result<std::vector<float>> KeptMask(const CheckpointTensor& in, int64_t m, int64_t k,
+                                    std::vector<uint8_t>* mask) {
+  const Tensor d = ToDense(in.matrix);
+  if (d.numel() != uint64_t(m * k)) {
+    return InvalidInput(in.name + ": stored shape " + d.ShapeString() + ", want [" +
+                        std::to_string(m) + ", " + std::to_string(k) + "]");
+  }
+  std::vector<float> w(d.data_as<float>(), d.data_as<float>() + m * k);
+  mask->resize(w.size());
+  for (size_t i = 0; i < w.size(); ++i) (*mask)[i] = w[i] != 0.0f;
+  return w;
+}
+
 Tensor VectorTensor(const std::vector<float>& v) {
   Tensor t = Tensor::Alloc(DType::kF32, {static_cast<int64_t>(v.size())});
   std::memcpy(t.mutable_data(), v.data(), v.size() * sizeof(float));
@@ -206,7 +248,8 @@ struct PrunedLayer {
 
 Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
                              const ModelPruneOptions& opt, bool allow_permute,
-                             const KernelConfig& cfg, ThreadPool* pool) {
+                             const KernelConfig& cfg, ThreadPool* pool,
+                             std::span<const uint8_t> fixed_mask = {}) {
   const bool quantized = opt.values.quantized();
   const bool gptq = quantized && opt.quant_method == ModelPruneOptions::QuantMethod::kGptq;
   PruneOptions po;
@@ -223,6 +266,8 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   po.permute_max_work = opt.permute_max_work;
   po.pool = pool;
   po.what = job.name;
+  po.fixed_mask = fixed_mask;
+  if (!fixed_mask.empty()) po.permute = false;
   std::optional<GroupQuantizer> gq;
   if (gptq) {
     SPARQ_ASSIGN_OR_RETURN(GroupQuantizer q,
@@ -357,6 +402,20 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   // A quantized embedding that is also the head is quantized as the head, on its inputs.
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
   LlamaConfig c = model.config();
+  // A pruned .sparq (e.g. after `sparq finetune`): its sparse layers keep their patterns and masks
+  // when quantized (the dense pattern: `sparq quantize`), GPTQ fitted on the kept weights.
+  SPARQ_ASSIGN_OR_RETURN(std::optional<Checkpoint> input_ck, SparseInput(model_path, model));
+  if (input_ck && opt.pattern.kind != PatternKind::kDense) {
+    std::string first;
+    for (const CheckpointTensor& t : input_ck->matrices) {
+      if (t.pattern.kind != PatternKind::kDense) {
+        first = "'" + t.name + "' is pruned to " + t.pattern.ToString();
+        break;
+      }
+    }
+    return InvalidInput(model_path + ": " + first + ": prune the dense model (GGUF or Hugging Face "
+                        "folder), or quantize this one keeping its masks (`sparq quantize`)");
+  }
   std::optional<DenseMatrix> stored_embd;
   if (opt.embedding_values && embd_values.quantized()) {
     SPARQ_ASSIGN_OR_RETURN(stored_embd, StoredEmbedding(model_path, embd_values));
@@ -429,16 +488,23 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
         const auto slot = static_cast<LinearSlot>(s);
         const auto [m, k] = SlotShape(c, slot);
         LayerJob job{blk + std::string(SlotName(slot)) + ".weight", m, k, &acc[kSlotInput[s]]};
-        SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense,
-                               DenseWeights(b.linear[s], model_path, job.name));
+        ModelPruneOptions lo = bo;
+        std::vector<float> dense;
+        std::vector<uint8_t> mask;
+        if (const CheckpointTensor* in = InputSparse(input_ck, job.name)) {
+          SPARQ_ASSIGN_OR_RETURN(dense, KeptMask(*in, m, k, &mask));
+          lo.pattern = in->pattern;
+        } else {
+          SPARQ_ASSIGN_OR_RETURN(dense, DenseWeights(b.linear[s], model_path, job.name));
+        }
         SPARQ_ASSIGN_OR_RETURN(PrunedLayer p,
-                               PruneOne(std::move(dense), job, bo, true, cfg, pool));
+                               PruneOne(std::move(dense), job, lo, true, cfg, pool, mask));
         result.prune_seconds += p.result.report.seconds;
         result.dense_bytes += static_cast<double>(m * k * 4);
         result.stored_bytes += static_cast<double>(p.result.stored_bytes);
         b.linear[s] = std::move(p.linear);
         b.perm[s] = p.perm;
-        ck.matrices.push_back({job.name, std::move(p.stored), bo.pattern});
+        ck.matrices.push_back({job.name, std::move(p.stored), lo.pattern});
         if (!p.perm.empty()) {
           Tensor pt = Tensor::Alloc(DType::kI32, {k});
           std::memcpy(pt.mutable_data(), p.perm.data(), p.perm.size() * sizeof(int32_t));
@@ -454,6 +520,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
       const auto slot = static_cast<LinearSlot>(s);
       const auto [m, k] = SlotShape(c, slot);
       const std::string name = blk + std::string(SlotName(slot)) + ".weight";
+      if (const CheckpointTensor* in = InputSparse(input_ck, name)) {
+        ck.matrices.push_back(*in);  // a sparse layer left out by --include stays as it was
+        continue;
+      }
       SPARQ_ASSIGN_OR_RETURN(std::vector<float> dense, DenseWeights(b.linear[s], model_path, name));
       SPARQ_ASSIGN_OR_RETURN(
           SparseMatrix dm, Encode(dense, m, k, FormatKind::kDense, Pattern::Dense(), DType::kF32));
@@ -568,6 +638,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         {"damp", opt.damp},
                         {"summary", nlohmann::json::parse(result.ToJson(false))}};
   if (opt.embedding_values) how["embedding_values"] = opt.embedding_values->Name();
+  if (input_ck) how["masks"] = "kept from the input's sparse layers";
   if (opt.allocation == ModelPruneOptions::Allocation::kOwl) {
     how["allocation"] = {{"method", "owl"},
                          {"lambda", opt.owl_lambda},

@@ -156,6 +156,17 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
     return InvalidInput(what + ": channel permutation applies to N:M and V:N:M patterns, not " +
                         pattern.ToString());
   }
+  if (!opt.fixed_mask.empty()) {
+    if (opt.fixed_mask.size() != w.size()) {
+      return InvalidInput(what + ": fixed mask has " + std::to_string(opt.fixed_mask.size()) +
+                          " entries, the weight " + std::to_string(w.size()));
+    }
+    if (opt.permute) return InvalidInput(what + ": a fixed mask cannot be permuted");
+    std::vector<float> ones(opt.fixed_mask.begin(), opt.fixed_mask.end());
+    if (!Satisfies(pattern, ones, m, k)) {
+      return InvalidInput(what + ": the fixed mask does not satisfy pattern " + pattern.ToString());
+    }
+  }
   if (opt.method == PruneMethod::kSparseGpt && !(opt.damp >= 0.0 && std::isfinite(opt.damp))) {
     return InvalidInput(what + ": damp must be a finite value >= 0");
   }
@@ -204,7 +215,10 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
     MaskOptions mo;
     mo.row_wise = opt.method == PruneMethod::kWanda;
     mo.pool = opt.pool;
-    SPARQ_ASSIGN_OR_RETURN(std::vector<uint8_t> keep, ComputeMask(pattern, scores, m, k, what, mo));
+    std::vector<uint8_t> keep(opt.fixed_mask.begin(), opt.fixed_mask.end());
+    if (keep.empty()) {
+      SPARQ_ASSIGN_OR_RETURN(keep, ComputeMask(pattern, scores, m, k, what, mo));
+    }
     for (size_t i = 0; i < cur.size(); ++i) {
       if (!keep[i]) {
         cur[i] = 0.0f;

@@ -176,7 +176,7 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
   // ---- whole rows: the OBS error of removing row i is exactly w_i H w_i^T (no other weight of the
   // row survives to compensate, and rows do not interact), so prune the rows where it is smallest.
   std::vector<uint8_t> row_keep(static_cast<size_t>(m), 1);
-  if (p.kind == PatternKind::kRows) {
+  if (p.kind == PatternKind::kRows && opt.fixed_mask.empty()) {
     std::vector<double> q = RowQuadForms(w, m, k, h, opt.pool);
     std::vector<float> qf(q.begin(), q.end()), scratch;
     KeepTop(qf.data(), m, m - std::llround(p.fraction * static_cast<double>(m)), row_keep.data(),
@@ -205,7 +205,14 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
       const float x = w1[r * nb + j];
       return x * x / (d * d);
     };
-    switch (p.kind) {
+    const bool fixed = !opt.fixed_mask.empty();
+    if (fixed) {
+      for (int64_t r = 0; r < m; ++r) {
+        std::copy(opt.fixed_mask.begin() + r * k + i1, opt.fixed_mask.begin() + r * k + i2,
+                  keep1.begin() + r * nb);
+      }
+    }
+    switch (fixed ? PatternKind::kDense : p.kind) {
       case PatternKind::kUnstructured:
         for (int64_t r = 0; r < m; ++r) {
           for (int64_t j = 0; j < nb; ++j) tmp[r * nb + j] = score(r, j);
@@ -294,7 +301,8 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
       // keep at its start; the masks are then chosen as usual, m columns at a time, after the
       // compensation of the columns before them. (Choosing the whole group's masks at its start
       // instead cost more in reconstruction error than the better-fitted scale won back.)
-      const bool fit_on_mask = group_masks && qgroup > 0 && qgroup % p.m == 0;
+      const bool choose = group_masks && !fixed;
+      const bool fit_on_mask = choose && qgroup > 0 && qgroup % p.m == 0;
       for (int64_t i = 0; i < nb; ++i) {
         const int64_t col = i1 + i;
         if (qgroup > 0 && col % qgroup == 0) {
@@ -303,7 +311,7 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
             quant->FitGroup(r, col, &w1[r * nb + i], &keep1[r * nb + i], std::min(qgroup, nb - i));
           }
         }
-        if (group_masks && i % p.m == 0) choose_masks(i, p.m);
+        if (choose && i % p.m == 0) choose_masks(i, p.m);
         const float d = u[col * k + col];
         const float* urow = &u[col * k + i1];
         for (int64_t r = r0; r < r1; ++r) {

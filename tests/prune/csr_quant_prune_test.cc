@@ -122,5 +122,53 @@ TEST(CsrQuantPrune, RoundToNearestKeepsThePositionsAndGptqBeatsIt) {
   }
 }
 
+// PruneOptions::fixed_mask (re-quantizing a pruned weight): every method keeps exactly the given
+// mask, SparseGPT's sweep fits and quantizes the kept weights with it (GPTQ with a fixed mask), and
+// a mask of the wrong size or one that breaks the pattern is an error naming the weight.
+TEST(CsrQuantPrune, FixedMaskIsKeptByEveryMethod) {
+  Problem pr = MakeProblem(32, 576, 1024, 23);
+  // A 2:4 mask unlike the one any method would choose: keep columns 0 and 3 of every group of 4.
+  std::vector<uint8_t> mask(size_t(pr.m * pr.k), 0);
+  for (int64_t i = 0; i < pr.m * pr.k; ++i) mask[i] = (i % 4 == 0 || i % 4 == 3);
+  std::vector<double> errors;
+  for (PruneMethod method : {PruneMethod::kSparseGpt, PruneMethod::kWanda, PruneMethod::kMagnitude}) {
+    SCOPED_TRACE(std::string(PruneMethodName(method)));
+    auto q = GroupQuantizer::Make(*ValueSpec::Parse("int4:g64"), Pattern::NM(2, 4), pr.m, pr.k);
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    std::vector<float> w = pr.w;
+    PruneOptions opt;
+    opt.method = method;
+    opt.quantizer = &*q;
+    opt.fixed_mask = mask;
+    auto rep = Prune(w, pr.m, pr.k, pr.h, Pattern::NM(2, 4), opt);
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    int64_t moved = 0, kept_changed = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      moved += !mask[i] && w[i] != 0.0f;
+      kept_changed += mask[i] && w[i] != pr.w[i];
+    }
+    EXPECT_EQ(moved, 0);
+    EXPECT_GT(kept_changed, 0);  // quantized (and, for SparseGPT, compensated)
+    errors.push_back(testing::DirectError(pr, w));
+    std::printf("%s with a fixed 2:4 mask, int4:g64: relative error %.4f\n",
+                std::string(PruneMethodName(method)).c_str(), errors.back());
+  }
+  // Only SparseGPT feeds the removed weights' and the rounding errors back to the kept ones.
+  EXPECT_LT(errors[0], 0.5 * errors[2]);
+  PruneOptions opt;
+  std::vector<float> w = pr.w;
+  opt.fixed_mask = std::span<const uint8_t>(mask.data(), mask.size() - 1);
+  auto bad = Prune(w, pr.m, pr.k, pr.h, Pattern::NM(2, 4), opt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fixed mask has"), std::string::npos);
+  std::vector<uint8_t> three = mask;
+  three[1] = 1;  // 3 of the first 4 kept
+  opt.fixed_mask = three;
+  bad = Prune(w, pr.m, pr.k, pr.h, Pattern::NM(2, 4), opt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("does not satisfy pattern 2:4"), std::string::npos)
+      << bad.status().ToString();
+}
+
 }  // namespace
 }  // namespace sparq
