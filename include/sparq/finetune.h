@@ -94,4 +94,29 @@ Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConf
                                 const ModelWeights& w, const std::string& out_path,
                                 const std::map<std::string, std::string>& metadata = {});
 
+// ---- self-distillation data (`sparq finetune --self-distill`) ------------------------------------
+//
+// Recovery needs text like what the model saw in training, which the repo does not hold (one book
+// for calibration, one evaluation text). The teacher itself is the source: samples drawn from it
+// at temperature 1 follow its own distribution, which the KL loss then teaches the student.
+struct SelfDistillOptions {
+  int64_t tokens = 65536;     // new tokens to generate in all (samples are drawn until reached)
+  int64_t sample_len = 512;   // new tokens per sample (fewer when the teacher ends it with EOS)
+  double temperature = 1.0;   // > 0
+  int64_t top_k = 0;          // 0: the whole vocabulary
+  uint64_t seed = 0;
+  std::function<void(int64_t generated, int64_t total)> progress;  // may be empty
+};
+
+// The openings samples start from: short, across topics (history, science, places, people,
+// how-to, dialogue); sample i starts from entry i mod size.
+const std::vector<std::string>& SelfDistillPrompts();
+
+// Samples from `teacher` (sparq/model.h Generate, top-k sampling seeded per sample) until
+// `o.tokens` new tokens are generated; returns each sample's prompt and decoded continuation,
+// samples separated by a blank line. Deterministic in (teacher, options, pool-independent).
+// Errors: temperature <= 0 or non-finite, tokens or sample_len < 1.
+Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistillOptions& o,
+                                    ThreadPool* pool);
+
 }  // namespace sparq::train

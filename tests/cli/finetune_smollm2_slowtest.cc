@@ -68,6 +68,43 @@ TEST(FinetuneSmolLm2, TwoStepsKeepTheStudentsFormatsAndRun) {
             0)
       << err;
   EXPECT_THAT(out, HasSubstr("perplexity")) << out;
+
+  // The recovered student quantized keeping its masks: block 0 becomes int4 2:4.
+  ASSERT_EQ(RunSplit("quantize " + dir + "/tuned.sparq --values int4:g64 --blocks 1 --calib " +
+                         dir + "/text.txt --calib-samples 2 --calib-len 32 --threads 2 -o " + dir +
+                         "/tuned-int4.sparq",
+                     &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(RunSplit("inspect " + dir + "/tuned-int4.sparq", &out, &err), 0) << err;
+  std::istringstream qlines(out);
+  int quantized = 0;
+  for (std::string line; std::getline(qlines, line);) {
+    if (line.rfind("blk.0.", 0) == 0 && line.find("_norm") == std::string::npos) {
+      EXPECT_THAT(line, MatchesRegex(".*int4:g64 +nm +0\\.[45][0-9]+ +2:4.*")) << line;
+      ++quantized;
+    }
+  }
+  EXPECT_EQ(quantized, 7) << out;
+
+  // Self-distillation: text sampled from the teacher, cached, reused with the same options.
+  const std::string sd = "finetune " + dir + "/pruned.sparq --teacher '" + model +
+                         "' --self-distill --distill-tokens 40 --distill-len 20 --tokens 32 "
+                         "--seq-len 16 --threads 2 -o " + dir + "/sd.sparq";
+  ASSERT_EQ(RunSplit(sd, &out, &err), 0) << err;
+  EXPECT_THAT(err, HasSubstr("self-distill: 40/40 tokens")) << err;
+  std::ifstream cache(dir + "/sd.sparq.distill.txt");
+  std::string first;
+  std::getline(cache, first);
+  EXPECT_THAT(first, HasSubstr("# sparq self-distill: teacher SmolLM2")) << first;
+  ASSERT_EQ(RunSplit(sd + " --distill-cache " + dir + "/sd.sparq.distill.txt", &out, &err), 0)
+      << err;
+  EXPECT_THAT(err, HasSubstr("self-distill: using")) << err;
+  EXPECT_EQ(RunSplit("finetune " + dir + "/pruned.sparq --teacher '" + model +
+                         "' --tokens 32 -o " + dir + "/none.sparq",
+                     &out, &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("--text FILE) or --self-distill")) << err;
   std::filesystem::remove_all(dir);
 }
 

@@ -1,0 +1,72 @@
+// Self-distillation data (sparq/finetune.h SelfDistillText) from SmolLM2: samples start from the
+// prompt list in order, each sample is seeded on its own (a shorter request gives a prefix of a
+// longer one), the text does not depend on the thread count, seeds change it, and bad options are
+// errors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/model_testutil.h"
+#include "sparq/finetune.h"
+
+namespace sparq::train {
+namespace {
+
+class SelfDistillTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = testing::NewSmolLm(); }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  void SetUp() override {
+    SPARQ_REQUIRE_MODEL();
+    ASSERT_NE(model_, nullptr);
+  }
+  static std::string Text(int64_t tokens, uint64_t seed, int threads) {
+    SelfDistillOptions o;
+    o.tokens = tokens;
+    o.sample_len = 12;
+    o.seed = seed;
+    ThreadPool pool(threads);
+    auto r = SelfDistillText(*model_, o, &pool);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::string();
+  }
+  static inline LlamaModel* model_ = nullptr;
+};
+
+TEST_F(SelfDistillTest, SamplesFollowThePromptsAndTheSeed) {
+  const std::vector<std::string>& prompts = SelfDistillPrompts();
+  ASSERT_GE(prompts.size(), 3u);
+  const std::string one = Text(12, 0, 1), three = Text(30, 0, 2);
+  std::printf("self-distill sample: %s\n", one.c_str());
+  // Sample 0 of either request: the first prompt and 12 sampled tokens (unless EOS ends it).
+  EXPECT_EQ(one.rfind(prompts[0], 0), 0u) << one;
+  EXPECT_GT(one.size(), prompts[0].size());
+  EXPECT_EQ(three.rfind(one, 0), 0u) << "a shorter request is not a prefix of a longer one";
+  // 30 tokens: samples of 12, 12 and 6, each after a blank line from its prompt.
+  EXPECT_NE(three.find("\n\n" + prompts[1]), std::string::npos) << three;
+  EXPECT_NE(three.find("\n\n" + prompts[2]), std::string::npos) << three;
+  EXPECT_EQ(three, Text(30, 0, 1)) << "the thread count changed the samples";
+  EXPECT_NE(Text(12, 1, 1), one) << "another seed gave the same sample";
+}
+
+TEST_F(SelfDistillTest, BadOptionsAreErrors) {
+  ThreadPool pool(1);
+  SelfDistillOptions o;
+  o.tokens = 4;
+  o.temperature = 0.0;
+  auto r = SelfDistillText(*model_, o, &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("temperature"), std::string::npos);
+  o.temperature = 1.0;
+  o.tokens = 0;
+  EXPECT_FALSE(SelfDistillText(*model_, o, &pool).ok());
+  o.tokens = 4;
+  o.top_k = -1;
+  EXPECT_FALSE(SelfDistillText(*model_, o, &pool).ok());
+}
+
+}  // namespace
+}  // namespace sparq::train
