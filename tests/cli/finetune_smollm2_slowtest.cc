@@ -21,6 +21,19 @@ using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 using testing::RunSplit;
 
+// `sparq inspect` lines of block 0's linear layers, each expected to match `re`; returns how many.
+int Block0Linears(const std::string& inspect, const char* re) {
+  std::istringstream lines(inspect);
+  int n = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("blk.0.", 0) == 0 && line.find("_norm") == std::string::npos) {
+      EXPECT_THAT(line, MatchesRegex(re)) << line;
+      ++n;
+    }
+  }
+  return n;
+}
+
 TEST(FinetuneSmolLm2, TwoStepsKeepTheStudentsFormatsAndRun) {
   SPARQ_REQUIRE_MODEL();
   const std::string model = testing::SmolLm2Path();
@@ -53,15 +66,7 @@ TEST(FinetuneSmolLm2, TwoStepsKeepTheStudentsFormatsAndRun) {
   EXPECT_THAT(err, HasSubstr("step 2/2  loss ")) << err;
   ASSERT_EQ(RunSplit("inspect " + dir + "/tuned.sparq", &out, &err), 0) << err;
   EXPECT_THAT(out, HasSubstr("sparq.finetune"));
-  std::istringstream lines(out);
-  int nm = 0;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("blk.0.", 0) == 0 && line.find("_norm") == std::string::npos) {
-      EXPECT_THAT(line, MatchesRegex(".*bf16 +nm +0\\.5000 +2:4.*")) << line;
-      ++nm;
-    }
-  }
-  EXPECT_EQ(nm, 7) << out;
+  EXPECT_EQ(Block0Linears(out, ".*bf16 +nm +0\\.5000 +2:4.*"), 7) << out;
   ASSERT_EQ(RunSplit("eval " + dir + "/tuned.sparq --text " + dir +
                          "/text.txt --ctx 128 --max-tokens 256 --threads 2",
                      &out, &err),
@@ -77,15 +82,7 @@ TEST(FinetuneSmolLm2, TwoStepsKeepTheStudentsFormatsAndRun) {
             0)
       << err;
   ASSERT_EQ(RunSplit("inspect " + dir + "/tuned-int4.sparq", &out, &err), 0) << err;
-  std::istringstream qlines(out);
-  int quantized = 0;
-  for (std::string line; std::getline(qlines, line);) {
-    if (line.rfind("blk.0.", 0) == 0 && line.find("_norm") == std::string::npos) {
-      EXPECT_THAT(line, MatchesRegex(".*int4:g64 +nm +0\\.[45][0-9]+ +2:4.*")) << line;
-      ++quantized;
-    }
-  }
-  EXPECT_EQ(quantized, 7) << out;
+  EXPECT_EQ(Block0Linears(out, ".*int4:g64 +nm +0\\.[45][0-9]+ +2:4.*"), 7) << out;
 
   // Self-distillation: text sampled from the teacher, cached, reused with the same options.
   const std::string sd = "finetune " + dir + "/pruned.sparq --teacher '" + model +
