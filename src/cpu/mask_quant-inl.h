@@ -1,0 +1,230 @@
+// Quantized bit-mask kernels (layout kMask with int8 / int4 codes, MaskWeight::spec): each chunk's
+// kept codes are loaded compact, dequantized with their group's scale (and min) by the N:M rows'
+// DequantLanes, then expanded to the chunk's 16 columns with zeros in the pruned lanes
+// (ExpandLanes), so a min never reaches a pruned weight. Decode multiplies the expanded vector
+// with contiguous X; tiled dequantizes a row's k block into the f32 buffer the f32 mask body reads.
+#if defined(SPARQ_CPU_MASK_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPARQ_CPU_MASK_QUANT_INL_H_
+#undef SPARQ_CPU_MASK_QUANT_INL_H_
+#else
+#define SPARQ_CPU_MASK_QUANT_INL_H_
+#endif
+
+#include "src/cpu/mask-inl.h"
+#include "src/cpu/nm-inl.h"
+#include "src/cpu/prefetch-inl.h"
+#include "src/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparq::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// An f16 group parameter as f32 (F16C on AVX2 and AVX-512, where Highway's targets include it).
+HWY_INLINE float F16Lane(uint16_t h) {
+#if HWY_TARGET <= HWY_AVX2
+  return _cvtsh_ss(h);
+#else
+  return F16ToF32(h);
+#endif
+}
+
+// Codes [s, s + L) of a quantized mask's values (MaskWeight::values) as i32 lanes. int4 codes lie
+// two to a byte in value order (CsrMatrix's), so a run may start in a byte's high nibble: 16
+// nibbles from nibble s are the 64 bits from bit 4s, one funnel shift of two loads. Each byte is
+// then doubled (pshufb), widened, and its lanes shifted by 0 or 4.
+template <int kV>
+HWY_INLINE hn::Vec<DI> MaskCodes(const uint8_t* base, int64_t s) {
+  const DI di;
+  if constexpr (kV == kValI8) {
+    const hn::Rebind<int8_t, DF> d8;
+    return hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(base) + s));
+  } else {
+    const uint8_t* p = base + (s >> 1);
+    uint64_t lo;
+    std::memcpy(&lo, p, 8);
+    const unsigned sh = static_cast<unsigned>(s & 1) * 4;
+    // sh = 0: (hi << 1) << 63 is 0; sh = 4: hi's low nibble lands in the top nibble.
+    const uint64_t u = (lo >> sh) | ((uint64_t{p[8]} << 1) << (63 - sh));
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i w = _mm512_cvtepu8_epi32(
+        _mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(u)), dup));
+    const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    return hn::Vec<DI>{_mm512_and_si512(_mm512_srlv_epi32(w, shift), _mm512_set1_epi32(0x0F))};
+#elif HWY_TARGET == HWY_AVX2
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i w = _mm256_cvtepu8_epi32(
+        _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(u))), dup));
+    const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    return hn::Vec<DI>{_mm256_and_si256(_mm256_srlv_epi32(w, shift), _mm256_set1_epi32(0x0F))};
+#else
+    alignas(64) int32_t c[hn::MaxLanes(DI())];
+    for (size_t l = 0; l < hn::Lanes(di); ++l) c[l] = static_cast<int32_t>((u >> (4 * l)) & 0x0F);
+    return hn::Load(di, c);
+#endif
+  }
+}
+
+// Decode: raw[t][r - r0] += W[r, :] . xpad[t] for R rows in lockstep x T tokens [t0, t0 + T), as
+// MaskDecodeRows. The loop runs by group (each row's scale and min converted once per group), then
+// by chunk of the group.
+template <int kV, int R, int T, bool kStream>
+HWY_INLINE void MaskQuantDecodeRows(const MaskWeight& w, const int32_t* lut, const float* xpad,
+                                    int64_t t0, int64_t r, int64_t r0, int64_t r1, float* raw) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const size_t parts = kMaskChunk / L;
+  const uint32_t part_mask = (1u << L) - 1;  // L <= 16
+  const int64_t kp = w.k_pad();
+  const uint8_t* base = w.values.data_as<uint8_t>();
+  const uint16_t* bits = w.bits.data_as<uint16_t>() + r * w.chunks;
+  const int np = w.params_per_group();
+  const int64_t pstride = w.groups_per_row * np;
+  const uint16_t* prm = w.params.data() + r * pstride;
+  const int64_t per_group = int64_t{1} << (w.group_shift - 4);  // chunks per group
+  static_assert(kMaskChunk == 16, "per_group counts chunks of 16 columns");
+  int64_t s0 = w.row_ptr[r];
+  int64_t s1 = R > 1 ? w.row_ptr[r + (R > 1)] : s0;
+  int64_t s2 = R > 2 ? w.row_ptr[r + 2 * (R > 2)] : s0;
+  int64_t s3 = R > 3 ? w.row_ptr[r + 3 * (R > 3)] : s0;
+  const float* x = xpad + t0 * kp;
+  auto a00 = hn::Zero(df), a01 = hn::Zero(df), a02 = hn::Zero(df), a03 = hn::Zero(df);
+  auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
+  auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
+  auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
+  MaskStreamPrefetch<kStream> pf(w, r, R, kValBits<kV>, 1);
+  for (int64_t g = 0; g * per_group < w.chunks; ++g) {
+    hn::Vec<DF> sc0 = hn::Zero(df), sc1 = sc0, sc2 = sc0, sc3 = sc0;
+    hn::Vec<DF> mn0 = sc0, mn1 = sc0, mn2 = sc0, mn3 = sc0;
+#define SPARQ_MQ_PARAMS(q)                                                          \
+  if constexpr (R > q) {                                                            \
+    const uint16_t* pq = prm + q * pstride + g * np;                                \
+    sc##q = hn::Set(df, F16Lane(pq[0]));                                            \
+    if constexpr (kV == kValI4) mn##q = hn::Set(df, F16Lane(pq[1]));                \
+  }
+    SPARQ_MQ_PARAMS(0)
+    SPARQ_MQ_PARAMS(1)
+    SPARQ_MQ_PARAMS(2)
+    SPARQ_MQ_PARAMS(3)
+#undef SPARQ_MQ_PARAMS
+    const int64_t c_end = std::min(w.chunks, (g + 1) * per_group);
+    for (int64_t c = g * per_group; c < c_end; ++c) {
+      uint32_t b0 = bits[c], b1 = 0, b2 = 0, b3 = 0;
+      pf.Fetch(0, base + ValByte<kV>(s0 & ~int64_t{1}));
+      if constexpr (R > 1) {
+        b1 = bits[w.chunks + c];
+        pf.Fetch(1, base + ValByte<kV>(s1 & ~int64_t{1}));
+      }
+      if constexpr (R > 2) {
+        b2 = bits[2 * w.chunks + c];
+        pf.Fetch(2, base + ValByte<kV>(s2 & ~int64_t{1}));
+      }
+      if constexpr (R > 3) {
+        b3 = bits[3 * w.chunks + c];
+        pf.Fetch(3, base + ValByte<kV>(s3 & ~int64_t{1}));
+      }
+      pf.Next();
+      for (size_t p = 0; p < parts; ++p) {
+        const float* xc = x + c * kMaskChunk + p * L;
+        const auto x0 = hn::Load(df, xc);
+        const auto x1 = T > 1 ? hn::Load(df, xc + kp * (T > 1)) : x0;
+        const auto x2 = T > 2 ? hn::Load(df, xc + 2 * kp * (T > 2)) : x0;
+        const auto x3 = T > 3 ? hn::Load(df, xc + 3 * kp * (T > 3)) : x0;
+        const unsigned shift = static_cast<unsigned>(p * L);
+#define SPARQ_MQ_ROW(q)                                                                        \
+  if constexpr (R > q) {                                                                       \
+    const uint32_t bq = (b##q >> shift) & part_mask;                                           \
+    const auto v = ExpandLanes(DequantLanes<kV>(MaskCodes<kV>(base, s##q), sc##q, mn##q), bq, lut); \
+    s##q += hwy::PopCount(bq);                                                                 \
+    a##q##0 = hn::MulAdd(v, x0, a##q##0);                                                      \
+    if constexpr (T > 1) a##q##1 = hn::MulAdd(v, x1, a##q##1);                                 \
+    if constexpr (T > 2) a##q##2 = hn::MulAdd(v, x2, a##q##2);                                 \
+    if constexpr (T > 3) a##q##3 = hn::MulAdd(v, x3, a##q##3);                                 \
+  }
+        SPARQ_MQ_ROW(0)
+        SPARQ_MQ_ROW(1)
+        SPARQ_MQ_ROW(2)
+        SPARQ_MQ_ROW(3)
+#undef SPARQ_MQ_ROW
+      }
+    }
+  }
+  const int64_t rows = r1 - r0;
+  float* out = raw + t0 * rows + (r - r0);
+#define SPARQ_MQ_OUT(q, t) \
+  if constexpr (R > q && T > t) out[t * rows + q] = hn::GetLane(hn::SumOfLanes(df, a##q##t))
+#define SPARQ_MQ_OUT_ROW(q) \
+  SPARQ_MQ_OUT(q, 0); SPARQ_MQ_OUT(q, 1); SPARQ_MQ_OUT(q, 2); SPARQ_MQ_OUT(q, 3)
+  SPARQ_MQ_OUT_ROW(0);
+  SPARQ_MQ_OUT_ROW(1);
+  SPARQ_MQ_OUT_ROW(2);
+  SPARQ_MQ_OUT_ROW(3);
+#undef SPARQ_MQ_OUT_ROW
+#undef SPARQ_MQ_OUT
+}
+
+template <int kV, int T, bool kStream>
+HWY_INLINE void MaskQuantDecodeTokensPf(const MaskWeight& w, const int32_t* lut, const float* xpad,
+                                        int64_t t0, int64_t r0, int64_t r1, float* raw) {
+  constexpr int R = 4 * T <= kMaxAcc ? 4 : 2;  // R * T accumulators
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) MaskQuantDecodeRows<kV, R, T, kStream>(w, lut, xpad, t0, r, r0, r1, raw);
+  for (; r < r1; ++r) MaskQuantDecodeRows<kV, 1, T, kStream>(w, lut, xpad, t0, r, r0, r1, raw);
+}
+
+template <int kV>
+HWY_NOINLINE void MaskQuantDecodeImpl(const MaskWeight& w, const float* xpad, int64_t n,
+                                      int64_t r0, int64_t r1, float* raw) {
+  const int32_t* lut = ExpandTable8();
+  auto tokens = [&](auto tt, int64_t t) {
+    constexpr int T = decltype(tt)::value;
+    if (MaskPerStreamPrefetch(w, kValBits<kV>)) {
+      MaskQuantDecodeTokensPf<kV, T, true>(w, lut, xpad, t, r0, r1, raw);
+    } else {
+      MaskQuantDecodeTokensPf<kV, T, false>(w, lut, xpad, t, r0, r1, raw);
+    }
+  };
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) tokens(std::integral_constant<int, 4>(), t);
+  for (; t + 2 <= n; t += 2) tokens(std::integral_constant<int, 2>(), t);
+  for (; t < n; ++t) tokens(std::integral_constant<int, 1>(), t);
+}
+
+// Tiled: a quantized mask's values as MaskTiledImpl reads them (MaskStoredValues' interface): row
+// r's kept values of chunks [c0, c1) from value p on, dequantized into buf (two rows in flight, per_row
+// floats each: (c1 - c0) * 16 + 16, as the offsets, since each chunk stores whole vectors).
+template <int kV>
+struct MaskQuantValues {
+  const MaskWeight& w;
+  float* buf;
+  int64_t per_row;
+  const void* Row(int64_t r, int64_t p, int64_t c0, int64_t c1, int slot) const {
+    const DF df;
+    const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+    const uint8_t* base = w.values.data_as<uint8_t>();
+    const uint16_t* bits = w.bits.data_as<uint16_t>() + r * w.chunks;
+    const uint16_t* prm = w.params.data() + r * w.groups_per_row * w.params_per_group();
+    float* out = buf + slot * per_row;
+    int64_t at = 0;
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t cnt = static_cast<int64_t>(hwy::PopCount(bits[c]));
+      const uint16_t* pg = prm + (c * kMaskChunk >> w.group_shift) * w.params_per_group();
+      const auto scale = hn::Set(df, F16Lane(pg[0]));
+      hn::Vec<DF> min = hn::Zero(df);
+      if constexpr (kV == kValI4) min = hn::Set(df, F16Lane(pg[1]));
+      for (int64_t j = 0; j < cnt; j += L) {
+        hn::StoreU(DequantLanes<kV>(MaskCodes<kV>(base, p + j), scale, min), df, out + at + j);
+      }
+      at += cnt;
+      p += cnt;
+    }
+    return out;
+  }
+  const uint8_t* At(int64_t p) const { return w.values.data_as<uint8_t>() + ValByte<kV>(p & ~int64_t{1}); }
+  int64_t Bytes(int64_t count) const { return ValByte<kV>(count); }
+};
+
+}  // namespace sparq::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // SPARQ_CPU_MASK_QUANT_INL_H_
