@@ -65,6 +65,63 @@ HWY_INLINE hn::Vec<DI> MaskCodes(const uint8_t* base, int64_t s) {
   }
 }
 
+// Whether int4 codes dequantize through a 16-entry table (the group's 16 values, DequantLanes of
+// 0..15 once per group) with one permute (vpermps reads an index's low 4 bits), instead of a
+// convert and an FMA per vector: AVX-512, where the vector ALUs are two ports and the convert,
+// the FMA and the mask's expand contend for them.
+template <int kV>
+inline constexpr bool kMaskI4Table =
+    kV != kValI8 && (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL);
+
+// Values [s, s + L) as f32, in the group of scale / min (table: its 16 values, kMaskI4Table).
+template <int kV>
+HWY_INLINE hn::Vec<DF> MaskDequant(const uint8_t* base, int64_t s, hn::Vec<DF> scale,
+                                   hn::Vec<DF> min, hn::Vec<DF> table) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kMaskI4Table<kV>) {
+#if HWY_TARGET == HWY_AVX3_DL
+    // Lane j takes byte (j + s % 2) / 2 of the 16 bytes from byte s / 2 (one vpermb, in place of
+    // MaskCodes' scalar funnel shift and three shuffles), shifted by 4 where its nibble is high.
+    alignas(64) static constexpr uint8_t kIdx[2][64] = {
+        {0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0,
+         4, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0, 7, 0, 0, 0},
+        {0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0,
+         4, 0, 0, 0, 5, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0, 7, 0, 0, 0, 8, 0, 0, 0}};
+    alignas(64) static constexpr int32_t kShift[2][16] = {
+        {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4}, {4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0}};
+    const int par = static_cast<int>(s & 1);
+    const __m512i bytes = _mm512_castsi128_si512(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + (s >> 1))));
+    const __m512i w = _mm512_permutexvar_epi8(_mm512_load_si512(kIdx[par]), bytes);
+    const __m512i q = _mm512_srlv_epi32(w, _mm512_load_si512(kShift[par]));
+#else
+    const __m512i q = MaskCodes<kV>(base, s).raw;
+#endif
+    (void)scale;
+    (void)min;
+    return hn::Vec<DF>{_mm512_permutexvar_ps(q, table.raw)};
+  }
+#endif
+  (void)table;
+  return DequantLanes<kV>(MaskCodes<kV>(base, s), scale, min);
+}
+
+// ExpandLanes of v by the mask word at bitp (bits: its lanes' bits). AVX-512 loads the mask
+// register from memory: a kmovw from a general register would take the vector port that the
+// expand and the code permutes already fill.
+HWY_INLINE hn::Vec<DF> ExpandAt(hn::Vec<DF> v, const uint16_t* bitp, uint32_t bits,
+                                const int32_t* lut) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  (void)bits;
+  (void)lut;
+  return hn::Vec<DF>{
+      _mm512_maskz_expand_ps(_load_mask16(reinterpret_cast<__mmask16*>(const_cast<uint16_t*>(bitp))), v.raw)};
+#else
+  (void)bitp;
+  return ExpandLanes(v, bits, lut);
+#endif
+}
+
 // Decode: raw[t][r - r0] += W[r, :] . xpad[t] for R rows in lockstep x T tokens [t0, t0 + T), as
 // MaskDecodeRows. The loop runs by group (each row's scale and min converted once per group), then
 // by chunk of the group.
@@ -92,15 +149,20 @@ HWY_INLINE void MaskQuantDecodeRows(const MaskWeight& w, const int32_t* lut, con
   auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
   auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
   auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
-  MaskStreamPrefetch<kStream> pf(w, r, R, kValBits<kV>, 1);
+  // A chunk holds a few code bytes (4 at half kept int4): one prefetch per row every kPfChunks
+  // chunks, where the f32 rows' one per chunk would cost more than the codes' decode.
+  constexpr int64_t kPfChunks = 8;
+  MaskStreamPrefetch<kStream> pf(w, r, R, kValBits<kV>, kPfChunks);
   for (int64_t g = 0; g * per_group < w.chunks; ++g) {
     hn::Vec<DF> sc0 = hn::Zero(df), sc1 = sc0, sc2 = sc0, sc3 = sc0;
     hn::Vec<DF> mn0 = sc0, mn1 = sc0, mn2 = sc0, mn3 = sc0;
+    hn::Vec<DF> tb0 = sc0, tb1 = sc0, tb2 = sc0, tb3 = sc0;
 #define SPARQ_MQ_PARAMS(q)                                                          \
   if constexpr (R > q) {                                                            \
     const uint16_t* pq = prm + q * pstride + g * np;                                \
     sc##q = hn::Set(df, F16Lane(pq[0]));                                            \
     if constexpr (kV == kValI4) mn##q = hn::Set(df, F16Lane(pq[1]));                \
+    if constexpr (kMaskI4Table<kV>) tb##q = DequantLanes<kV>(hn::Iota(DI(), 0), sc##q, mn##q); \
   }
     SPARQ_MQ_PARAMS(0)
     SPARQ_MQ_PARAMS(1)
@@ -110,20 +172,16 @@ HWY_INLINE void MaskQuantDecodeRows(const MaskWeight& w, const int32_t* lut, con
     const int64_t c_end = std::min(w.chunks, (g + 1) * per_group);
     for (int64_t c = g * per_group; c < c_end; ++c) {
       uint32_t b0 = bits[c], b1 = 0, b2 = 0, b3 = 0;
-      pf.Fetch(0, base + ValByte<kV>(s0 & ~int64_t{1}));
-      if constexpr (R > 1) {
-        b1 = bits[w.chunks + c];
-        pf.Fetch(1, base + ValByte<kV>(s1 & ~int64_t{1}));
+      if constexpr (R > 1) b1 = bits[w.chunks + c];
+      if constexpr (R > 2) b2 = bits[2 * w.chunks + c];
+      if constexpr (R > 3) b3 = bits[3 * w.chunks + c];
+      if (c % kPfChunks == 0) {
+        pf.Fetch(0, base + ValByte<kV>(s0));
+        if constexpr (R > 1) pf.Fetch(1, base + ValByte<kV>(s1));
+        if constexpr (R > 2) pf.Fetch(2, base + ValByte<kV>(s2));
+        if constexpr (R > 3) pf.Fetch(3, base + ValByte<kV>(s3));
+        pf.Next();
       }
-      if constexpr (R > 2) {
-        b2 = bits[2 * w.chunks + c];
-        pf.Fetch(2, base + ValByte<kV>(s2 & ~int64_t{1}));
-      }
-      if constexpr (R > 3) {
-        b3 = bits[3 * w.chunks + c];
-        pf.Fetch(3, base + ValByte<kV>(s3 & ~int64_t{1}));
-      }
-      pf.Next();
       for (size_t p = 0; p < parts; ++p) {
         const float* xc = x + c * kMaskChunk + p * L;
         const auto x0 = hn::Load(df, xc);
@@ -134,7 +192,8 @@ HWY_INLINE void MaskQuantDecodeRows(const MaskWeight& w, const int32_t* lut, con
 #define SPARQ_MQ_ROW(q)                                                                        \
   if constexpr (R > q) {                                                                       \
     const uint32_t bq = (b##q >> shift) & part_mask;                                           \
-    const auto v = ExpandLanes(DequantLanes<kV>(MaskCodes<kV>(base, s##q), sc##q, mn##q), bq, lut); \
+    const auto v = ExpandAt(MaskDequant<kV>(base, s##q, sc##q, mn##q, tb##q),                 \
+                            bits + q * w.chunks + c, bq, lut);                                  \
     s##q += hwy::PopCount(bq);                                                                 \
     a##q##0 = hn::MulAdd(v, x0, a##q##0);                                                      \
     if constexpr (T > 1) a##q##1 = hn::MulAdd(v, x1, a##q##1);                                 \
