@@ -271,8 +271,10 @@ struct MaskQuantValues {
       const auto scale = hn::Set(df, F16Lane(pg[0]));
       hn::Vec<DF> min = hn::Zero(df);
       if constexpr (kV == kValI4) min = hn::Set(df, F16Lane(pg[1]));
+      hn::Vec<DF> table = min;
+      if constexpr (kMaskI4Table<kV>) table = DequantLanes<kV>(hn::Iota(DI(), 0), scale, min);
       for (int64_t j = 0; j < cnt; j += L) {
-        hn::StoreU(DequantLanes<kV>(MaskCodes<kV>(base, p + j), scale, min), df, out + at + j);
+        hn::StoreU(MaskDequant<kV>(base, p + j, scale, min, table), df, out + at + j);
       }
       at += cnt;
       p += cnt;
