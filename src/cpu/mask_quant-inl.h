@@ -32,36 +32,42 @@ HWY_INLINE float F16Lane(uint16_t h) {
 // two to a byte in value order (CsrMatrix's), so a run may start in a byte's high nibble: 16
 // nibbles from nibble s are the 64 bits from bit 4s, one funnel shift of two loads. Each byte is
 // then doubled (pshufb), widened, and its lanes shifted by 0 or 4.
+HWY_INLINE uint64_t MaskNibbleWord(const uint8_t* base, int64_t s) {
+  const uint8_t* p = base + (s >> 1);
+  uint64_t lo;
+  std::memcpy(&lo, p, 8);
+  const unsigned sh = static_cast<unsigned>(s & 1) * 4;
+  // sh = 0: (hi << 1) << 63 is 0; sh = 4: hi's low nibble lands in the top nibble.
+  return (lo >> sh) | ((uint64_t{p[8]} << 1) << (63 - sh));
+}
+// The first L nibbles of u as i32 lanes.
+HWY_INLINE hn::Vec<DI> NibbleLanes(uint64_t u) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i w =
+      _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(u)), dup));
+  const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+  return hn::Vec<DI>{_mm512_and_si512(_mm512_srlv_epi32(w, shift), _mm512_set1_epi32(0x0F))};
+#elif HWY_TARGET == HWY_AVX2
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m256i w = _mm256_cvtepu8_epi32(
+      _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(u))), dup));
+  const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+  return hn::Vec<DI>{_mm256_and_si256(_mm256_srlv_epi32(w, shift), _mm256_set1_epi32(0x0F))};
+#else
+  const DI di;
+  alignas(64) int32_t c[hn::MaxLanes(DI())];
+  for (size_t l = 0; l < hn::Lanes(di); ++l) c[l] = static_cast<int32_t>((u >> (4 * l)) & 0x0F);
+  return hn::Load(di, c);
+#endif
+}
 template <int kV>
 HWY_INLINE hn::Vec<DI> MaskCodes(const uint8_t* base, int64_t s) {
-  const DI di;
   if constexpr (kV == kValI8) {
     const hn::Rebind<int8_t, DF> d8;
-    return hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(base) + s));
+    return hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(base) + s));
   } else {
-    const uint8_t* p = base + (s >> 1);
-    uint64_t lo;
-    std::memcpy(&lo, p, 8);
-    const unsigned sh = static_cast<unsigned>(s & 1) * 4;
-    // sh = 0: (hi << 1) << 63 is 0; sh = 4: hi's low nibble lands in the top nibble.
-    const uint64_t u = (lo >> sh) | ((uint64_t{p[8]} << 1) << (63 - sh));
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m512i w = _mm512_cvtepu8_epi32(
-        _mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(u)), dup));
-    const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-    return hn::Vec<DI>{_mm512_and_si512(_mm512_srlv_epi32(w, shift), _mm512_set1_epi32(0x0F))};
-#elif HWY_TARGET == HWY_AVX2
-    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m256i w = _mm256_cvtepu8_epi32(
-        _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(u))), dup));
-    const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
-    return hn::Vec<DI>{_mm256_and_si256(_mm256_srlv_epi32(w, shift), _mm256_set1_epi32(0x0F))};
-#else
-    alignas(64) int32_t c[hn::MaxLanes(DI())];
-    for (size_t l = 0; l < hn::Lanes(di); ++l) c[l] = static_cast<int32_t>((u >> (4 * l)) & 0x0F);
-    return hn::Load(di, c);
-#endif
+    return NibbleLanes(MaskNibbleWord(base, s));
   }
 }
 
@@ -140,6 +146,7 @@ HWY_INLINE void MaskQuantDecodeRows(const MaskWeight& w, const int32_t* lut, con
   const uint16_t* prm = w.params.data() + r * pstride;
   const int64_t per_group = int64_t{1} << (w.group_shift - 4);  // chunks per group
   static_assert(kMaskChunk == 16, "per_group counts chunks of 16 columns");
+  constexpr bool kWordCodes = kV != kValI8 && !kMaskI4Table<kV>;
   int64_t s0 = w.row_ptr[r];
   int64_t s1 = R > 1 ? w.row_ptr[r + (R > 1)] : s0;
   int64_t s2 = R > 2 ? w.row_ptr[r + 2 * (R > 2)] : s0;
@@ -182,6 +189,15 @@ HWY_INLINE void MaskQuantDecodeRows(const MaskWeight& w, const int32_t* lut, con
         if constexpr (R > 3) pf.Fetch(3, base + ValByte<kV>(s3));
         pf.Next();
       }
+      // Targets of fewer than 16 lanes: the chunk's 16 nibbles read once (MaskNibbleWord) and
+      // shifted by each part's kept count, instead of a funnel shift per part.
+      uint64_t uw0 = 0, uw1 = 0, uw2 = 0, uw3 = 0;
+      if constexpr (kWordCodes) {
+        uw0 = MaskNibbleWord(base, s0);
+        if constexpr (R > 1) uw1 = MaskNibbleWord(base, s1);
+        if constexpr (R > 2) uw2 = MaskNibbleWord(base, s2);
+        if constexpr (R > 3) uw3 = MaskNibbleWord(base, s3);
+      }
       for (size_t p = 0; p < parts; ++p) {
         const float* xc = x + c * kMaskChunk + p * L;
         const auto x0 = hn::Load(df, xc);
@@ -192,9 +208,11 @@ HWY_INLINE void MaskQuantDecodeRows(const MaskWeight& w, const int32_t* lut, con
 #define SPARQ_MQ_ROW(q)                                                                        \
   if constexpr (R > q) {                                                                       \
     const uint32_t bq = (b##q >> shift) & part_mask;                                           \
-    const auto v = ExpandAt(MaskDequant<kV>(base, s##q, sc##q, mn##q, tb##q),                 \
-                            bits + q * w.chunks + c, bq, lut);                                  \
+    const auto dq = kWordCodes ? DequantLanes<kV>(NibbleLanes(uw##q), sc##q, mn##q)           \
+                               : MaskDequant<kV>(base, s##q, sc##q, mn##q, tb##q);            \
+    const auto v = ExpandAt(dq, bits + q * w.chunks + c, bq, lut);                             \
     s##q += hwy::PopCount(bq);                                                                 \
+    if constexpr (kWordCodes) uw##q >>= 4 * hwy::PopCount(bq);                                 \
     a##q##0 = hn::MulAdd(v, x0, a##q##0);                                                      \
     if constexpr (T > 1) a##q##1 = hn::MulAdd(v, x1, a##q##1);                                 \
     if constexpr (T > 2) a##q##2 = hn::MulAdd(v, x2, a##q##2);                                 \

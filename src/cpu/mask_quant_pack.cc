@@ -19,9 +19,8 @@ std::string MaskQuantDeclines(const ValueSpec& spec) {
   return {};
 }
 
-// Replaces the f32 values of `w` (PackMask of the dequantized twin of q: the same bits and
-// row_ptr) by q's codes and group parameters. q is valid (CsrMatrix::Validate).
-Status KeepMaskCodes(MaskWeight& w, const CsrMatrix& q, const std::string& name) {
+Status KeepMaskCodes(PackedWeight& pw, const CsrMatrix& q, const std::string& name) {
+  MaskWeight& w = pw.mask();
   const ValueSpec& spec = q.quant.spec;
   const int64_t nnz = q.nnz();
   const int64_t code_bytes = spec.dtype == DType::kI8 ? nnz : (nnz + 1) / 2;
@@ -46,6 +45,9 @@ Status KeepMaskCodes(MaskWeight& w, const CsrMatrix& q, const std::string& name)
   while ((1 << w.group_shift) < spec.group) ++w.group_shift;
   w.groups_per_row = gpr;
   w.params = std::move(params);
+  pw.source = "csr " + spec.Name() + " as bitmask";
+  pw.weight_bytes = uint64_t(code_bytes) + w.bits.nbytes() + 2 * uint64_t(w.params.size()) +
+                    8 * (uint64_t(w.rows) + 1);
   return Status::Ok();
 }
 

@@ -309,11 +309,7 @@ Result<PackedWeight> PackCsrValues(const CsrMatrix& s, const std::string& name, 
   SPARQ_ASSIGN_OR_RETURN(pw, PackCsr(twin, name, std::move(pw), options.csr_layout));
   const std::string why = MaskQuantDeclines(q.quant.spec);
   if (pw.kind() == PackedKind::kMask && why.empty()) {
-    MaskWeight& w = pw.mask();
-    SPARQ_RETURN_IF_ERROR(KeepMaskCodes(w, q, name));
-    pw.source = "csr " + q.quant.spec.Name() + " as bitmask";
-    pw.weight_bytes = uint64_t(w.values.nbytes() - kMaskQuantTail) + w.bits.nbytes() +
-                      2 * uint64_t(w.params.size()) + 8 * (uint64_t(w.rows) + 1);
+    SPARQ_RETURN_IF_ERROR(KeepMaskCodes(pw, q, name));
     return pw;
   }
   pw.source = "csr " + q.quant.spec.Name() + " dequantized" +

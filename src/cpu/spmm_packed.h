@@ -245,10 +245,10 @@ Result<PackedWeight> PackDenseQuantCodes(int64_t rows, int64_t cols, const Value
                                          const uint16_t* scales_f16, const uint16_t* mins_f16,
                                          int64_t group_count, const std::string& name);
 
-// Replaces the f32 values of w, the bit-mask packing of q's dequantized values (same bits and
-// row_ptr), by q's codes and group parameters (mask_quant_pack.cc). q is a valid quantized CSR
-// whose spec MaskQuantDeclines does not decline.
-Status KeepMaskCodes(MaskWeight& w, const CsrMatrix& q, const std::string& name);
+// Replaces the f32 values of pw, the bit-mask packing of q's dequantized values (same bits and
+// row_ptr), by q's codes and group parameters, and names it (mask_quant_pack.cc). q is a valid
+// quantized CSR whose spec MaskQuantDeclines does not decline.
+Status KeepMaskCodes(PackedWeight& pw, const CsrMatrix& q, const std::string& name);
 
 // Lane permutations that expand up to 8 packed values to the set bits of an 8-bit mask (for
 // targets without an expand instruction): entry [mask][j] is the rank of lane j among the set
