@@ -179,7 +179,7 @@ TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
 // fitted in its sweep (GPTQ) -> a .sparq of quantized CSR matrices (groups of 64 columns) whose
 // positions are exactly the mask the sweep applied: SparseGPT keeps llround(0.5 m k) weights per
 // layer, and a kept weight that rounds to 0 stays stored (encoding the nonzeros would drop it) ->
-// LlamaModel::Load runs them dequantized.
+// LlamaModel::Load runs them with the codes kept in the bit-mask layout.
 TEST_F(PruneModelTest, Int4UnstructuredKeepsTheMaskAndRuns) {
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "unstructured:0.5");
