@@ -48,7 +48,8 @@ class LinearWeight {
   // The same with the values stored as `values` (sparq/quant.h): int8 / int4 specs quantize the
   // matrix's values round-to-nearest (N:M, CSR and dense weights so far; other formats are an
   // error naming the weight); float specs keep the matrix's values. A CSR weight with int8 / int4
-  // values (stored, or quantized here) runs dequantized to f32 through the CSR / bit-mask rows.
+  // values (stored, or quantized here) keeps its codes where it packs as a bit mask (>= 20% kept);
+  // sparser, it runs dequantized to f32 through the CSR rows.
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const ValueSpec& values,
                                          const std::string& name, const KernelConfig& cfg);
   // A dense [rows, cols] weight stored quantized (GGUF Q8_0 = int8:g32, Q4_0 = int4:g32:sym,

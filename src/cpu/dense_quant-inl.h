@@ -24,17 +24,14 @@ HWY_INLINE hn::Vec<DF> DqValues(const uint8_t* row, const float* sc, const float
                                 int64_t c) {
   const DF df;
   const auto scale = hn::Set(df, sc[c >> shift]);
+  hn::Vec<DF> min = hn::Zero(df);
+  if constexpr (kV == kValI4) min = hn::Set(df, mn[c >> shift]);
   if constexpr (kV == kValI8) {
     const hn::Rebind<int8_t, DF> d8;
     const auto q = hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(row) + c));
-    return hn::Mul(hn::ConvertTo(df, q), scale);
+    return DequantLanes<kV>(q, scale, min);
   } else {
-    const auto q = Nibbles(row + c / kDqChunk * (kDqChunk / 2), c % kDqChunk);
-    if constexpr (kV == kValI4Sym) {
-      return hn::Mul(hn::ConvertTo(df, hn::Sub(q, hn::Set(DI(), 8))), scale);
-    } else {
-      return hn::MulAdd(hn::ConvertTo(df, q), scale, hn::Set(df, mn[c >> shift]));
-    }
+    return DequantLanes<kV>(Nibbles(row + c / kDqChunk * (kDqChunk / 2), c % kDqChunk), scale, min);
   }
 }
 

@@ -112,7 +112,9 @@ ValueKind ValueKindOf(const PackedWeight& w) {
           [](const DenseF32Weight&) { return ValueKind::kF32; },
           [](const NmWeight& nm) { return ValueKindOf(nm.spec); },
           [&](const RowGroupWeight& s) { return of_float(s.value_dtype); },
-          [&](const MaskWeight& m) { return of_float(m.value_dtype); },
+          [&](const MaskWeight& m) {
+            return m.quantized() ? ValueKindOf(m.spec) : of_float(m.value_dtype);
+          },
           [](const DenseQuantWeight& d) { return ValueKindOf(d.values); },
       },
       w.layout);

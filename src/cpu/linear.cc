@@ -82,7 +82,9 @@ ValueSpec LinearWeight::values() const {
                         [](const cpu::NmWeight& nm) { return nm.spec; },
                         [](const cpu::DenseQuantWeight& d) { return d.values; },
                         [&](const cpu::RowGroupWeight& g) { return of(g.value_dtype); },
-                        [&](const cpu::MaskWeight& m) { return of(m.value_dtype); },
+                        [&](const cpu::MaskWeight& m) {
+                          return m.quantized() ? m.spec : of(m.value_dtype);
+                        },
                     },
                     impl_->packed.layout);
 }

@@ -16,29 +16,32 @@ namespace sparq::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 
-// Decode, bit mask. Expands the first popcount(bits) values at vp (f32 or bf16) to the lanes whose
-// bit is set (lane j <- bit j of `bits`, which holds one bit per lane); the other lanes are zero.
-// AVX-512 has an expand instruction; AVX2 permutes by a 256-entry table (ExpandTable8) and clears
-// the lanes of clear bits by the table's sign bits; other targets go lane by lane.
-template <bool kBf16>
-HWY_INLINE hn::Vec<DF> ExpandValues(const uint8_t* vp, uint32_t bits, const int32_t* lut) {
+// Decode, bit mask. Expands the first popcount(bits) lanes of v to the lanes whose bit is set
+// (lane j <- bit j of `bits`, which holds one bit per lane); the other lanes are zero. AVX-512 has
+// an expand instruction; AVX2 permutes by a 256-entry table (ExpandTable8) and clears the lanes of
+// clear bits by the table's sign bits; other targets go lane by lane.
+HWY_INLINE hn::Vec<DF> ExpandLanes(hn::Vec<DF> v, uint32_t bits, const int32_t* lut) {
   const DF df;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   (void)lut;
-  return hn::Vec<DF>{_mm512_maskz_expand_ps(static_cast<__mmask16>(bits), LoadValues<kBf16>(df, vp).raw)};
+  return hn::Vec<DF>{_mm512_maskz_expand_ps(static_cast<__mmask16>(bits), v.raw)};
 #elif HWY_TARGET == HWY_AVX2
   const __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lut + bits * 8));
-  const __m256 v = _mm256_permutevar8x32_ps(LoadValues<kBf16>(df, vp).raw, idx);
-  return hn::Vec<DF>{_mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_castsi256_ps(idx))};
+  const __m256 p = _mm256_permutevar8x32_ps(v.raw, idx);
+  return hn::Vec<DF>{_mm256_blendv_ps(p, _mm256_setzero_ps(), _mm256_castsi256_ps(idx))};
 #else
   (void)lut;
-  alignas(64) float lanes[64];
+  alignas(64) float in[64], lanes[64];
+  hn::Store(v, df, in);
   size_t i = 0;
-  for (size_t j = 0; j < hn::Lanes(df); ++j) {
-    lanes[j] = (bits >> j) & 1 ? ScalarValue<kBf16>(vp, static_cast<int64_t>(i++)) : 0.0f;
-  }
+  for (size_t j = 0; j < hn::Lanes(df); ++j) lanes[j] = (bits >> j) & 1 ? in[i++] : 0.0f;
   return hn::Load(df, lanes);
 #endif
+}
+// The first popcount(bits) values at vp (f32 or bf16), expanded as ExpandLanes.
+template <bool kBf16>
+HWY_INLINE hn::Vec<DF> ExpandValues(const uint8_t* vp, uint32_t bits, const int32_t* lut) {
+  return ExpandLanes(LoadValues<kBf16>(DF(), vp), bits, lut);
 }
 
 // Prefetch positions of the bit-mask decode. Rows of up to 2 KiB (SmolLM2's: 576-1536 columns) keep
@@ -50,16 +53,17 @@ HWY_INLINE hn::Vec<DF> ExpandValues(const uint8_t* vp, uint32_t bits, const int3
 template <bool kPerStream>
 class MaskStreamPrefetch {
  public:
-  MaskStreamPrefetch(const MaskWeight& w, int64_t r, int R, size_t vb, int64_t chunks_per_step)
+  // vbits: bits per stored value (32, 16, 8 or 4).
+  MaskStreamPrefetch(const MaskWeight& w, int64_t r, int R, int64_t vbits, int64_t chunks_per_step)
       : w_(w),
         base_(static_cast<const uint8_t*>(w.values.data())),
         r_(r),
         R_(R),
-        vb_(static_cast<int64_t>(vb)),
+        vbits_(vbits),
         step_(chunks_per_step) {
     if constexpr (kPerStream) {
       const int64_t chunks = std::max<int64_t>(1, w.chunks);
-      const int64_t avg_row = w.row_ptr.back() * vb_ / std::max<int64_t>(1, w.rows);
+      const int64_t avg_row = w.row_ptr.back() * vbits_ / 8 / std::max<int64_t>(1, w.rows);
       chunk_bytes_ = std::max<int64_t>(1, avg_row / chunks);
       const int64_t ahead = std::max<int64_t>(1, kNmStreamPrefetchBytes / chunk_bytes_);
       pf_rows_ = ahead / chunks;
@@ -69,7 +73,7 @@ class MaskStreamPrefetch {
   HWY_INLINE void Fetch(int q, const uint8_t* vp) const {
     if constexpr (kPerStream) {
       const int64_t row = std::min(w_.rows - 1, r_ + q + R_ * pf_rows_);
-      PrefetchFar(base_ + w_.row_ptr[row] * vb_ + pf_chunk_ * chunk_bytes_);
+      PrefetchFar(base_ + w_.row_ptr[row] * vbits_ / 8 + pf_chunk_ * chunk_bytes_);
     } else {
       PrefetchFar(vp + kDecodePrefetchBytes);
     }
@@ -87,12 +91,12 @@ class MaskStreamPrefetch {
  private:
   const MaskWeight& w_;
   const uint8_t* base_;
-  int64_t r_, R_, vb_, step_;
+  int64_t r_, R_, vbits_, step_;
   int64_t chunk_bytes_ = 1, pf_rows_ = 0, pf_chunk_ = 0;
 };
 // Whether a weight's rows are long enough for the per-stream prefetch (average row over 2 KiB).
-inline bool MaskPerStreamPrefetch(const MaskWeight& w, int64_t vb) {
-  return w.row_ptr.back() * vb > w.rows * (kDecodePrefetchBytes / 3);
+inline bool MaskPerStreamPrefetch(const MaskWeight& w, int64_t vbits) {
+  return w.row_ptr.back() * vbits / 8 > w.rows * (kDecodePrefetchBytes / 3);
 }
 
 // R rows in lockstep (one load of X serves R rows) times T tokens (one expansion serves T
@@ -117,7 +121,7 @@ HWY_INLINE void MaskDecodeRows(const MaskWeight& w, const int32_t* lut, const fl
   auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
   auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
   auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
-  MaskStreamPrefetch<kStream> pf(w, r, R, vb, 1);
+  MaskStreamPrefetch<kStream> pf(w, r, R, 8 * static_cast<int64_t>(vb), 1);
   for (int64_t c = 0; c < w.chunks; ++c) {
     uint32_t b0 = bits[c], b1 = 0, b2 = 0, b3 = 0;
     pf.Fetch(0, vp0);
@@ -196,7 +200,7 @@ HWY_INLINE void MaskDecodeRowsBf16Vbmi2(const MaskWeight& w, const float* xpad, 
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
   __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
   int64_t c = 0;
-  MaskStreamPrefetch<kStream> pf(w, r, R, 2, 2);
+  MaskStreamPrefetch<kStream> pf(w, r, R, 16, 2);
   for (; c + 2 <= w.chunks; c += 2) {
     __m512 xe0, xo0, xe1 = _mm512_setzero_ps(), xo1 = xe1, xe2 = xe1, xo2 = xe1, xe3 = xe1, xo3 = xe1;
 #define SPARQ_X_SPLIT(t)                                                        \
@@ -286,7 +290,7 @@ HWY_INLINE void MaskDecodeTokensPf(const MaskWeight& w, const int32_t* lut, cons
 template <bool kBf16, int T>
 HWY_INLINE void MaskDecodeTokens(const MaskWeight& w, const int32_t* lut, const float* xpad,
                                  int64_t t0, int64_t r0, int64_t r1, float* raw) {
-  if (MaskPerStreamPrefetch(w, kBf16 ? 2 : 4)) {
+  if (MaskPerStreamPrefetch(w, kBf16 ? 16 : 32)) {
     MaskDecodeTokensPf<kBf16, T, true>(w, lut, xpad, t0, r0, r1, raw);
   } else {
     MaskDecodeTokensPf<kBf16, T, false>(w, lut, xpad, t0, r0, r1, raw);
@@ -350,17 +354,29 @@ HWY_INLINE int64_t MaskOffsets(const uint16_t* bits, int64_t c0, int64_t c1, int
   return cnt;
 }
 
+// The stored f32 / bf16 values of a bit-mask weight, as MaskTiledImpl reads them: Row gives row
+// r's values of chunks [c0, c1) from value p on (slot: which of two rows in flight); At and Bytes
+// locate them for prefetching.
+template <bool kBf16>
+struct MaskStoredValues {
+  const uint8_t* vals;
+  const void* Row(int64_t /*r*/, int64_t p, int64_t /*c0*/, int64_t /*c1*/, int /*slot*/) const {
+    return vals + p * (kBf16 ? 2 : 4);
+  }
+  const uint8_t* At(int64_t p) const { return vals + p * (kBf16 ? 2 : 4); }
+  int64_t Bytes(int64_t count) const { return count * (kBf16 ? 2 : 4); }
+};
+
 // Rows [r0, r1) over chunks [c0, c1); cursor[r - r0]: the row's first value of this k block
-// (reset at c0 == 0, advanced here); off: room for 4 * ((c1 - c0) * 16 + 16) offsets.
-template <int NV, bool kBf16>
-HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, const float* xt,
-                                int64_t c0, int64_t c1, int64_t* cursor, int32_t* off,
-                                float* scratch, const XtNext& next) {
+// (reset at c0 == 0, advanced here); off: room for 4 * ((c1 - c0) * 16 + 16) offsets. vals: the
+// values (MaskStoredValues, or quantized ones dequantized per row: kBf16 is then false).
+template <int NV, bool kBf16, class Vals>
+HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, const Vals& vals, int64_t r0, int64_t r1,
+                                const float* xt, int64_t c0, int64_t c1, int64_t* cursor,
+                                int32_t* off, float* scratch, const XtNext& next) {
   const int32_t NT = static_cast<int32_t>(NV * hn::Lanes(DF()));
   const bool first = c0 == 0;
   XtSlicePrefetcher pf(next, 2 * NV <= kMaxAcc ? (r1 - r0 + 1) / 2 : r1 - r0);
-  const size_t vb = kBf16 ? 2 : 4;
-  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
   const uint16_t* bits = w.bits.data_as<uint16_t>();
   const int64_t per_row = (c1 - c0) * kMaskChunk + kMaskChunk;
   if (first) {
@@ -384,9 +400,11 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
       const int32_t* o0 = offs[cur][0];
       const int32_t* o1 = offs[cur][1];
       const int64_t n0 = cnt[cur][0], n1 = cnt[cur][1];
-      PairTiledRows<2, NV, kBf16>([o0](int64_t i) { return o0[i]; }, vals + cursor[r - r0] * vb, n0,
-                                  [o1](int64_t i) { return o1[i]; }, vals + cursor[r + 1 - r0] * vb,
-                                  n1, xt, scratch + (r - r0) * NT, first);
+      PairTiledRows<2, NV, kBf16>([o0](int64_t i) { return o0[i]; },
+                                  vals.Row(r, cursor[r - r0], c0, c1, 0), n0,
+                                  [o1](int64_t i) { return o1[i]; },
+                                  vals.Row(r + 1, cursor[r + 1 - r0], c0, c1, 1), n1, xt,
+                                  scratch + (r - r0) * NT, first);
       cursor[r - r0] += n0;
       cursor[r + 1 - r0] += n1;
       cur ^= 1;
@@ -402,20 +420,20 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
     // This k block's values and bits of the row kRowAhead rows on: rows lie in other pages, out
     // of the hardware prefetchers' reach (as in NmTiledImpl).
     constexpr int64_t kRowAhead = 4;
-    const int64_t vlen = (c1 - c0) * kMaskChunk * static_cast<int64_t>(vb);
+    const int64_t vlen = vals.Bytes((c1 - c0) * kMaskChunk);
     for (; r < r1; ++r) {
       pf.Step();
       if (r + kRowAhead < r1) {
         const int64_t p0 = first ? w.row_ptr[r + kRowAhead] : cursor[r + kRowAhead - r0];
-        const uint8_t* v = vals + p0 * static_cast<int64_t>(vb);
+        const uint8_t* v = vals.At(p0);
         for (int64_t b = 0; b < vlen / 2 + 64; b += 64) hwy::Prefetch(v + b);
         hwy::Prefetch(bits + (r + kRowAhead) * w.chunks + c0);
       }
       if (r + 1 < r1) cnt[cur ^ 1] = MaskOffsets(bits + (r + 1) * w.chunks, c0, c1, NT, offs[cur ^ 1]);
       const int32_t* o0 = offs[cur];
       auto at = [o0](int64_t i) { return o0[i]; };
-      PairTiledRows<1, NV, kBf16>(at, vals + cursor[r - r0] * vb, cnt[cur], at, nullptr, 0, xt,
-                                  scratch + (r - r0) * NT, first);
+      PairTiledRows<1, NV, kBf16>(at, vals.Row(r, cursor[r - r0], c0, c1, 0), cnt[cur], at,
+                                  nullptr, 0, xt, scratch + (r - r0) * NT, first);
       cursor[r - r0] += cnt[cur];
       cur ^= 1;
     }
@@ -424,8 +442,8 @@ HWY_NOINLINE void MaskTiledImpl(const MaskWeight& w, int64_t r0, int64_t r1, con
     pf.Step();
     const int64_t n0 = MaskOffsets(bits + r * w.chunks, c0, c1, NT, off);
     auto at = [off](int64_t i) { return off[i]; };
-    PairTiledRows<1, NV, kBf16>(at, vals + cursor[r - r0] * vb, n0, at, nullptr, 0, xt,
-                                scratch + (r - r0) * NT, first);
+    PairTiledRows<1, NV, kBf16>(at, vals.Row(r, cursor[r - r0], c0, c1, 0), n0, at, nullptr, 0,
+                                xt, scratch + (r - r0) * NT, first);
     cursor[r - r0] += n0;
   }
 }

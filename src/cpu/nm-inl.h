@@ -154,6 +154,22 @@ HWY_INLINE hn::Vec<DI> Nibbles(const uint8_t* p, int64_t j) {
   return hn::Load(di, c);
 }
 
+// Codes q of one group as f32 with the expressions of sparq/quant.h's Dequantize (min: int4 with a
+// min only), so every quantized kernel gives the dequantized weight's exact values.
+template <int kV>
+HWY_INLINE hn::Vec<DF> DequantLanes(hn::Vec<DI> q, hn::Vec<DF> scale, hn::Vec<DF> min) {
+  const DF df;
+  if constexpr (kV == kValI8) {
+    (void)min;
+    return hn::Mul(hn::ConvertTo(df, q), scale);
+  } else if constexpr (kV == kValI4Sym) {
+    (void)min;
+    return hn::Mul(hn::ConvertTo(df, hn::Sub(q, hn::Set(DI(), 8))), scale);
+  } else {
+    return hn::MulAdd(hn::ConvertTo(df, q), scale, min);
+  }
+}
+
 // Values [i, i + L) of row r (i a multiple of L inside one chunk) as f32: loaded, or dequantized
 // by the group's scale (and min) with the expressions of sparq/quant.h (same bits as the
 // dequantized weight).
@@ -167,18 +183,14 @@ HWY_INLINE hn::Vec<DF> NmValues(const NmWeight& w, int64_t r, int64_t i) {
   } else {
     const int64_t g = r * w.groups_per_row + (i >> w.group_shift);
     const auto scale = hn::Set(df, w.scales[static_cast<size_t>(g)]);
+    hn::Vec<DF> min = hn::Zero(df);
+    if constexpr (kV == kValI4) min = hn::Set(df, w.mins[static_cast<size_t>(g)]);
     if constexpr (kV == kValI8) {
       const hn::Rebind<int8_t, DF> d8;
       const auto q = hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(base) + e));
-      return hn::Mul(hn::ConvertTo(df, q), scale);
+      return DequantLanes<kV>(q, scale, min);
     } else {
-      const uint8_t* chunk = base + (e - e % kNmChunk) / 2;
-      const auto q = Nibbles(chunk, e % kNmChunk);
-      if constexpr (kV == kValI4Sym) {
-        return hn::Mul(hn::ConvertTo(df, hn::Sub(q, hn::Set(DI(), 8))), scale);
-      } else {
-        return hn::MulAdd(hn::ConvertTo(df, q), scale, hn::Set(df, w.mins[static_cast<size_t>(g)]));
-      }
+      return DequantLanes<kV>(Nibbles(base + (e - e % kNmChunk) / 2, e % kNmChunk), scale, min);
     }
   }
 }

@@ -53,8 +53,9 @@ struct RowTiled {
   int64_t align() const {
     return pw->kind() == PackedKind::kNm || pw->kind() == PackedKind::kDenseQuant ? 4 : 2;
   }
-  // int32 offsets a bit-mask task needs (MaskTiled's `off`).
-  int64_t off_entries() const { return 4 * (kb_chunks + 1) * kMaskChunk; }
+  // int32 entries a bit-mask task needs (MaskTiled's `off`): four rows of offsets, then two rows'
+  // dequantized values for quantized masks (MaskTiledBody).
+  int64_t off_entries() const { return 6 * (kb_chunks + 1) * kMaskChunk; }
   bool prefetch(int64_t rows) const;
   // Rows [r0, r1) of token tile `tile` into scratch [row][nt]; cursor (r1 - r0 entries) and off
   // (off_entries()) are the bit-mask kernel's working space.

@@ -26,6 +26,7 @@
 #include "src/cpu/csr-inl.h"
 #include "src/cpu/row_groups-inl.h"
 #include "src/cpu/mask-inl.h"
+#include "src/cpu/mask_quant-inl.h"
 #include "src/cpu/dense_quant-inl.h"
 #include "src/cpu/kernel_entry.h"
 
@@ -163,19 +164,36 @@ struct DenseQuantTiledBody {
   }
 };
 
-template <bool kBf16>
+// Bit-mask rows of value kind kV: f32 / bf16 values stored, or int8 / int4 codes (quantized
+// bodies: mask_quant-inl.h).
+template <int kV>
 struct MaskDecodeBody {
   static void Run(const KernelCall& c) {
-    MaskDecodeImpl<kBf16>(c.w->mask(), c.x, c.n, c.u0, c.u1, c.raw);
+    if constexpr (kV == kValF32 || kV == kValBf16) {
+      MaskDecodeImpl<kV == kValBf16>(c.w->mask(), c.x, c.n, c.u0, c.u1, c.raw);
+    } else {
+      MaskQuantDecodeImpl<kV>(c.w->mask(), c.x, c.n, c.u0, c.u1, c.raw);
+    }
   }
 };
 
-template <bool kBf16, int kNv>
+// Quantized rows dequantize each row's k block into two rows' room after the offsets in c.off
+// (RowTiled::off_entries).
+template <int kV, int kNv>
 struct MaskTiledBody {
   static void Run(const KernelCall& c) {
     auto run = [&c](auto nv) {
-      MaskTiledImpl<decltype(nv)::value, kBf16>(c.w->mask(), c.u0, c.u1, c.xt, c.c0, c.c1,
-                                                c.cursor, c.off, c.scratch, *c.next);
+      const MaskWeight& w = c.w->mask();
+      if constexpr (kV == kValF32 || kV == kValBf16) {
+        const MaskStoredValues<kV == kValBf16> vals{w.values.data_as<uint8_t>()};
+        MaskTiledImpl<decltype(nv)::value, kV == kValBf16>(w, vals, c.u0, c.u1, c.xt, c.c0, c.c1,
+                                                          c.cursor, c.off, c.scratch, *c.next);
+      } else {
+        const int64_t per_row = (c.c1 - c.c0) * kMaskChunk + kMaskChunk;
+        const MaskQuantValues<kV> vals{w, reinterpret_cast<float*>(c.off + 4 * per_row), per_row};
+        MaskTiledImpl<decltype(nv)::value, false>(w, vals, c.u0, c.u1, c.xt, c.c0, c.c1, c.cursor,
+                                                  c.off, c.scratch, *c.next);
+      }
     };
     if constexpr (kNv > 0) {
       run(std::integral_constant<int, kNv>());

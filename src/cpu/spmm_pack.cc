@@ -283,9 +283,10 @@ Result<PackedWeight> PackCsr(const CsrMatrix& s, const std::string& name, Packed
   return pw;
 }
 
-// Quantized CSR (stored codes, or options' int8 / int4 by round to nearest) runs dequantized to
-// f32 through the CSR / bit-mask rows: the products are those of the dequantized weight, but the
-// codes are not kept packed (correct, not yet small or fast).
+// Quantized CSR (stored codes, or options' int8 / int4 by round to nearest): where the bit mask is
+// the layout, the codes stay packed beside the bits (KeepMaskCodes: the quantized mask rows);
+// otherwise (sparse rows, or a group the mask chunks do not tile) the weight runs dequantized to
+// f32 through the CSR / bit-mask rows, with the same products (correct, not small or fast).
 Result<PackedWeight> PackCsrValues(const CsrMatrix& s, const std::string& name, PackedWeight pw,
                                    const PackOptions& options) {
   const ValueSpec& want = options.values;
@@ -306,7 +307,13 @@ Result<PackedWeight> PackCsrValues(const CsrMatrix& s, const std::string& name, 
   twin.rows = q.rows, twin.cols = q.cols, twin.row_ptr = q.row_ptr, twin.col_idx = q.col_idx;
   twin.values = q.StoredValuesF32();
   SPARQ_ASSIGN_OR_RETURN(pw, PackCsr(twin, name, std::move(pw), options.csr_layout));
-  pw.source = "csr " + q.quant.spec.Name() + " dequantized, " + pw.source;
+  const std::string why = MaskQuantDeclines(q.quant.spec);
+  if (pw.kind() == PackedKind::kMask && why.empty()) {
+    SPARQ_RETURN_IF_ERROR(KeepMaskCodes(pw, q, name));
+    return pw;
+  }
+  pw.source = "csr " + q.quant.spec.Name() + " dequantized" +
+              (pw.kind() == PackedKind::kMask ? " (" + why + ")" : std::string()) + ", " + pw.source;
   return pw;
 }
 

@@ -110,13 +110,33 @@ inline constexpr int kMaskChunk = 16;
 struct MaskWeight {
   int64_t rows = 0, cols = 0;
   int64_t chunks = 0;                // ceil(cols / kMaskChunk) per row; X is zero-padded to k_pad
-  DType value_dtype = DType::kF32;   // kF32 or kBF16
+  DType value_dtype = DType::kF32;   // kF32 or kBF16 (unused where spec is quantized)
   Tensor bits;                       // u16 [rows, chunks]: bit j of (r, c) keeps W[r, c * 16 + j]
   std::vector<int64_t> row_ptr;      // [rows + 1]: row r's kept values are [row_ptr[r], [r+1])
   Tensor values;                     // f32/bf16 [nnz + 2 * kMaskChunk], kept values in column
                                      // order; the zero tail lets a 32-value load start at any value
+  // Quantized values (spec.quantized(), CsrMatrix's codes as stored): `values` is u8, int8 one
+  // code per kept value, int4 code p in the low nibble of byte p / 2 when p is even, the high one
+  // when odd, then kMaskQuantTail zero bytes. Groups are spec.group dense columns of a row (a
+  // multiple of kMaskChunk, so a chunk lies in one group); params holds each group's f16 scale
+  // (and min, spec.has_min()) [rows, groups_per_row, params_per_group]: f16 keeps the bytes a
+  // decode streams low (f32 would add 0.06 bytes per column at g64 with a min, 1/8 of the total
+  // at half kept).
+  ValueSpec spec;
+  int group_shift = 0;               // log2(spec.group)
+  int64_t groups_per_row = 0;
+  std::vector<uint16_t> params;
+  int params_per_group() const { return spec.has_min() ? 2 : 1; }
+  bool quantized() const { return spec.quantized(); }
   int64_t k_pad() const { return chunks * kMaskChunk; }
+  // Kept value p (row r, column c) as f32: stored, or its code dequantized (sparq/quant.h).
+  float Value(int64_t r, int64_t c, int64_t p) const;
 };
+// Zero bytes after a quantized mask's codes: a 16-code load (9 bytes from an odd int4 start, 16
+// int8 bytes) may start at the last code.
+inline constexpr int64_t kMaskQuantTail = 32;
+// Why a quantized spec cannot keep its codes in the bit-mask layout (empty: it can).
+std::string MaskQuantDeclines(const ValueSpec& spec);
 
 // Lowest density (kept / all) packed as kMask instead of column indices. Bytes alone favour the
 // mask above 1/16 (one bit per weight against 16 per kept weight), but decode then spends a vector
@@ -224,6 +244,11 @@ Result<PackedWeight> PackDenseQuantCodes(int64_t rows, int64_t cols, const Value
                                          const uint8_t* codes, int64_t code_bytes,
                                          const uint16_t* scales_f16, const uint16_t* mins_f16,
                                          int64_t group_count, const std::string& name);
+
+// Replaces the f32 values of pw, the bit-mask packing of q's dequantized values (same bits and
+// row_ptr), by q's codes and group parameters, and names it (mask_quant_pack.cc). q is a valid
+// quantized CSR whose spec MaskQuantDeclines does not decline.
+Status KeepMaskCodes(PackedWeight& pw, const CsrMatrix& q, const std::string& name);
 
 // Lane permutations that expand up to 8 packed values to the set bits of an 8-bit mask (for
 // targets without an expand instruction): entry [mask][j] is the rank of lane j among the set

@@ -52,7 +52,8 @@ void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* /*pool*
                 for (int64_t c = 0; c < mw.chunks; ++c) {
                   for (int j = 0; j < kMaskChunk; ++j) {
                     if ((bits[r * mw.chunks + c] >> j) & 1) {
-                      acc[r] += double(ValueAt(mw.values, p++)) * x[c * kMaskChunk + j];
+                      const int64_t col = c * kMaskChunk + j;
+                      acc[r] += double(mw.Value(r, col, p++)) * x[col];
                     }
                   }
                 }

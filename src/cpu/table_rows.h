@@ -58,12 +58,18 @@
       INT64_MAX, RunRowGroupTiled, 3, SPARQ_BODY(RowGroupTiledBody, 4, 3, BF))                               \
   ROW(p##_rowgroups_tiled_GxNV, kRowGroups, V, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2,        \
       INT64_MAX, RunRowGroupTiled, 0, SPARQ_BODY(RowGroupTiledBody, 0, 0, BF))                               \
+  SPARQ_MASK_ROWS(ROW, p, V)
+
+// The bit-mask rows of one value kind: f32 / bf16 values, or int8 / int4 codes kept packed
+// (quantized CSR, mask_quant-inl.h: dequantized in registers for decode, per row's k block into the
+// f32 body's values for tiled).
+#define SPARQ_MASK_ROWS(ROW, p, V)                                                                \
   ROW(p##_mask_decode_4xT, kMask, V, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16, RunDecode, 0, \
-      SPARQ_BODY(MaskDecodeBody, BF))                                                              \
+      SPARQ_BODY(MaskDecodeBody, kVal##V))                                                         \
   ROW(p##_mask_tiled_1x8__avx2, kMask, V, kTiled, "1x8", HWY_AVX2, HWY_AVX2, 64, INT64_MAX,       \
-      RunRowTiled, 8, SPARQ_BODY(MaskTiledBody, BF, 8))                                            \
+      RunRowTiled, 8, SPARQ_BODY(MaskTiledBody, kVal##V, 8))                                       \
   ROW(p##_mask_tiled_2xNV, kMask, V, kTiled, "2xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX,       \
-      RunRowTiled, 0, SPARQ_BODY(MaskTiledBody, BF, 0))
+      RunRowTiled, 0, SPARQ_BODY(MaskTiledBody, kVal##V, 0))
 
 // The dense quantized rows of one value kind (i8, i4, i4s): every column's code dequantized in
 // registers (decode, 4 rows x T tokens) or into the N:M tiled kernel's block (tiled).
@@ -86,6 +92,9 @@
   SPARQ_DENSE_QUANT_ROWS(ROW, i4s, I4Sym)                                                         \
   SPARQ_FLOAT_ROWS(ROW, f32, F32, false)                                                          \
   SPARQ_FLOAT_ROWS(ROW, bf16, Bf16, true)                                                         \
+  SPARQ_MASK_ROWS(ROW, i8, I8)                                                                    \
+  SPARQ_MASK_ROWS(ROW, i4, I4)                                                                    \
+  SPARQ_MASK_ROWS(ROW, i4s, I4Sym)                                                                \
   ROW(bf16_dense_decode_4x1, kDenseBf16, Bf16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,    \
       RunDecode, 0, SPARQ_BODY(DenseBf16DecodeBody))                                               \
   ROW(bf16_dense_tiled_4x3__avx2, kDenseBf16, Bf16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,        \

@@ -179,7 +179,7 @@ TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
 // fitted in its sweep (GPTQ) -> a .sparq of quantized CSR matrices (groups of 64 columns) whose
 // positions are exactly the mask the sweep applied: SparseGPT keeps llround(0.5 m k) weights per
 // layer, and a kept weight that rounds to 0 stays stored (encoding the nonzeros would drop it) ->
-// LlamaModel::Load runs them dequantized.
+// LlamaModel::Load runs them with the codes kept in the bit-mask layout.
 TEST_F(PruneModelTest, Int4UnstructuredKeepsTheMaskAndRuns) {
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "unstructured:0.5");
@@ -209,7 +209,8 @@ TEST_F(PruneModelTest, Int4UnstructuredKeepsTheMaskAndRuns) {
   auto m = LlamaModel::Load(out, testing::MachineConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const LinearWeight& q = m->weights().blocks[0].at(LinearSlot::kQ);
-  EXPECT_NE(q.format().find("csr int4:g64 dequantized"), std::string::npos) << q.format();
+  // Half kept: the bit-mask layout, which keeps the codes packed (mask_quant_test.cc).
+  EXPECT_NE(q.format().find("csr int4:g64 as bitmask"), std::string::npos) << q.format();
   const double dense = Ppl(*dense_), gptq = Ppl(*m);
   std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt unstructured:0.5 int4:g64 "
               "(2 blocks, gptq) %.3f\n",
