@@ -1,5 +1,6 @@
 // Self-distillation data (sparq/finetune.h): text sampled from the teacher, so that recovery
 // training needs no corpus.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
