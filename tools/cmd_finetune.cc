@@ -56,13 +56,14 @@ Result<train::FinetuneText> SelfDistillData(FinetuneCliOptions& o, const KernelC
                 d.temperature, static_cast<long long>(d.top_k),
                 static_cast<unsigned long long>(d.seed));
   if (std::filesystem::exists(path)) {
-    SPARQ_ASSIGN_OR_RETURN(std::string cached, ReadTextFile(path));
-    if (cached.rfind(header, 0) == 0) {
+    Result<std::string> cached = ReadTextFile(path);
+    if (cached.ok() && cached->rfind(header, 0) == 0) {
       std::fprintf(stderr, "self-distill: using %s\n", path.c_str());
-      return train::FinetuneText{path, cached.substr(std::strlen(header))};
+      return train::FinetuneText{path, cached->substr(std::strlen(header))};
     }
-    std::fprintf(stderr, "self-distill: %s was made with other options; generating again\n",
-                 path.c_str());
+    std::fprintf(stderr, "self-distill: %s %s; generating again\n", path.c_str(),
+                 cached.ok() ? "was made with other options"
+                             : ("cannot be reused (" + cached.status().message() + ")").c_str());
   }
   LoadOptions lo;
   lo.gguf_values = GgufValues::kAsStored;  // the same values, 2x the decode speed (gguf_values_flag.h)

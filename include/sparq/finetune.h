@@ -113,8 +113,8 @@ struct SelfDistillOptions {
 const std::vector<std::string>& SelfDistillPrompts();
 
 // Samples from `teacher` (sparq/model.h Generate, top-k sampling seeded per sample) until
-// `o.tokens` new tokens are generated; returns each sample's prompt and decoded continuation,
-// samples separated by a blank line. Deterministic in (teacher, options, pool-independent).
+// `o.tokens` new tokens are generated; returns each sample's prompt and decoded continuation
+// (bytes that do not form valid UTF-8 dropped), samples separated by a blank line. Deterministic in (teacher, options, pool-independent).
 // Errors: temperature <= 0 or non-finite, tokens or sample_len < 1.
 Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistillOptions& o,
                                     ThreadPool* pool);

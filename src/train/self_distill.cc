@@ -49,6 +49,47 @@ const std::vector<std::string>& SelfDistillPrompts() {
   return kPrompts;
 }
 
+namespace {
+
+// `s` with every byte that does not start a strict UTF-8 sequence (no overlong forms, surrogates
+// or values above U+10FFFF: the rules the training text is checked by) dropped. A sample can end
+// inside a character (its last token is a byte of one) and sampled byte tokens need not form one.
+std::string KeepValidUtf8(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const uint8_t b0 = p[i];
+    int len = 0;
+    uint32_t cp = 0, min = 0;
+    if (b0 < 0x80) {
+      len = 1, cp = b0;
+    } else if ((b0 & 0xE0) == 0xC0) {
+      len = 2, cp = b0 & 0x1F, min = 0x80;
+    } else if ((b0 & 0xF0) == 0xE0) {
+      len = 3, cp = b0 & 0x0F, min = 0x800;
+    } else if ((b0 & 0xF8) == 0xF0) {
+      len = 4, cp = b0 & 0x07, min = 0x10000;
+    }
+    bool ok = len > 0 && i + len <= n;
+    for (int j = 1; ok && j < len; ++j) {
+      ok = (p[i + j] & 0xC0) == 0x80;
+      cp = (cp << 6) | (p[i + j] & 0x3F);
+    }
+    if (ok && len > 1 && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
+    if (ok) {
+      out.append(s, i, static_cast<size_t>(len));
+      i += static_cast<size_t>(len);
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistillOptions& o,
                                     ThreadPool* pool) {
   if (!(o.temperature > 0.0) || !std::isfinite(o.temperature)) {
@@ -78,7 +119,7 @@ Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistill
     generated += std::max<int64_t>(1, static_cast<int64_t>(r.tokens.size()));
     if (!text.empty()) text += "\n\n";
     text += prompt;
-    text += teacher.tokenizer().Decode(r.tokens);
+    text += KeepValidUtf8(teacher.tokenizer().Decode(r.tokens));
     if (o.progress) o.progress(std::min(generated, o.tokens), o.tokens);
   }
   return text;

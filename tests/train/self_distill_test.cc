@@ -49,6 +49,8 @@ TEST_F(SelfDistillTest, SamplesFollowThePromptsAndTheSeed) {
   EXPECT_NE(three.find("\n\n" + prompts[1]), std::string::npos) << three;
   EXPECT_NE(three.find("\n\n" + prompts[2]), std::string::npos) << three;
   EXPECT_EQ(three, Text(30, 0, 1)) << "the thread count changed the samples";
+  // Training reads it as strict UTF-8 (the tokenizer's check).
+  EXPECT_TRUE(model_->tokenizer().Encode(three).ok());
   EXPECT_NE(Text(12, 1, 1), one) << "another seed gave the same sample";
 }
 
