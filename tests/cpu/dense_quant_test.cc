@@ -27,6 +27,8 @@ namespace {
 using testing_cpu::Cfg;
 using testing_cpu::ForEachTarget;
 using testing_cpu::RandomVector;
+using testing_cpu::RunRow;
+
 
 // Code of W[r, c] read from the packed bytes as spmm_packed.h documents them (int8: a byte per
 // code, rows k_pad apart; int4: per chunk of 16, byte b holds code b low and code b + 8 high).
@@ -57,21 +59,6 @@ std::vector<float> GroupSpreadWeights(int64_t m, int64_t k, int group, uint64_t 
     }
   }
   return w;
-}
-
-std::vector<float> RunRow(const cpu::KernelRow& kern, const cpu::PackedWeight& w,
-                          const std::vector<float>& x, int64_t m, int64_t k, int64_t n,
-                          ThreadPool* pool) {
-  cpu::SpmmArgs a;
-  a.cfg = &Cfg();
-  a.x = x.data();
-  a.n = n;
-  a.ldx = k;
-  std::vector<float> y(size_t(n * m), -12345.0f);
-  a.y = y.data();
-  a.ldy = m;
-  kern.Run(w, a, pool);
-  return y;
 }
 
 TEST(DenseQuantTest, EveryDenseQuantRowMatchesTheReferenceOfTheDequantizedWeights) {

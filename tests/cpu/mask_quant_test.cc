@@ -25,6 +25,9 @@ namespace {
 using testing_cpu::Cfg;
 using testing_cpu::ForEachTarget;
 using testing_cpu::RandomVector;
+using testing_cpu::RunRow;
+using testing_cpu::RowNamed;
+
 
 // Half kept at random, group magnitudes spread by dense-column group, every group offset away from
 // 0 (so int4's min is large: a min leaking into a pruned lane moves y by min * x), row 2 empty.
@@ -51,28 +54,6 @@ float Dequantized(const cpu::MaskWeight& mw, int64_t r, int64_t c, int64_t p) {
   if (mw.spec.dtype == DType::kI8) return float(q) * scale;
   if (mw.spec.sym) return float(q - 8) * scale;
   return std::fma(float(q), scale, F16ToF32(mw.params[gi + 1]));
-}
-
-std::vector<float> RunRow(const cpu::KernelRow& kern, const cpu::PackedWeight& w,
-                          const std::vector<float>& x, int64_t m, int64_t k, int64_t n,
-                          ThreadPool* pool) {
-  cpu::SpmmArgs a;
-  a.cfg = &Cfg();
-  a.x = x.data();
-  a.n = n;
-  a.ldx = k;
-  std::vector<float> y(size_t(n * m), -12345.0f);
-  a.y = y.data();
-  a.ldy = m;
-  kern.Run(w, a, pool);
-  return y;
-}
-
-const cpu::KernelRow* RowNamed(const std::string& name) {
-  for (const auto& kern : cpu::KernelTable()) {
-    if (name == kern.name) return &kern;
-  }
-  return nullptr;
 }
 
 TEST(MaskQuantTest, EveryQuantizedMaskRowHasTheBitsOfF32OnTheDequantizedWeight) {

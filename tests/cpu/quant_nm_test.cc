@@ -24,6 +24,9 @@ namespace {
 using testing_cpu::Cfg;
 using testing_cpu::ForEachTarget;
 using testing_cpu::RandomVector;
+using testing_cpu::RunRow;
+using testing_cpu::RowNamed;
+
 
 struct QCase {
   std::string pattern;
@@ -161,28 +164,6 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
   f.scales.clear();
   f.mins.clear();
   return b;
-}
-
-std::vector<float> RunRow(const cpu::KernelRow& kern, const cpu::PackedWeight& w,
-                          const std::vector<float>& x, int64_t m, int64_t k, int64_t n,
-                          ThreadPool* pool) {
-  cpu::SpmmArgs a;
-  a.cfg = &Cfg();
-  a.x = x.data();
-  a.n = n;
-  a.ldx = k;
-  std::vector<float> y(size_t(n * m), -12345.0f);
-  a.y = y.data();
-  a.ldy = m;
-  kern.Run(w, a, pool);
-  return y;
-}
-
-const cpu::KernelRow* RowNamed(const std::string& name) {
-  for (const auto& kern : cpu::KernelTable()) {
-    if (name == kern.name) return &kern;
-  }
-  return nullptr;
 }
 
 TEST(QuantNmTest, EveryQuantizedRowHasTheBitsOfF32OnTheDequantizedWeights) {

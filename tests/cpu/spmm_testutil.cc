@@ -87,4 +87,26 @@ int ForEachTarget(const std::function<void(const std::string&)>& fn) {
   return ran;
 }
 
+std::vector<float> RunRow(const cpu::KernelRow& kern, const cpu::PackedWeight& w,
+                          const std::vector<float>& x, int64_t m, int64_t k, int64_t n,
+                          ThreadPool* pool) {
+  cpu::SpmmArgs a;
+  a.cfg = &Cfg();
+  a.x = x.data();
+  a.n = n;
+  a.ldx = k;
+  std::vector<float> y(size_t(n * m), -12345.0f);
+  a.y = y.data();
+  a.ldy = m;
+  kern.Run(w, a, pool);
+  return y;
+}
+
+const cpu::KernelRow* RowNamed(const std::string& name) {
+  for (const auto& kern : cpu::KernelTable()) {
+    if (name == kern.name) return &kern;
+  }
+  return nullptr;
+}
+
 }  // namespace sparq::testing_cpu

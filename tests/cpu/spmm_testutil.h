@@ -12,6 +12,8 @@
 #include "sparq/format.h"
 #include "sparq/linear.h"
 #include "sparq/pattern.h"
+#include "sparq/thread_pool.h"
+#include "src/cpu/spmm.h"
 
 namespace sparq::testing_cpu {
 
@@ -34,5 +36,12 @@ int ForEachTarget(const std::function<void(const std::string&)>& fn);
 // machine's best (FromMachine(); capped under SPARQ_MAX_ISA, as test_main disables the rest). MutableCfg: for a test that forces a knob (reset it after).
 const KernelConfig& Cfg();
 KernelConfig& MutableCfg();
+// Y [n, m] of one kernel row forced on w (x [n, k], Cfg()); y starts at a sentinel so that an
+// output the row does not write shows.
+std::vector<float> RunRow(const cpu::KernelRow& kern, const cpu::PackedWeight& w,
+                          const std::vector<float>& x, int64_t m, int64_t k, int64_t n,
+                          ThreadPool* pool);
+// The kernel table's row of that name, or null.
+const cpu::KernelRow* RowNamed(const std::string& name);
 
 }  // namespace sparq::testing_cpu
