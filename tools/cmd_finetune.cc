@@ -27,6 +27,7 @@ struct FinetuneCliOptions {
   bool self_distill = false;
   train::SelfDistillOptions distill;
   std::string distill_cache;  // "": OUT.distill.txt
+  std::string train = "all";  // --train all | norms
   int threads = 0;
   bool timings = false;
   train::TrainTimers timers;
@@ -165,7 +166,8 @@ Registrar reg(
           "Trains every weight of the student (embedding, norms, the kept weights of sparse "
           "layers, all of dense ones) in f32 with AdamW, warmup + cosine; pruned weights stay 0. "
           "OUT keeps the student's formats, patterns and value types (bf16 rounded from the f32 "
-          "masters). Not yet: quantized (int8 / int4) students, untied output heads.");
+          "masters). --train norms trains only the RMSNorm gains (a cheap first lever: no dW). "
+          "Not yet: quantized (int8 / int4) students, untied output heads.");
       sub.add_option("student", l.student, "Pruned student (.sparq)")->required();
       sub.add_option("--teacher", l.teacher,
                      "Teacher (.gguf / .sparq / HF folder; same vocabulary); needed with --kl > 0");
@@ -209,6 +211,10 @@ Registrar reg(
       sub.add_option("--weight-decay", l.weight_decay, "AdamW weight decay")->capture_default_str();
       sub.add_option("--max-grad-norm", l.max_grad_norm, "Gradient clipping (0: none)")
           ->capture_default_str();
+      sub.add_option("--train", o->train,
+                     "What trains: all (every weight) | norms (only the RMSNorm gains)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"all", "norms"}));
       sub.add_option("--seed", l.seed, "Seed of the data order")->capture_default_str();
       sub.add_option("--threads", o->threads,
                      "Threads (the teacher's forward and the training step; same results for any)");
@@ -228,7 +234,10 @@ Registrar reg(
           ->group("");
       o->json.Register(sub, "the run's summary");
       sub.add_option("-o,--output", l.out, "Output .sparq")->required();
-      return [o](const KernelConfig& cfg) { return RunFinetune(*o, cfg); };
+      return [o](const KernelConfig& cfg) {
+        o->lib.norms_only = o->train == "norms";
+        return RunFinetune(*o, cfg);
+      };
     });
 
 }  // namespace

@@ -52,6 +52,7 @@ struct FinetuneOptions {
   double kl = 1.0, ce = 0.0, tau = 1.0;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
+  bool norms_only = false;  // train only the RMSNorm gains (`--train norms`): the matrices stay
   uint64_t seed = 0;
   int64_t checkpoint_every = 0;  // 0: the state is saved at the end only
   bool resume = false;           // continue from state_path

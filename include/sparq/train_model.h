@@ -60,6 +60,9 @@ struct TrainExec {
   bool fast = false;
   ThreadPool* pool = nullptr;
   TrainTimers* timers = nullptr;  // null: not timed
+  // false: leave the matrices' gradients (token_embd, the linear slots) untouched, computing the
+  // norms' alone: a norm-only run (AdamWOptions::norms_only) needs no dW, ~1/3 of the backward.
+  bool weight_grads = true;
 };
 
 // f32 master weights of one block.

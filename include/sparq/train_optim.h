@@ -10,7 +10,7 @@
 // linear slots and token_embd), never to the RMSNorm gains (decaying a gain pulls it to 0, not to
 // its neutral 1).
 // Trainable entries: every entry of the norms and of token_embd, every entry of a slot whose kept
-// list is empty, and only the kept entries of the others. A masked slot's moments are held for its
+// list is empty, and only the kept entries of the others (with norms_only: the norms' alone). A masked slot's moments are held for its
 // kept entries only; its pruned entries are neither read nor written, so they stay exactly 0.
 // Thread-safety: an AdamW is a single-threaded state object; Step may spread its work over a pool
 // (blocks of entries fixed by the shapes, the norm's partial sums added in block order: the same
@@ -34,6 +34,10 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
   double max_grad_norm = 0.0;  // 0: no clipping
+  // Train only the RMSNorm gains (issue 28's norm-only recovery: ~10k entries, a step costs no
+  // dW): the matrices (token_embd and the linear slots) are frozen, hold no moments and are not
+  // part of the gradient's norm.
+  bool norms_only = false;
 };
 
 struct AdamWStep {

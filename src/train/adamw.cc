@@ -26,7 +26,7 @@ struct Entry {
   std::string name;
   Vec* values;
   const std::vector<int64_t>* kept;  // null or empty: every entry trains
-  bool decay;
+  bool matrix;                        // token_embd or a linear slot: decayed; frozen by norms_only
   bool masked() const { return kept != nullptr && !kept->empty(); }
   int64_t trainable() const {
     return masked() ? static_cast<int64_t>(kept->size()) : static_cast<int64_t>(values->size());
@@ -34,9 +34,10 @@ struct Entry {
   int64_t index(int64_t i) const { return masked() ? (*kept)[i] : i; }
 };
 
+// Every tensor, or with norms_only the norms alone (then the matrices are neither read nor written).
 template <class W, class Vec = std::conditional_t<std::is_const_v<W>, const std::vector<float>,
                                                   std::vector<float>>>
-std::vector<Entry<Vec>> Walk(W& w, std::span<const BlockMasks> masks) {
+std::vector<Entry<Vec>> Walk(W& w, std::span<const BlockMasks> masks, bool norms_only) {
   std::vector<Entry<Vec>> e = {{"token_embd.weight", &w.token_embd, nullptr, true},
                                {"output_norm.weight", &w.output_norm, nullptr, false}};
   for (size_t l = 0; l < w.blocks.size(); ++l) {
@@ -49,6 +50,7 @@ std::vector<Entry<Vec>> Walk(W& w, std::span<const BlockMasks> masks) {
                    &w.blocks[l].linear[s], kept, true});
     }
   }
+  if (norms_only) std::erase_if(e, [](const Entry<Vec>& x) { return x.matrix; });
   return e;
 }
 
@@ -71,7 +73,7 @@ Result<AdamW> AdamW::Create(const LlamaConfig& c, const ModelWeights& w,
   a.c_ = c;
   a.masks_.assign(masks.begin(), masks.end());
   a.opt_ = opt;
-  for (const Entry<const std::vector<float>>& e : Walk(w, masks)) {
+  for (const Entry<const std::vector<float>>& e : Walk(w, masks, /*norms_only=*/false)) {
     if (e.masked()) {
       // Pruned entries must already be 0: the optimizer never writes them.
       std::vector<bool> keep(e.values->size(), false);
@@ -84,6 +86,7 @@ Result<AdamW> AdamW::Create(const LlamaConfig& c, const ModelWeights& w,
         }
       }
     }
+    if (opt.norms_only && e.matrix) continue;
     a.state_.push_back(
         {e.name, std::vector<float>(e.trainable(), 0.0f), std::vector<float>(e.trainable(), 0.0f)});
   }
@@ -97,8 +100,8 @@ Status AdamW::Step(ModelWeights* w, const ModelWeights& grads, double lr, AdamWS
   }
   SPARQ_RETURN_IF_ERROR(CheckModel(c_, *w).WithContext("AdamW weights"));
   SPARQ_RETURN_IF_ERROR(CheckModel(c_, grads).WithContext("AdamW gradient"));
-  std::vector<Entry<std::vector<float>>> we = Walk(*w, masks_);
-  const std::vector<Entry<const std::vector<float>>> ge = Walk(grads, masks_);
+  std::vector<Entry<std::vector<float>>> we = Walk(*w, masks_, opt_.norms_only);
+  const std::vector<Entry<const std::vector<float>>> ge = Walk(grads, masks_, opt_.norms_only);
   if (we.size() != state_.size()) return Internal("AdamW: state does not match the weights");
 
   // The work in blocks of kStepBlock trainable entries of one tensor, a grid of the shapes alone.
@@ -150,7 +153,7 @@ Status AdamW::Step(ModelWeights* w, const ModelWeights& grads, double lr, AdamWS
     const std::vector<float>& g = *ge[b.tensor].values;
     std::vector<float>& p = *e.values;
     Slot& st = state_[b.tensor];
-    const double decay = e.decay ? 1.0 - lr * opt_.weight_decay : 1.0;
+    const double decay = e.matrix ? 1.0 - lr * opt_.weight_decay : 1.0;
     for (int64_t i = b.begin; i < b.end; ++i) {
       const int64_t at = e.index(i);
       const double gi = static_cast<double>(g[at]) * clip;

@@ -48,6 +48,7 @@ RopeShape Rope(const LlamaConfig& c, int64_t n, int64_t heads) {
 Status SlotGrad(const ExecOps& ops, const LlamaConfig& c, LinearSlot slot, const BlockMasks* masks,
                 std::span<const float> dy, std::span<const float> x, int64_t n,
                 BlockWeights* grads) {
+  if (!ops.weight_grads()) return Status::Ok();
   const auto [m, k] = SlotShape(c, slot);
   std::vector<float>& dw = grads->at(slot);
   if (masks == nullptr || masks->at(slot).empty()) {

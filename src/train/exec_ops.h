@@ -15,8 +15,10 @@ namespace sparq::train {
 
 class ExecOps {
  public:
-  explicit ExecOps(const TrainExec& e) : fast_(e.fast), pool_(e.pool) {}
+  explicit ExecOps(const TrainExec& e)
+      : fast_(e.fast), weight_grads_(e.weight_grads), pool_(e.pool) {}
   bool fast() const { return fast_; }
+  bool weight_grads() const { return weight_grads_; }
   ThreadPool* pool() const { return pool_; }
 
   Status RmsNormForward(std::span<const float> x, std::span<const float> g, int64_t n, int64_t d,
@@ -92,6 +94,7 @@ class ExecOps {
 
  private:
   bool fast_;
+  bool weight_grads_;
   ThreadPool* pool_;
 };
 

@@ -120,6 +120,11 @@ Status CheckResume(const std::string& path, const TrainState& s, const LlamaConf
     if (v.first != v.second) return differ(what, v.first, v.second);
   }
   if (so.seed != o.seed) return InvalidInput(pre + "was trained with another --seed");
+  if (so.adamw.norms_only != o.adamw.norms_only) {
+    return InvalidInput(pre + "was trained with --train " +
+                        (so.adamw.norms_only ? "norms" : "all") + ", this run asks for --train " +
+                        (o.adamw.norms_only ? "norms" : "all"));
+  }
   return Status::Ok();
 }
 
@@ -173,6 +178,7 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   to.schedule = {o.lr, warmup, steps, o.min_lr_ratio};
   to.adamw.weight_decay = o.weight_decay;
   to.adamw.max_grad_norm = o.max_grad_norm;
+  to.adamw.norms_only = o.norms_only;
   to.seq_len = o.seq_len;
   to.accum = o.accum;
   to.seed = o.seed;
@@ -243,7 +249,8 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
         {"student", o.student}, {"teacher", o.teacher}, {"steps", steps},
         {"seq_len", o.seq_len}, {"accum", o.accum},     {"lr", o.lr},
         {"warmup", warmup},     {"kl", o.kl},           {"ce", o.ce},
-        {"tau", o.tau},         {"seed", o.seed},       {"data_tokens", r.data_tokens}};
+        {"tau", o.tau},         {"seed", o.seed},       {"data_tokens", r.data_tokens},
+        {"train", o.norms_only ? "norms" : "all"}};
     SPARQ_RETURN_IF_ERROR(WriteFinetunedCheckpoint(o.student, c, state.weights, o.out,
                                                    {{"sparq.finetune", how.dump()}}));
     r.wrote_out = true;

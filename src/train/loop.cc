@@ -62,6 +62,8 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     return opt.checkpoint_path.empty() ? Status::Ok() : SaveTrainState(opt.checkpoint_path, *state);
   };
   const LossSpec spec{o.ce_weight, o.kl_weight, o.tau, {}};
+  TrainExec exec = opt.exec;
+  exec.weight_grads = !o.adamw.norms_only;  // frozen matrices need no dW
   ModelWeights grads;
   std::vector<std::span<const int32_t>> windows(o.accum);
   std::vector<std::vector<float>> teacher(kl ? o.accum : 0,
@@ -80,7 +82,7 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     }
     double loss = 0.0;
     SPARQ_RETURN_IF_ERROR(AccumulatedLossAndGrad(c, state->weights, state->masks, windows, &loss,
-                                                 &grads, spec, teacher_spans, opt.exec));
+                                                 &grads, spec, teacher_spans, exec));
     const double lr = o.schedule.lr(s);
     AdamWStep info;
     {

@@ -160,7 +160,10 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   std::vector<float> dxf(n * d), dx(n * d), dprev(n * d), y(n * d);
   {
     ScopedTimer t(timer(&TrainTimers::head_backward));
-    SPARQ_RETURN_IF_ERROR(ops.LinearBackwardWeight(dlogits, xf, n, d, vocab, grads->token_embd));
+    if (ops.weight_grads()) {
+      SPARQ_RETURN_IF_ERROR(
+          ops.LinearBackwardWeight(dlogits, xf, n, d, vocab, grads->token_embd));
+    }
     SPARQ_RETURN_IF_ERROR(ops.LinearBackwardInput(dlogits, w.token_embd, n, d, vocab, dxf));
     SPARQ_RETURN_IF_ERROR(
         ops.RmsNormBackward(x, w.output_norm, dxf, n, d, c.rms_eps, dx, grads->output_norm));
@@ -180,6 +183,7 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
     dx.swap(dprev);
   }
   ScopedTimer t(timer(&TrainTimers::backward));
+  if (!ops.weight_grads()) return Status::Ok();
   return EmbeddingBackward(dx, inputs, vocab, d, grads->token_embd);
 }
 

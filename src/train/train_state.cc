@@ -78,7 +78,8 @@ nlohmann::json OptionsJson(const TrainState& s) {
             {"beta2", o.adamw.beta2},
             {"eps", o.adamw.eps},
             {"weight_decay", o.adamw.weight_decay},
-            {"max_grad_norm", o.adamw.max_grad_norm}}}};
+            {"max_grad_norm", o.adamw.max_grad_norm},
+            {"norms_only", o.adamw.norms_only}}}};
 }
 
 // Reads "a.b" of j as T, or an error naming the field.
@@ -96,7 +97,8 @@ Result<T> Field(const nlohmann::json& j, const std::string& path, const std::str
     if (dot == std::string::npos) break;
     from = dot + 1;
   }
-  const bool ok = std::is_same_v<T, double>     ? at->is_number()
+  const bool ok = std::is_same_v<T, bool>       ? at->is_boolean()
+                  : std::is_same_v<T, double>   ? at->is_number()
                   : std::is_same_v<T, uint64_t> ? at->is_number_unsigned()
                                                 : at->is_number_integer();
   if (!ok)
@@ -135,6 +137,10 @@ Result<TrainOptions> ParseOptions(const std::string& json, const std::string& pa
   SPARQ_ASSIGN_OR_RETURN(o.adamw.eps, Field<double>(j, path, "adamw.eps"));
   SPARQ_ASSIGN_OR_RETURN(o.adamw.weight_decay, Field<double>(j, path, "adamw.weight_decay"));
   SPARQ_ASSIGN_OR_RETURN(o.adamw.max_grad_norm, Field<double>(j, path, "adamw.max_grad_norm"));
+  // Absent in states written before norm-only runs existed: those trained every weight.
+  if (j.at("adamw").contains("norms_only")) {
+    SPARQ_ASSIGN_OR_RETURN(o.adamw.norms_only, Field<bool>(j, path, "adamw.norms_only"));
+  }
   return o;
 }
 

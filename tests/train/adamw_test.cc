@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,55 @@ TEST(TrainAdamW, ThirtyStepsLowerTheLossOnAFixedBatch) {
   std::printf("  loss %.4f -> %.4f after 30 steps (x%.3f)\n", first, r.loss, r.loss / first);
   // Measured x0.008 (4.49 -> 0.036); the bound leaves room for other rounding on other hosts.
   EXPECT_LT(r.loss, 0.25 * first);
+}
+
+// norms_only: 5 steps with the full gradient handed in move every gain and leave every matrix
+// bit for bit; the state holds the norms alone and the clipping norm is theirs (f64 reference).
+TEST(TrainAdamW, NormsOnlyTrainsTheGainsAlone) {
+  const LlamaConfig c = TinyConfig();
+  auto gen = Seeded(505);
+  ModelWeights w = TinyWeights(c, &gen);
+  const std::vector<BlockMasks> masks = Mask24(c, &w);
+  const ModelWeights w0 = w;
+  const std::vector<int32_t> tokens = {2, 7, 1, 8, 2, 8, 1, 8, 2, 8};
+  auto a = AdamW::Create(c, w, masks, {.weight_decay = 0.1, .max_grad_norm = 1e9,
+                                       .norms_only = true});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const AdamWState s0 = a->ExportState();
+  ASSERT_EQ(s0.tensors.size(), static_cast<size_t>(1 + 2 * c.n_layer));
+  for (const AdamWState::Moments& t : s0.tensors) {
+    EXPECT_TRUE(t.name.ends_with("norm.weight")) << t.name;
+    EXPECT_EQ(t.m.size(), static_cast<size_t>(c.n_embd)) << t.name;
+  }
+  LossResult r;
+  for (int step = 0; step < 5; ++step) {
+    ModelWeights g = ZerosLike(w);
+    ASSERT_TRUE(ModelLossAndGrad(c, w, masks, tokens, LossSpec{}, &r, &g).ok());
+    double sq = 0.0;
+    auto add = [&](const std::vector<float>& v) {
+      for (float x : v) sq += double{x} * x;
+    };
+    add(g.output_norm);
+    for (const BlockWeights& b : g.blocks) {
+      add(b.attn_norm);
+      add(b.ffn_norm);
+    }
+    AdamWStep info;
+    ASSERT_TRUE(a->Step(&w, g, 1e-2, &info).ok());
+    EXPECT_NEAR(info.grad_norm, std::sqrt(sq), 1e-12 * std::sqrt(sq));
+  }
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(w.token_embd, w0.token_embd));
+  EXPECT_FALSE(same(w.output_norm, w0.output_norm));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    EXPECT_FALSE(same(w.blocks[l].attn_norm, w0.blocks[l].attn_norm)) << l;
+    EXPECT_FALSE(same(w.blocks[l].ffn_norm, w0.blocks[l].ffn_norm)) << l;
+    for (int s = 0; s < kNumSlots; ++s) {
+      EXPECT_TRUE(same(w.blocks[l].linear[s], w0.blocks[l].linear[s])) << l << " slot " << s;
+    }
+  }
 }
 
 TEST(TrainAdamW, Errors) {

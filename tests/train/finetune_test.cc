@@ -234,6 +234,54 @@ TEST_F(FinetuneTest, StoppedAndResumedEqualsAnUninterruptedRunBitForBit) {
   }
 }
 
+// --train norms: OUT differs from the student in the RMSNorm gains alone (every matrix and the
+// embedding bit for bit), the loss still falls, and a resume asking for --train all is refused.
+TEST_F(FinetuneTest, NormsOnlyChangesTheGainsAlone) {
+  const std::string out = TempPath("norms.sparq");
+  FinetuneOptions o = Options(out);
+  o.norms_only = true;
+  o.lr = 5e-2;
+  std::vector<double> losses;
+  o.progress = [&](const TrainProgress& p) { losses.push_back(p.loss); };
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(losses.size(), 30u);
+  std::printf("  norms only: loss %.4f -> %.4f\n", losses.front(), losses.back());
+  EXPECT_LT(losses.back(), losses.front());
+  auto a = ReadCheckpoint(*student_);
+  auto b = ReadCheckpoint(out);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  ASSERT_EQ(a->matrices.size(), b->matrices.size());
+  for (size_t i = 0; i < a->matrices.size(); ++i) {
+    const Tensor x = ToDense(a->matrices[i].matrix), y = ToDense(b->matrices[i].matrix);
+    ASSERT_EQ(x.nbytes(), y.nbytes());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << a->matrices[i].name;
+  }
+  int norms = 0;
+  for (const NamedTensor& t : a->tensors) {
+    const NamedTensor* u = b->FindTensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    ASSERT_EQ(t.tensor.nbytes(), u->tensor.nbytes()) << t.name;
+    const bool same = std::memcmp(t.tensor.data(), u->tensor.data(), t.tensor.nbytes()) == 0;
+    if (t.name.ends_with("norm.weight")) {
+      ++norms;
+      EXPECT_FALSE(same) << t.name << " did not train";
+    } else {
+      EXPECT_TRUE(same) << t.name << " changed";
+    }
+  }
+  EXPECT_GT(norms, 0);
+  FinetuneOptions bad = Options(out);
+  bad.lr = o.lr;
+  bad.resume = true;
+  auto e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--train norms"), std::string::npos)
+      << e.status().ToString();
+  std::filesystem::remove(out);
+  std::filesystem::remove(out + ".state");
+}
+
 TEST_F(FinetuneTest, ATeacherWithAnotherVocabularyIsRefusedNamingBothFiles) {
   const std::string other = TempPath("teacher12.sparq");
   WriteTinySparq(other, 3, AllDense, /*n_vocab=*/12);
