@@ -1,6 +1,7 @@
 // MLP training, dense or 2:4 with SR-STE: sparq/train_mlp.h.
 
 #include "sparq/train_mlp.h"
+#include "src/train/sparse24.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,29 +21,6 @@ constexpr float kPixelMean = 0.2860f;
 constexpr float kPixelStd = 0.3530f;
 // Images per forward call of the evaluation (bounds the activations' memory).
 constexpr int64_t kEvalChunk = 1000;
-
-// A standard normal from two uniforms (Box-Muller), the same on every standard library (the
-// distributions of <random> are implementation-defined; the engine is not).
-double Normal(std::mt19937_64& rng) {
-  const double u1 = (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53;
-  const double u2 = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-// The 2:4 mask of one row: the 2 largest |w| of each group of 4 (ties: the lower index). Branch
-// free: entry i is kept when fewer than 2 entries outrank it (j outranks i when |w_j| > |w_i|, or
-// |w_j| == |w_i| and j < i), so the compiler can vectorize across groups.
-void MaskRow2of4(const float* __restrict w, int64_t cols, uint8_t* __restrict m) {
-  for (int64_t g = 0; g < cols; g += 4) {
-    const float a[4] = {std::fabs(w[g]), std::fabs(w[g + 1]), std::fabs(w[g + 2]),
-                        std::fabs(w[g + 3])};
-    for (int i = 0; i < 4; ++i) {
-      int above = 0;
-      for (int j = 0; j < 4; ++j) above += j < i ? (a[j] >= a[i]) : (j > i && a[j] > a[i]);
-      m[g + i] = above < 2 ? 1 : 0;
-    }
-  }
-}
 
 // The element-wise passes as functions of restrict pointers (captured by reference in a lambda, the
 // pointers would be reloaded on every iteration and the loops would not vectorize).
