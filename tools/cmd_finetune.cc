@@ -51,10 +51,10 @@ Result<train::FinetuneText> SelfDistillData(FinetuneCliOptions& o, const KernelC
   char header[512];
   std::snprintf(header, sizeof header,
                 "# sparq self-distill: teacher %s, %lld tokens, samples of %lld, temperature %g, "
-                "top-k %lld, seed %llu\n",
+                "top-k %lld, top-p %g, seed %llu\n",
                 std::filesystem::path(o.lib.teacher).filename().string().c_str(),
                 static_cast<long long>(d.tokens), static_cast<long long>(d.sample_len),
-                d.temperature, static_cast<long long>(d.top_k),
+                d.temperature, static_cast<long long>(d.top_k), d.top_p,
                 static_cast<unsigned long long>(d.seed));
   if (std::filesystem::exists(path)) {
     Result<std::string> cached = ReadTextFile(path);
@@ -188,6 +188,10 @@ Registrar reg(
           ->capture_default_str();
       sub.add_option("--distill-top-k", o->distill.top_k,
                      "Self-distillation: sample from the k likeliest tokens (0: all)")
+          ->capture_default_str();
+      sub.add_option("--distill-top-p", o->distill.top_p,
+                     "Self-distillation: of those, the likeliest whose probability sums to p "
+                     "(nucleus; 1: all)")
           ->capture_default_str();
       sub.add_option("--distill-seed", o->distill.seed, "Self-distillation: sampling seed")
           ->capture_default_str();

@@ -20,6 +20,7 @@ struct GenOptions {
   int64_t max_new = 64;
   double temperature = 0.0;
   int64_t top_k = 40;
+  double top_p = 1.0;
   uint64_t seed = 42;
   int threads = 0;
   bool raw = false;
@@ -67,6 +68,7 @@ Status RunGenerate(const GenOptions& o, const KernelConfig& cfg) {
   g.max_new = o.max_new;
   g.temperature = o.temperature;
   g.top_k = o.top_k;
+  g.top_p = o.top_p;
   g.seed = o.seed;
   SPARQ_ASSIGN_OR_RETURN(GenerateResult r,
                          Generate(model, prompt.ids, g, &pool, [&](int32_t t) {
@@ -99,6 +101,10 @@ Registrar reg("generate", "Generate text from a prompt (greedy or sampled)",
                     ->capture_default_str()
                     ->check(CLI::Range(0.0, 100.0));
                 sub.add_option("--top-k", o->top_k, "Sampling: keep the k best (0: all)")
+                    ->capture_default_str();
+                sub.add_option("--top-p", o->top_p,
+                               "Sampling: of those, the likeliest whose probability sums to p "
+                               "(nucleus; 1: all)")
                     ->capture_default_str();
                 sub.add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
                 sub.add_option("--threads", o->threads, "Threads (default: SPARQ_NUM_THREADS or all)");

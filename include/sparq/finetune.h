@@ -105,6 +105,7 @@ struct SelfDistillOptions {
   int64_t sample_len = 512;   // new tokens per sample (fewer when the teacher ends it with EOS)
   double temperature = 1.0;   // > 0
   int64_t top_k = 0;          // 0: the whole vocabulary
+  double top_p = 1.0;         // nucleus (GenerateOptions::top_p); 1: no cut
   uint64_t seed = 0;
   std::function<void(int64_t generated, int64_t total)> progress;  // may be empty
 };

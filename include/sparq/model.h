@@ -220,6 +220,9 @@ struct GenerateOptions {
   int64_t max_new = 64;
   double temperature = 0.0;  // 0: greedy
   int64_t top_k = 40;        // sampling only; 0 = whole vocabulary
+  // Sampling only (nucleus): of the top_k, the fewest likeliest tokens whose probabilities (at
+  // the temperature) sum to at least top_p of theirs; 1 = all of them. In (0, 1].
+  double top_p = 1.0;
   uint64_t seed = 42;
   bool stop_at_eos = true;
 };

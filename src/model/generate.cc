@@ -26,6 +26,15 @@ int32_t Sample(std::span<const float> logits, const GenerateOptions& opt, std::m
     p[i] = std::exp((logits[idx[i]] - mx) / opt.temperature);
     sum += p[i];
   }
+  if (opt.top_p < 1.0) {
+    // The nucleus: the sorted prefix whose mass first reaches top_p of the whole.
+    const double target = opt.top_p * sum;
+    double mass = 0.0;
+    int64_t keep = 0;
+    while (keep < k && mass < target) mass += p[keep++];
+    k = std::max<int64_t>(keep, 1);
+    sum = mass > 0.0 ? mass : p[0];
+  }
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(*rng);
   for (int64_t i = 0; i < k; ++i) {
@@ -42,6 +51,9 @@ Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t
                                 const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) return InvalidInput("generate: the prompt has no tokens");
   if (opt.max_new < 0) return InvalidInput("generate: --max-new must be >= 0");
+  if (!(opt.top_p > 0.0 && opt.top_p <= 1.0)) {
+    return InvalidInput("generate: --top-p must be in (0, 1], not " + std::to_string(opt.top_p));
+  }
   const auto np = static_cast<int64_t>(prompt.size());
   SPARQ_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model.config(), np + opt.max_new + 1));
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));

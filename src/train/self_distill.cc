@@ -100,6 +100,9 @@ Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistill
     return InvalidInput("self-distill: tokens and sample length must be >= 1");
   }
   if (o.top_k < 0) return InvalidInput("self-distill: top-k must be >= 0");
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0)) {
+    return InvalidInput("self-distill: top-p must be in (0, 1], not " + std::to_string(o.top_p));
+  }
   const std::vector<std::string>& prompts = SelfDistillPrompts();
   std::string text;
   int64_t generated = 0;
@@ -110,6 +113,7 @@ Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistill
     g.max_new = std::min(o.sample_len, o.tokens - generated);
     g.temperature = o.temperature;
     g.top_k = o.top_k;
+    g.top_p = o.top_p;
     // One seed per sample (splitmix-style mixing): samples differ and a prefix of the text does
     // not depend on how many tokens are asked for in all.
     g.seed = (o.seed + 1) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(i) * 0xBF58476D1CE4E5B9ull;

@@ -212,6 +212,43 @@ TEST_F(SmolLmTest, GreedyGenerationIsDeterministic) {
   EXPECT_EQ(model_->tokenizer().Decode(std::span(a->tokens).first(1)), " Paris");
 }
 
+// Nucleus sampling: a top-p below the likeliest token's probability leaves only it, so sampling
+// at temperature 1 gives the greedy tokens; a wider nucleus samples something else for some seed;
+// a top-p outside (0, 1] is refused.
+TEST_F(SmolLmTest, TopPNarrowsSamplingToTheNucleus) {
+  auto ids = model_->tokenizer().Encode("The capital of France is");
+  ASSERT_TRUE(ids.ok());
+  ThreadPool pool(2);
+  GenerateOptions greedy;
+  greedy.max_new = 6;
+  greedy.stop_at_eos = false;
+  auto g = Generate(*model_, *ids, greedy, &pool);
+  ASSERT_TRUE(g.ok());
+  GenerateOptions o = greedy;
+  o.temperature = 1.0;
+  o.top_k = 0;
+  o.top_p = 1e-9;
+  bool other = false;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    o.seed = seed;
+    o.top_p = 1e-9;
+    auto s = Generate(*model_, *ids, o, &pool);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->tokens, g->tokens) << "seed " << seed;
+    o.top_p = 1.0;
+    auto w = Generate(*model_, *ids, o, &pool);
+    ASSERT_TRUE(w.ok());
+    other |= w->tokens != g->tokens;
+  }
+  EXPECT_TRUE(other) << "temperature 1 over the whole vocabulary gave the greedy text 3 times";
+  for (double bad : {0.0, 1.5, -0.1}) {
+    o.top_p = bad;
+    auto e = Generate(*model_, *ids, o, &pool);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find("--top-p must be in (0, 1]"), std::string::npos);
+  }
+}
+
 TEST_F(SmolLmTest, ForwardRejectsBadTokensAndFullCache) {
   auto cache = KvCache::Create(model_->config(), 4);
   ASSERT_TRUE(cache.ok());

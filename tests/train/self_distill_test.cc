@@ -68,6 +68,11 @@ TEST_F(SelfDistillTest, BadOptionsAreErrors) {
   o.tokens = 4;
   o.top_k = -1;
   EXPECT_FALSE(SelfDistillText(*model_, o, &pool).ok());
+  o.top_k = 0;
+  o.top_p = 0.0;
+  r = SelfDistillText(*model_, o, &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("top-p must be in (0, 1]"), std::string::npos);
 }
 
 }  // namespace
