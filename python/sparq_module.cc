@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -99,14 +100,17 @@ SparseMatrix CloneMatrix(const SparseMatrix& s) {
   return std::visit(
       [](const auto& src) -> SparseMatrix {
         auto c = src;
-        if constexpr (requires { c.values; }) c.values = src.values.Clone();
-        if constexpr (requires { c.meta; }) c.meta = src.meta.Clone();
-        if constexpr (requires { c.row_idx; }) c.row_idx = src.row_idx.Clone();
-        if constexpr (requires { c.col_idx; }) c.col_idx = src.col_idx.Clone();
-        if constexpr (requires { c.row_ptr; }) c.row_ptr = src.row_ptr.Clone();
+        auto clone = [](Tensor& t) {
+          if (!t.empty()) t = t.Clone();  // an absent part (no scales) stays absent
+        };
+        if constexpr (requires { c.values; }) clone(c.values);
+        if constexpr (requires { c.meta; }) clone(c.meta);
+        if constexpr (requires { c.row_idx; }) clone(c.row_idx);
+        if constexpr (requires { c.col_idx; }) clone(c.col_idx);
+        if constexpr (requires { c.row_ptr; }) clone(c.row_ptr);
         if constexpr (requires { c.quant; }) {
-          c.quant.scales = src.quant.scales.Clone();
-          c.quant.mins = src.quant.mins.Clone();
+          clone(c.quant.scales);
+          clone(c.quant.mins);
         }
         return c;
       },
@@ -179,6 +183,9 @@ struct Linear {
   LinearWeight w;
   std::vector<float> bias;
   std::unique_ptr<ThreadPool> pool;
+  // One product at a time on the pool: with the GIL released, Python threads may call the same
+  // Linear concurrently, and a ThreadPool runs one ParallelFor at a time.
+  std::unique_ptr<std::mutex> mu = std::make_unique<std::mutex>();
 };
 
 // y [n, m] = x [n, k] W^T + bias; x rows may be padded (stride(0) >= k), columns contiguous.
@@ -200,7 +207,8 @@ OutArray Forward(const Linear& lin, const MatrixF32& x) {
     Epilogue ep;
     ep.bias = lin.bias.empty() ? nullptr : lin.bias.data();
     float* yd = y.mutable_data_as<float>();
-    nb::gil_scoped_release release;
+    nb::gil_scoped_release release;  // before the lock: a waiting thread must not hold the GIL
+    std::lock_guard<std::mutex> lock(*lin.mu);
     lin.w.Forward(x.data(), n, ldx, yd, m, ep, lin.pool.get());
   }
   return ToNumpy<float>(std::move(y), {static_cast<size_t>(n), static_cast<size_t>(m)});

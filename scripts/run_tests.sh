@@ -13,7 +13,9 @@
 #                       "-LE gpu|torch" adds the slow tier; "-L gpu|torch" runs only the tests
 #                       that need a GPU or PyTorch (files *_gputest.cc / *_torchtest.cc, labels
 #                       gpu / torch), which a CI machine without them leaves out.
-#   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 skip those stages (for quick local runs).
+#   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 / SPARQ_SKIP_PYTHON=1 skip those stages (for quick
+#                       local runs). The Python stage pip-installs the module (pyproject.toml)
+#                       into .venv (its build tree: build/python/) and runs pytest tests/python.
 #   JOBS (default: the number of cores), FUZZ_SECONDS.
 # Writes only build/, .venv/ and ${SPARQ_CACHE:-~/.cache/sparq} (the model, pip's cache, and this
 # run's temporary files in tmp/, removed at the end).
@@ -112,6 +114,35 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
 fi
 stamp "release tests"
 run_ctest release || status=1
+
+# The Python module: built by pip from the same CMake project (only the rooms it links), into
+# .venv, then its pytest suite; counted in the closing line like the ctest runs.
+if [ "${SPARQ_SKIP_PYTHON:-0}" != 1 ]; then
+  stamp "python module (pip install . into .venv) and pytest tests/python"
+  py_log="$RUN_TMP/pytest.log"
+  set +e
+  # --no-build-isolation: nanobind and scikit-build-core from .venv (install_deps.sh), so the
+  # build tree's paths stay the same and a second run recompiles only what changed.
+  PIP_CACHE_DIR="${PIP_CACHE_DIR:-$CACHE/pip}" PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" .venv/bin/python -m pip install -q --no-build-isolation . &&
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$py_log"
+  py_rc=$?  # pip's status, or pytest's (pipefail: tee's is 0)
+  set -e
+  summary=$(grep -E "^[0-9]+ (passed|failed|skipped|error)|(passed|failed|error).* in [0-9.]+s" \
+            "$py_log" 2>/dev/null | tail -n1 || true)
+  count() { [[ $summary =~ ([0-9]+)\ $1 ]] && echo "${BASH_REMATCH[1]}" || echo 0; }
+  if [ -n "$summary" ]; then
+    py_pass=$(count passed); py_fail=$(( $(count failed) + $(count error) ))
+    py_skip=$(count skipped)
+    total_pass=$((total_pass + py_pass)); total_fail=$((total_fail + py_fail))
+    total_skip=$((total_skip + py_skip))
+    stamp "python: $py_pass passed, $py_fail failed, $py_skip skipped"
+    [ "$py_fail" = 0 ] && [ "$py_rc" = 0 ] || status=1
+  else
+    stamp "python: the module did not build or pytest printed no summary: counted as a failure"
+    total_fail=$((total_fail + 1)); status=1
+  fi
+fi
 
 # One sanitizer build serves the tests and the fuzzers (a separate fuzz tree compiled the library
 # a third time: 5 of CI's 31 minutes).

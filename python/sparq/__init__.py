@@ -126,6 +126,9 @@ class SparseMatrix:
         x = np.asarray(x)
         if x.dtype != np.float32:
             raise ValueError(f"x: dtype must be float32, got {x.dtype}")
+        if x.ndim in (1, 2) and x.shape[0] != self._m.cols:
+            raise ValueError(f"x: W is {self.shape}, so x must be [{self._m.cols}] or "
+                             f"[{self._m.cols}, n], got shape {x.shape}")
         if self._lin is None:
             self._lin = Linear(self)
         if x.ndim == 1:
@@ -142,7 +145,8 @@ class Linear:
 
     weight: a :class:`SparseMatrix` or a dense float32 ``[m, k]`` array (stored dense f32).
     bias: float32 ``[m]`` or None. threads: kernel threads (None: every hardware thread); the
-    result does not depend on it. The weight is packed once, here.
+    result does not depend on it. The weight is packed once, here. Calls from several Python
+    threads on one Linear run one at a time (each uses all of its threads).
     """
 
     __slots__ = ("_lin", "shape")
@@ -179,7 +183,7 @@ class Linear:
         if x.ndim == 0:
             raise ValueError("x: must have shape [..., k], got a scalar")
         k = x.shape[-1]
-        if x.ndim == 2 and x.strides[1] == 4:
+        if x.ndim == 2 and x.strides[1] == 4 and x.strides[0] >= 4 * k:
             # Rows of a 2-D x may be padded (a slice of a wider array): no copy.
             return self._lin.forward(x)
         y = self._lin.forward(np.ascontiguousarray(x).reshape(-1, k))
@@ -203,8 +207,10 @@ class PruneResult:
 
     def __repr__(self) -> str:
         r = self.report
+        err = r.get("rel_error")
+        err = "None" if err is None else f"{err:.4g}"
         return (f"PruneResult(method='{r['method']}', pattern='{r['pattern']}', "
-                f"sparsity={r['sparsity']:.4f}, rel_error={r['rel_error']:.4g})")
+                f"sparsity={r['sparsity']:.4f}, rel_error={err})")
 
 
 def prune(
@@ -224,8 +230,10 @@ def prune(
         ``hessian`` (H = X^T X / N, float64 ``[k, k]``).
     damp, blocksize: SparseGPT's dampening fraction and column block.
     Returns a :class:`PruneResult` (unpacks as ``weight, mask, report``); ``report['rel_error']``
-    is the layer's relative reconstruction error when calibration data was given.
+    is the layer's relative reconstruction error, None without calibration data.
     """
+    if pattern is None:
+        raise ValueError("prune: pattern is required (e.g. '2:4', 'unstructured:0.5')")
     w = _f32(w, "w", ndim=2)
     if inputs is not None:
         inputs = _f32(inputs, "inputs", ndim=2)
