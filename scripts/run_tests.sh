@@ -125,7 +125,8 @@ if [ "${SPARQ_SKIP_PYTHON:-0}" != 1 ]; then
   # build tree's paths stay the same and a second run recompiles only what changed.
   PIP_CACHE_DIR="${PIP_CACHE_DIR:-$CACHE/pip}" PIP_DISABLE_PIP_VERSION_CHECK=1 \
     CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" .venv/bin/python -m pip install -q --no-build-isolation . &&
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$py_log"
+    PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 |
+    tee "$py_log"
   py_rc=$?  # pip's status, or pytest's (pipefail: tee's is 0)
   set -e
   summary=$(grep -E "^[0-9]+ (passed|failed|skipped|error)|(passed|failed|error).* in [0-9.]+s" \

@@ -89,3 +89,15 @@ def test_empty_batch(rng):
 def test_bad_input_raises_value_error(rng, make, match):
     with pytest.raises(ValueError, match=match):
         make(weight(rng))
+
+
+def test_nan_in_x_stays_in_its_row(rng):
+    # x is not scanned (it would cost a pass per call); a NaN never crashes and never reaches
+    # another row's output (what it does to its own row depends on which weights are kept)
+    for w in [weight(rng), rng.standard_normal((48, 72)).astype(np.float32)]:
+        lin = sparq.Linear(w, threads=2)
+        x = rng.standard_normal((9, 72)).astype(np.float32)
+        clean = lin(x)
+        x[4, 10] = np.nan
+        y = lin(x)
+        np.testing.assert_array_equal(np.delete(y, 4, axis=0), np.delete(clean, 4, axis=0))

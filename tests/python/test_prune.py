@@ -115,3 +115,15 @@ def test_nan_in_inputs_or_weight_is_named(rng):
     w[1, 2] = np.inf
     with pytest.raises(ValueError):
         sparq.prune(w, "2:4", method="magnitude")
+
+
+def test_bad_hessian_is_named(rng):
+    w = rng.standard_normal((8, 32)).astype(np.float32)
+    h = np.eye(32)
+    h[3, 4] = 1.0  # not symmetric
+    with pytest.raises(ValueError, match="symmetric"):
+        sparq.prune(w, "2:4", method="sparsegpt", hessian=h)
+    h = np.eye(32)
+    h[5, 5] = np.nan
+    with pytest.raises(ValueError):
+        sparq.prune(w, "2:4", method="sparsegpt", hessian=h)
