@@ -14,6 +14,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -198,12 +199,15 @@ OutArray Forward(const Linear& lin, const MatrixF32& x) {
                        std::to_string(lin.w.cols())));
   }
   const int64_t ldx = n > 1 ? x.stride(0) : k;
-  if (k > 0 && (x.stride(1) != 1 || ldx < k)) {
-    Raise(InvalidInput("x: rows must be contiguous (strides " + std::to_string(x.stride(0)) +
-                       ", " + std::to_string(x.stride(1)) + " elements)"));
+  if (n > 0 && k > 0 && (x.stride(1) != 1 || ldx < k)) {  // NumPy may give empty arrays strides 0
+    Raise(InvalidInput("x: rows must be contiguous (strides " + std::to_string(x.stride(0)) + ", " +
+                       std::to_string(x.stride(1)) + " elements)"));
   }
   Tensor y = Tensor::Alloc(DType::kF32, {n, m});
-  if (n > 0 && m > 0) {
+  if (k == 0 && !lin.bias.empty()) {  // an empty product: y = bias, no kernel needs to see k = 0
+    float* yd = y.mutable_data_as<float>();
+    for (int64_t i = 0; i < n; ++i) std::copy(lin.bias.begin(), lin.bias.end(), yd + i * m);
+  } else if (n > 0 && m > 0 && k > 0) {
     Epilogue ep;
     ep.bias = lin.bias.empty() ? nullptr : lin.bias.data();
     float* yd = y.mutable_data_as<float>();
@@ -217,21 +221,23 @@ OutArray Forward(const Linear& lin, const MatrixF32& x) {
 // ---- prune -------------------------------------------------------------------------------------
 
 // Prunes a copy of w [m, k]; returns (pruned w, mask = pruned != 0, report as JSON).
-std::tuple<OutArray, OutMask, std::string> PruneLayer(
-    const CMatrixF32& w, const Pattern& pattern, const std::string& method,
-    const std::optional<CMatrixF32>& inputs, const std::optional<CMatrixF64>& hessian,
-    double damp, int64_t blocksize, int threads) {
+std::tuple<OutArray, OutMask, std::string> PruneLayer(const CMatrixF32& w, const Pattern& pattern,
+                                                      const std::string& method,
+                                                      const std::optional<CMatrixF32>& inputs,
+                                                      const std::optional<CMatrixF64>& hessian,
+                                                      double damp, int64_t blocksize, int threads) {
   const int64_t m = static_cast<int64_t>(w.shape(0)), k = static_cast<int64_t>(w.shape(1));
   const PruneMethod pm = Take(ParsePruneMethod(method));
   if (inputs && hessian) Raise(InvalidInput("prune: give inputs or hessian, not both"));
   if (pm != PruneMethod::kMagnitude && !inputs && !hessian) {
-    Raise(InvalidInput("prune: method " + method + " needs inputs (X [N, k]) or hessian (H [k, k])"));
+    Raise(
+        InvalidInput("prune: method " + method + " needs inputs (X [N, k]) or hessian (H [k, k])"));
   }
   if (inputs && static_cast<int64_t>(inputs->shape(1)) != k) {
     Raise(InvalidInput("prune: inputs must be [N, " + std::to_string(k) + "] (w is [" +
                        std::to_string(m) + ", " + std::to_string(k) + "]), got [" +
-                       std::to_string(inputs->shape(0)) + ", " +
-                       std::to_string(inputs->shape(1)) + "]"));
+                       std::to_string(inputs->shape(0)) + ", " + std::to_string(inputs->shape(1)) +
+                       "]"));
   }
   if (inputs && inputs->shape(0) == 0) Raise(InvalidInput("prune: inputs has no rows"));
   if (hessian && (static_cast<int64_t>(hessian->shape(0)) != k ||
@@ -293,17 +299,21 @@ NB_MODULE(_sparq, mod) {
   nb::class_<Pattern>(mod, "Pattern",
                       "A sparsity pattern: dense | unstructured:0.9 | unstructured-row:0.9 | "
                       "rows:0.3 | cols:0.3 | 2:4 | 4:8 | block:16x16 | block:32x32:0.9 | vnm:8:2:4")
-      .def("__init__",
-           [](Pattern* p, const std::string& spec) { new (p) Pattern(Take(Pattern::Parse(spec))); },
-           nb::arg("spec"))
+      .def(
+          "__init__",
+          [](Pattern* p, const std::string& spec) { new (p) Pattern(Take(Pattern::Parse(spec))); },
+          nb::arg("spec"))
       .def("__str__", &Pattern::ToString)
       .def("__repr__", [](const Pattern& p) { return "Pattern('" + p.ToString() + "')"; })
       .def("__eq__", [](const Pattern& a, const Pattern& b) { return a == b; })
       .def("__hash__", [](const Pattern& p) { return nb::hash(nb::str(p.ToString().c_str())); })
-      .def_prop_ro("n", [](const Pattern& p) { return p.n; }, "N of N:M and V:N:M (else 0)")
-      .def_prop_ro("m", [](const Pattern& p) { return p.m; }, "M of N:M and V:N:M (else 0)")
-      .def_prop_ro("fraction", [](const Pattern& p) { return p.fraction; },
-                   "sparsity of unstructured / rows / cols / block patterns (else 0)");
+      .def_prop_ro(
+          "n", [](const Pattern& p) { return p.n; }, "N of N:M and V:N:M (else 0)")
+      .def_prop_ro(
+          "m", [](const Pattern& p) { return p.m; }, "M of N:M and V:N:M (else 0)")
+      .def_prop_ro(
+          "fraction", [](const Pattern& p) { return p.fraction; },
+          "sparsity of unstructured / rows / cols / block patterns (else 0)");
 
   nb::class_<Matrix>(mod, "_Matrix")
       .def_static(
@@ -330,8 +340,8 @@ NB_MODULE(_sparq, mod) {
           nb::arg("values"))
       .def("to_dense",
            [](const Matrix& s) {
-             return ToNumpy<float>(ToDense(s.m), {static_cast<size_t>(Rows(s.m)),
-                                                  static_cast<size_t>(Cols(s.m))});
+             return ToNumpy<float>(
+                 ToDense(s.m), {static_cast<size_t>(Rows(s.m)), static_cast<size_t>(Cols(s.m))});
            })
       .def_prop_ro("rows", [](const Matrix& s) { return Rows(s.m); })
       .def_prop_ro("cols", [](const Matrix& s) { return Cols(s.m); })
@@ -364,8 +374,9 @@ NB_MODULE(_sparq, mod) {
       .def_prop_ro("cols", [](const Linear& l) { return l.w.cols(); })
       .def_prop_ro("threads", [](const Linear& l) { return l.pool->num_threads(); })
       .def_prop_ro("format", [](const Linear& l) { return l.w.format(); })
-      .def("kernel_name", [](const Linear& l, int64_t n) { return l.w.kernel_name(n); },
-           nb::arg("n"));
+      .def(
+          "kernel_name", [](const Linear& l, int64_t n) { return l.w.kernel_name(n); },
+          nb::arg("n"));
 
   mod.def("prune", &PruneLayer, nb::arg("w"), nb::arg("pattern"), nb::arg("method"),
           nb::arg("inputs").none(), nb::arg("hessian").none(), nb::arg("damp"),

@@ -32,14 +32,16 @@ def _pattern(p: Optional[PatternLike]) -> Optional[Pattern]:
         return p
     if isinstance(p, str):
         return Pattern(p)
-    raise ValueError(f"pattern must be a sparq.Pattern or a string such as '2:4', got {type(p).__name__}")
+    raise ValueError(
+        f"pattern must be a sparq.Pattern or a string such as '2:4', got {type(p).__name__}")
 
 
 def _f32(a, name: str, ndim: Optional[int] = None) -> np.ndarray:
     """`a` as a C-contiguous float32 array: no copy when it already is one."""
     a = np.asarray(a)
     if a.dtype != np.float32:
-        raise ValueError(f"{name}: dtype must be float32, got {a.dtype} (convert with .astype(np.float32))")
+        raise ValueError(
+            f"{name}: dtype must be float32, got {a.dtype} (convert with .astype(np.float32))")
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name}: must be {ndim}-D, got shape {a.shape}")
     return np.ascontiguousarray(a)
@@ -186,7 +188,8 @@ class Linear:
         if x.ndim == 2 and x.strides[1] == 4 and x.strides[0] >= 4 * k:
             # Rows of a 2-D x may be padded (a slice of a wider array): no copy.
             return self._lin.forward(x)
-        y = self._lin.forward(np.ascontiguousarray(x).reshape(-1, k))
+        rows = int(np.prod(x.shape[:-1], dtype=np.int64))  # reshape(-1, k) fails for k = 0
+        y = self._lin.forward(np.ascontiguousarray(x).reshape(rows, k))
         return y.reshape(x.shape[:-1] + (y.shape[1],))
 
     def __repr__(self) -> str:

@@ -81,7 +81,8 @@ def test_empty_batch(rng):
         (lambda w: sparq.Linear(w)(np.float32(1)), "scalar"),
         (lambda w: sparq.Linear(w, bias=np.zeros(47, np.float32)), "bias has 47 entries"),
         (lambda w: sparq.Linear(w, bias=np.zeros(48, np.float64)), "bias: dtype"),
-        (lambda w: sparq.Linear(w, bias=np.full(48, np.nan, np.float32)), r"bias: element \[0, 0\]"),
+        (lambda w: sparq.Linear(w, bias=np.full(48, np.nan, np.float32)),
+         r"bias: element \[0, 0\]"),
         (lambda w: sparq.Linear(w, threads=0), "threads"),
         (lambda w: sparq.Linear(w.astype(np.float16)), "dtype must be float32"),
     ],
@@ -101,3 +102,14 @@ def test_nan_in_x_stays_in_its_row(rng):
         x[4, 10] = np.nan
         y = lin(x)
         np.testing.assert_array_equal(np.delete(y, 4, axis=0), np.delete(clean, 4, axis=0))
+
+
+@pytest.mark.parametrize("m, k", [(0, 8), (6, 0), (0, 0)])
+def test_empty_weights(m, k):
+    w = np.zeros((m, k), np.float32)
+    b = np.arange(m, dtype=np.float32)
+    for fmt in ["dense", "csr", "coo"]:
+        s = sparq.SparseMatrix.from_dense(w, format=fmt)
+        y = sparq.Linear(s, bias=b)(np.ones((3, 2, k), np.float32))
+        np.testing.assert_array_equal(y, np.broadcast_to(b, (3, 2, m)))
+        assert (s @ np.ones((k, 4), np.float32)).shape == (m, 4)

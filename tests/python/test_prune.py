@@ -88,7 +88,8 @@ def test_unstructured_fraction(rng):
     [
         (dict(method="wanda"), "needs inputs"),
         (dict(method="obs"), "obs"),
-        (dict(method="sparsegpt", inputs=np.zeros((5, 31), np.float32)), r"inputs must be \[N, 32\]"),
+        (dict(method="sparsegpt", inputs=np.zeros((5, 31), np.float32)),
+         r"inputs must be \[N, 32\]"),
         (dict(method="sparsegpt", inputs=np.zeros((5, 32), np.float64)), "inputs: dtype"),
         (dict(method="sparsegpt", inputs=np.zeros((0, 32), np.float32)), "no rows"),
         (dict(method="sparsegpt", hessian=np.eye(31)), r"hessian must be \[32, 32\]"),
