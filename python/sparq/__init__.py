@@ -14,6 +14,7 @@ See docs/python.md for an example.
 from __future__ import annotations
 
 import json
+import operator
 from typing import Optional, Union
 
 import numpy as np
@@ -45,6 +46,19 @@ def _f32(a, name: str, ndim: Optional[int] = None) -> np.ndarray:
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name}: must be {ndim}-D, got shape {a.shape}")
     return np.ascontiguousarray(a)
+
+
+def _threads(threads) -> int:
+    """None: every hardware thread; else a positive integer (NumPy integers too)."""
+    if threads is None:
+        return _sparq.hardware_threads()
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        n = 0
+    if isinstance(threads, bool) or n < 1:
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    return n
 
 
 class SparseMatrix:
@@ -158,11 +172,7 @@ class Linear:
             weight = SparseMatrix.from_dense(weight, format="dense")
         if bias is not None:
             bias = _f32(bias, "bias", ndim=1)
-        if threads is None:
-            threads = _sparq.hardware_threads()
-        if not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-        self._lin = _sparq._Linear(weight._m, bias, threads)
+        self._lin = _sparq._Linear(weight._m, bias, _threads(threads))
         self.shape = weight.shape
 
     @property
@@ -247,8 +257,6 @@ def prune(
         if hessian.ndim != 2:
             raise ValueError(f"hessian: must be 2-D, got shape {hessian.shape}")
         hessian = np.ascontiguousarray(hessian)
-    if threads is None:
-        threads = _sparq.hardware_threads()
     pw, mask, report = _sparq.prune(w, _pattern(pattern), method, inputs, hessian, float(damp),
-                                    int(blocksize), int(threads))
+                                    int(blocksize), _threads(threads))
     return PruneResult(pw, mask.view(np.bool_), json.loads(report))

@@ -38,7 +38,7 @@ def test_threads_do_not_change_bits(rng):
     s = sparq.SparseMatrix.from_dense(w, pattern="2:4")
     x = rng.standard_normal((40, 128)).astype(np.float32)
     y1 = sparq.Linear(s, threads=1)(x)
-    y2 = sparq.Linear(s, threads=2)
+    y2 = sparq.Linear(s, threads=np.int64(2))
     assert y2.threads == 2
     np.testing.assert_array_equal(y1, y2(x))
     np.testing.assert_array_equal(y2(x), y2(x))  # same call twice: same bits
@@ -84,6 +84,8 @@ def test_empty_batch(rng):
         (lambda w: sparq.Linear(w, bias=np.full(48, np.nan, np.float32)),
          r"bias: element \[0, 0\]"),
         (lambda w: sparq.Linear(w, threads=0), "threads"),
+        (lambda w: sparq.Linear(w, threads=1.5), "threads"),
+        (lambda w: sparq.Linear(w, threads=True), "threads"),
         (lambda w: sparq.Linear(w.astype(np.float16)), "dtype must be float32"),
     ],
 )
