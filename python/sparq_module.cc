@@ -13,9 +13,11 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,11 +69,21 @@ T Take(Result<T> r) {
   return std::move(r).value();
 }
 
-// The machine's configuration, built once per process (the library has no global default:
-// whoever packs a weight passes one).
-const KernelConfig& Config() {
-  static const KernelConfig cfg = Take(KernelConfig::FromMachine());
-  return cfg;
+// The machine's configuration for each ISA cap asked for ("" = the best target), built once per
+// process and cap (the library has no global default: whoever packs a weight passes one).
+// Called with the GIL held, which guards the map.
+const KernelConfig& Config(const std::string& max_isa) {
+  static std::map<std::string, std::unique_ptr<KernelConfig>> configs;
+  auto& cfg = configs[max_isa];
+  if (!cfg) {
+    Result<KernelConfig> r = KernelConfig::FromMachine(max_isa);
+    if (!r.ok()) {
+      configs.erase(max_isa);
+      Raise(r.status());
+    }
+    cfg = std::make_unique<KernelConfig>(std::move(r).value());
+  }
+  return *cfg;
 }
 
 // An owned f32 Tensor [rows, cols] handed to NumPy without a copy: the capsule owns it.
@@ -353,27 +365,30 @@ NB_MODULE(_sparq, mod) {
   nb::class_<Linear>(mod, "_Linear")
       .def(
           "__init__",
-          [](Linear* lin, const Matrix& w, const std::optional<VectorF32>& bias, int threads) {
+          [](Linear* lin, const Matrix& w, const std::optional<VectorF32>& bias, int threads,
+             const std::string& isa) {
             if (bias && static_cast<int64_t>(bias->shape(0)) != Rows(w.m)) {
               Raise(InvalidInput("bias has " + std::to_string(bias->shape(0)) +
                                  " entries, the weight has " + std::to_string(Rows(w.m)) +
                                  " rows"));
             }
             if (bias) Check(CheckFinite(bias->data(), 1, bias->shape(0), "bias"));
+            const KernelConfig& cfg = Config(isa);
             Result<LinearWeight> lw = Status();
             {
               nb::gil_scoped_release release;  // packing can take a while on big weights
-              lw = LinearWeight::FromMatrix(CloneMatrix(w.m), "weight", Config());
+              lw = LinearWeight::FromMatrix(CloneMatrix(w.m), "weight", cfg);
             }
             new (lin) Linear{Take(std::move(lw)), {}, std::make_unique<ThreadPool>(threads)};
             if (bias) lin->bias.assign(bias->data(), bias->data() + bias->shape(0));
           },
-          nb::arg("w"), nb::arg("bias").none(), nb::arg("threads"))
+          nb::arg("w"), nb::arg("bias").none(), nb::arg("threads"), nb::arg("isa"))
       .def("forward", &Forward, nb::arg("x"))
       .def_prop_ro("rows", [](const Linear& l) { return l.w.rows(); })
       .def_prop_ro("cols", [](const Linear& l) { return l.w.cols(); })
       .def_prop_ro("threads", [](const Linear& l) { return l.pool->num_threads(); })
       .def_prop_ro("format", [](const Linear& l) { return l.w.format(); })
+      .def_prop_ro("isa", [](const Linear& l) { return l.w.config().target_name(); })
       .def(
           "kernel_name", [](const Linear& l, int64_t n) { return l.w.kernel_name(n); },
           nb::arg("n"));
@@ -382,4 +397,15 @@ NB_MODULE(_sparq, mod) {
           nb::arg("inputs").none(), nb::arg("hessian").none(), nb::arg("damp"),
           nb::arg("blocksize"), nb::arg("threads"));
   mod.def("hardware_threads", &ThreadPool::HardwareThreads);
+  mod.def(
+      "supported_isas",
+      [] {
+        std::vector<std::string> names;
+        const KernelConfig& best = Config("");
+        for (int64_t t : KernelConfig::SupportedTargets()) {
+          names.push_back(best.WithTarget(t).target_name());
+        }
+        return names;
+      },
+      "The kernel targets this CPU runs, best first (names for Linear's isa).");
 }

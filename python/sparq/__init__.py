@@ -20,9 +20,9 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _sparq
-from ._sparq import Pattern
+from ._sparq import Pattern, supported_isas
 
-__all__ = ["Pattern", "SparseMatrix", "Linear", "prune", "PruneResult"]
+__all__ = ["Pattern", "SparseMatrix", "Linear", "prune", "PruneResult", "supported_isas"]
 __version__ = "0.1.0"
 
 PatternLike = Union[Pattern, str]
@@ -161,18 +161,21 @@ class Linear:
 
     weight: a :class:`SparseMatrix` or a dense float32 ``[m, k]`` array (stored dense f32).
     bias: float32 ``[m]`` or None. threads: kernel threads (None: every hardware thread); the
-    result does not depend on it. The weight is packed once, here. Calls from several Python
+    result does not depend on it. isa: cap on the kernels' instruction set (one of
+    :func:`supported_isas`, e.g. ``"AVX2"`` on an AVX-512 machine; None: the best this CPU
+    runs). The weight is packed once, here. Calls from several Python
     threads on one Linear run one at a time (each uses all of its threads).
     """
 
     __slots__ = ("_lin", "shape")
 
-    def __init__(self, weight, bias=None, threads: Optional[int] = None):
+    def __init__(self, weight, bias=None, threads: Optional[int] = None,
+                 isa: Optional[str] = None):
         if not isinstance(weight, SparseMatrix):
             weight = SparseMatrix.from_dense(weight, format="dense")
         if bias is not None:
             bias = _f32(bias, "bias", ndim=1)
-        self._lin = _sparq._Linear(weight._m, bias, _threads(threads))
+        self._lin = _sparq._Linear(weight._m, bias, _threads(threads), isa or "")
         self.shape = weight.shape
 
     @property
@@ -183,6 +186,11 @@ class Linear:
     def format(self) -> str:
         """How the weight is stored for compute, e.g. 'nm 2:4 f32'."""
         return self._lin.format
+
+    @property
+    def isa(self) -> str:
+        """The instruction set the kernels run ('AVX3_DL', 'AVX2', ...)."""
+        return self._lin.isa
 
     def kernel_name(self, n: int = 1) -> str:
         """The kernel a call with n rows of x runs."""
@@ -203,7 +211,8 @@ class Linear:
         return y.reshape(x.shape[:-1] + (y.shape[1],))
 
     def __repr__(self) -> str:
-        return f"Linear(shape={self.shape}, format='{self.format}', threads={self.threads})"
+        return (f"Linear(shape={self.shape}, format='{self.format}', isa='{self.isa}', "
+                f"threads={self.threads})")
 
 
 class PruneResult:

@@ -1,5 +1,5 @@
 # Type stubs of the sparq package (the runtime is __init__.py over the C++ module _sparq).
-from typing import Iterator, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -54,13 +54,19 @@ class Linear:
         weight: Union[SparseMatrix, F32Array],
         bias: Optional[F32Array] = None,
         threads: Optional[int] = None,
+        isa: Optional[str] = None,
     ) -> None: ...
     @property
     def threads(self) -> int: ...
     @property
     def format(self) -> str: ...
+    @property
+    def isa(self) -> str: ...
     def kernel_name(self, n: int = 1) -> str: ...
     def __call__(self, x: F32Array) -> F32Array: ...
+
+def supported_isas() -> List[str]:
+    """The kernel targets this CPU runs, best first (names for Linear's isa)."""
 
 class PruneResult:
     weight: F32Array

@@ -115,3 +115,27 @@ def test_empty_weights(m, k):
         y = sparq.Linear(s, bias=b)(np.ones((3, 2, k), np.float32))
         np.testing.assert_array_equal(y, np.broadcast_to(b, (3, 2, m)))
         assert (s @ np.ones((k, 4), np.float32)).shape == (m, 4)
+
+
+@pytest.mark.parametrize("isa", sparq.supported_isas())
+@pytest.mark.parametrize("pattern, values", [("2:4", "f32"), ("2:4", "bf16"),
+                                             ("unstructured:0.7", "f32"), (None, "bf16")])
+def test_every_target_the_cpu_runs(rng, isa, pattern, values):
+    # as the C++ tests do: every compiled target, not just the one this machine picks
+    w = rng.standard_normal((40, 100)).astype(np.float32)
+    if pattern == "2:4":
+        w = prune_nm_reference(w, 2, 4)
+    elif pattern:
+        w = sparq.prune(w, pattern, method="magnitude").weight
+    s = sparq.SparseMatrix.from_dense(w, pattern=pattern, values=values)
+    lin = sparq.Linear(s, isa=isa, threads=2)
+    assert lin.isa == isa
+    for n in [1, 5, 70]:
+        x = rng.standard_normal((n, 100)).astype(np.float32)
+        assert_matmul_close(lin(x).T, s.to_dense(), x.T)
+
+
+def test_unknown_isa():
+    assert sparq.supported_isas()  # best first, at least one
+    with pytest.raises(ValueError, match="NEON"):
+        sparq.Linear(np.zeros((4, 8), np.float32), isa="NEON")
