@@ -6,7 +6,8 @@
 file(GLOB_RECURSE files
      ${SPARQ_ROOT}/src/*.cc ${SPARQ_ROOT}/src/*.h ${SPARQ_ROOT}/include/*.h
      ${SPARQ_ROOT}/tools/*.cc ${SPARQ_ROOT}/tools/*.h ${SPARQ_ROOT}/tests/*.cc ${SPARQ_ROOT}/tests/*.h
-     ${SPARQ_ROOT}/bench/*.cc ${SPARQ_ROOT}/bench/*.h ${SPARQ_ROOT}/fuzz/*.cc ${SPARQ_ROOT}/fuzz/*.h)
+     ${SPARQ_ROOT}/bench/*.cc ${SPARQ_ROOT}/bench/*.h ${SPARQ_ROOT}/fuzz/*.cc ${SPARQ_ROOT}/fuzz/*.h
+     ${SPARQ_ROOT}/python/*.cc)
 set(bad "")
 foreach(f ${files})
   file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*(include|define[ \t]+HWY_TARGET_INCLUDE)[ \t]")

@@ -34,9 +34,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python tools of the tests and scripts, never of the library: the independent GGUF reader (the
-# checked-in reference statistics were made with gguf 0.19.0), NumPy, matplotlib for the plots.
-PY_PACKAGES=(gguf==0.19.0 "numpy>=1.24,<3" "matplotlib>=3.6,<4")
-PY_IMPORTS="import gguf, numpy, matplotlib"
+# checked-in reference statistics were made with gguf 0.19.0), NumPy, matplotlib for the plots;
+# nanobind and scikit-build-core build the Python module (pyproject.toml) and pytest tests it.
+PY_PACKAGES=(gguf==0.19.0 "numpy>=1.24,<3" "matplotlib>=3.6,<4" "nanobind>=2.0,<4"
+             "scikit-build-core>=0.10,<2" "pytest>=7,<10")
+PY_IMPORTS="import gguf, numpy, matplotlib, nanobind, scikit_build_core, pytest"
 export PIP_CACHE_DIR="${PIP_CACHE_DIR:-${SPARQ_CACHE:-$HOME/.cache/sparq}/pip}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 VENV=.venv

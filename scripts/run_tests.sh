@@ -13,7 +13,9 @@
 #                       "-LE gpu|torch" adds the slow tier; "-L gpu|torch" runs only the tests
 #                       that need a GPU or PyTorch (files *_gputest.cc / *_torchtest.cc, labels
 #                       gpu / torch), which a CI machine without them leaves out.
-#   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 skip those stages (for quick local runs).
+#   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 / SPARQ_SKIP_PYTHON=1 skip those stages (for quick
+#                       local runs). The Python stage runs pytest tests/python on the module the
+#                       release tree builds (SPARQ_BUILD_PYTHON=ON there, unless skipped).
 #   JOBS (default: the number of cores), FUZZ_SECONDS.
 # Writes only build/, .venv/ and ${SPARQ_CACHE:-~/.cache/sparq} (the model, pip's cache, and this
 # run's temporary files in tmp/, removed at the end).
@@ -97,7 +99,12 @@ run_ctest() {  # preset [extra ctest args]
 
 status=0
 stamp "release build"
-cmake --preset release >/dev/null
+# The release tree also builds the Python module (SPARQ_BUILD_PYTHON, nanobind from .venv) on the
+# libraries it has built anyway: the Python stage below then costs seconds, not a second build.
+py_module=ON
+[ "${SPARQ_SKIP_PYTHON:-0}" != 1 ] || py_module=OFF
+cmake --preset release -DSPARQ_BUILD_PYTHON=$py_module -DPython_EXECUTABLE="$PWD/.venv/bin/python" \
+  >/dev/null
 cmake --build --preset release -j "$JOBS"
 # Debian's OpenBLAS 0.3.21 does not know recent Intel CPUs and runs its SSE3 kernels there (dense
 # math 3-5x slower: the model and pruning tests take twice as long). The `sparq` command fixes
@@ -112,6 +119,33 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
 fi
 stamp "release tests"
 run_ctest release || status=1
+
+# The Python module of the release tree (build/release/python/sparq: python/sparq/ and _sparq),
+# tested with pytest and counted in the closing line like the ctest runs. (`pip install .` builds
+# the same module through pyproject.toml; docs/python.md.)
+if [ "${SPARQ_SKIP_PYTHON:-0}" != 1 ]; then
+  stamp "python tests (pytest tests/python on build/release/python)"
+  py_log="$RUN_TMP/pytest.log"
+  set +e
+  PYTHONPATH="$PWD/build/release/python" PYTHONDONTWRITEBYTECODE=1 \
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$py_log"
+  py_rc=$?  # pytest's status (pipefail: tee's is 0)
+  set -e
+  summary=$(grep -E "^[0-9]+ (passed|failed|skipped|error)|(passed|failed|error).* in [0-9.]+s" \
+            "$py_log" | tail -n1 || true)
+  count() { [[ $summary =~ ([0-9]+)\ $1 ]] && echo "${BASH_REMATCH[1]}" || echo 0; }
+  if [ -n "$summary" ]; then
+    py_pass=$(count passed); py_fail=$(( $(count failed) + $(count error) ))
+    py_skip=$(count skipped)
+    total_pass=$((total_pass + py_pass)); total_fail=$((total_fail + py_fail))
+    total_skip=$((total_skip + py_skip))
+    stamp "python: $py_pass passed, $py_fail failed, $py_skip skipped"
+    [ "$py_fail" = 0 ] && [ "$py_rc" = 0 ] || status=1
+  else
+    stamp "python: pytest printed no summary (crashed?): counted as a failure"
+    total_fail=$((total_fail + 1)); status=1
+  fi
+fi
 
 # One sanitizer build serves the tests and the fuzzers (a separate fuzz tree compiled the library
 # a third time: 5 of CI's 31 minutes).

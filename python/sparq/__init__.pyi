@@ -1,0 +1,86 @@
+# Type stubs of the sparq package (the runtime is __init__.py over the C++ module _sparq).
+from typing import Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class Pattern:
+    """A sparsity pattern: dense | unstructured:0.9 | unstructured-row:0.9 | rows:0.3 | cols:0.3 |
+    2:4 | 4:8 | block:16x16 | block:32x32:0.9 | vnm:8:2:4. A bad spec raises ValueError."""
+    def __init__(self, spec: str) -> None: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def m(self) -> int: ...
+    @property
+    def fraction(self) -> float: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+PatternLike = Union[Pattern, str]
+F32Array = npt.NDArray[np.float32]
+
+class SparseMatrix:
+    """A weight W [m, k] in one of sparq's formats; W @ x for x [k] or [k, n] float32."""
+    @classmethod
+    def from_dense(
+        cls,
+        w: F32Array,
+        pattern: Optional[PatternLike] = None,
+        mask: Optional[npt.NDArray[Union[np.bool_, np.uint8]]] = None,
+        format: str = "auto",
+        values: str = "f32",
+    ) -> SparseMatrix: ...
+    def to_dense(self) -> F32Array: ...
+    @property
+    def shape(self) -> Tuple[int, int]: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def values(self) -> str: ...
+    @property
+    def density(self) -> float: ...
+    def __matmul__(self, x: F32Array) -> F32Array: ...
+
+class Linear:
+    """y = x @ W.T + bias for x float32 [..., k]."""
+    shape: Tuple[int, int]
+    def __init__(
+        self,
+        weight: Union[SparseMatrix, F32Array],
+        bias: Optional[F32Array] = None,
+        threads: Optional[int] = None,
+        isa: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def isa(self) -> str: ...
+    def kernel_name(self, n: int = 1) -> str: ...
+    def __call__(self, x: F32Array) -> F32Array: ...
+
+def supported_isas() -> List[str]:
+    """The kernel targets this CPU runs, best first (names for Linear's isa)."""
+
+class PruneResult:
+    weight: F32Array
+    mask: npt.NDArray[np.bool_]
+    report: dict
+    def __iter__(self) -> Iterator: ...
+
+def prune(
+    w: F32Array,
+    pattern: PatternLike,
+    method: str = "sparsegpt",
+    inputs: Optional[F32Array] = None,
+    hessian: Optional[npt.NDArray[np.float64]] = None,
+    damp: float = 0.01,
+    blocksize: int = 128,
+    threads: Optional[int] = None,
+) -> PruneResult: ...
