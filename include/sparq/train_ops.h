@@ -104,8 +104,8 @@ Status KlDivergence(std::span<const float> teacher, std::span<const float> stude
 //   *loss = sum_i (s_i - t_i)^2 / sum_i t_i^2     (the 1/count of both means cancels)
 // ds = scale * 2 (s - t) / sum_i t_i^2, written (empty: loss only). Errors: sizes that differ,
 // no elements, a teacher that is all zeros (the normalizer would be 0).
-Status NormalizedMse(std::span<const float> s, std::span<const float> t, double scale,
-                     double* loss, std::span<float> ds);
+Status NormalizedMse(std::span<const float> s, std::span<const float> t, double scale, double* loss,
+                     std::span<float> ds);
 
 // ---- Embedding: x[t, :] = E[token_t, :] -------------------------------------------------------
 // table [vocab, d], tokens [n] (ids in [0, vocab)), x / dx [n, d].

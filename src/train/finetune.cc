@@ -276,13 +276,20 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   r.end_step = state.step();
   r.trained_tokens = (r.end_step - r.start_step) * per_step;
   if (state.step() >= steps) {
-    nlohmann::json how = {
-        {"student", o.student}, {"teacher", o.teacher}, {"steps", steps},
-        {"seq_len", o.seq_len}, {"accum", o.accum},     {"lr", o.lr},
-        {"warmup", warmup},     {"kl", o.kl},           {"ce", o.ce},
-        {"tau", o.tau},         {"hidden", o.hidden},   {"seed", o.seed},
-        {"data_tokens", r.data_tokens},
-        {"train", o.norms_only ? "norms" : "all"}};
+    nlohmann::json how = {{"student", o.student},
+                          {"teacher", o.teacher},
+                          {"steps", steps},
+                          {"seq_len", o.seq_len},
+                          {"accum", o.accum},
+                          {"lr", o.lr},
+                          {"warmup", warmup},
+                          {"kl", o.kl},
+                          {"ce", o.ce},
+                          {"tau", o.tau},
+                          {"hidden", o.hidden},
+                          {"seed", o.seed},
+                          {"data_tokens", r.data_tokens},
+                          {"train", o.norms_only ? "norms" : "all"}};
     SPARQ_RETURN_IF_ERROR(WriteFinetunedCheckpoint(o.student, c, state.weights, o.out,
                                                    {{"sparq.finetune", how.dump()}}));
     r.wrote_out = true;

@@ -51,7 +51,9 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
   if (hidden && !opt.teacher_hidden) {
     return InvalidInput("TrainLoop: hidden_weight > 0 needs a teacher_hidden");
   }
-  if (kl && !hidden && !opt.teacher) return InvalidInput("TrainLoop: kl_weight > 0 needs a teacher");
+  if (kl && !hidden && !opt.teacher) {
+    return InvalidInput("TrainLoop: kl_weight > 0 needs a teacher");
+  }
   SPARQ_ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(c, state->weights, state->masks, o.adamw));
   SPARQ_RETURN_IF_ERROR(adamw.ImportState(state->optim));
   // Set only once every check passed: a refused call leaves *state as it was.
@@ -80,20 +82,19 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     const int64_t s = adamw.steps();
     for (int64_t i = 0; i < o.accum; ++i) {
       windows[i] = tokens.subspan(WindowStart(o.seed, s, i, stream_len, o.seq_len), o.seq_len + 1);
+      if (!kl && !hidden) continue;
       ScopedTimer t(TimerSlot(opt.exec.timers, &TrainTimers::teacher));
-      if (hidden) {
+      const std::span<const int32_t> in = windows[i].first(o.seq_len);
+      if (hidden) {  // one forward gives both (the logits only when the KL needs them)
         const std::span<float> logits = kl ? std::span<float>(teacher[i]) : std::span<float>();
-        SPARQ_RETURN_IF_ERROR(opt.teacher_hidden(windows[i].first(o.seq_len), logits, teacher_h[i])
-                                  .WithContext("teacher"));
-      } else if (kl) {
-        SPARQ_RETURN_IF_ERROR(
-            opt.teacher(windows[i].first(o.seq_len), teacher[i]).WithContext("teacher"));
+        SPARQ_RETURN_IF_ERROR(opt.teacher_hidden(in, logits, teacher_h[i]).WithContext("teacher"));
+      } else {
+        SPARQ_RETURN_IF_ERROR(opt.teacher(in, teacher[i]).WithContext("teacher"));
       }
     }
     double loss = 0.0;
     SPARQ_RETURN_IF_ERROR(AccumulatedLossAndGrad(c, state->weights, state->masks, windows, &loss,
-                                                 &grads, spec, teacher_spans, hidden_spans,
-                                                 exec));
+                                                 &grads, spec, teacher_spans, hidden_spans, exec));
     const double lr = o.schedule.lr(s);
     AdamWStep info;
     {

@@ -95,13 +95,13 @@ Status KlDivergence(std::span<const float> teacher, std::span<const float> stude
   return Status::Ok();
 }
 
-Status NormalizedMse(std::span<const float> s, std::span<const float> t, double scale,
-                     double* loss, std::span<float> ds) {
+Status NormalizedMse(std::span<const float> s, std::span<const float> t, double scale, double* loss,
+                     std::span<float> ds) {
   constexpr const char* kOp = "NormalizedMse";
   if (s.empty() || s.size() != t.size() || (!ds.empty() && ds.size() != s.size())) {
-    return InvalidInput(std::string(kOp) + ": student " + std::to_string(s.size()) +
-                        ", teacher " + std::to_string(t.size()) + " and ds " +
-                        std::to_string(ds.size()) + " elements: needs equal, nonzero sizes");
+    return InvalidInput(std::string(kOp) + ": student " + std::to_string(s.size()) + ", teacher " +
+                        std::to_string(t.size()) + " and ds " + std::to_string(ds.size()) +
+                        " elements: needs equal, nonzero sizes");
   }
   double diff = 0.0, norm = 0.0;
   for (size_t i = 0; i < s.size(); ++i) {

@@ -24,8 +24,8 @@ namespace {
 // x [n, d] = the blocks on the embedded tokens; inputs (if not null) gets each block's input,
 // outputs (if not empty: [n_layer, n, d]) each block's output.
 Status Trunk(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
-             std::vector<std::vector<float>>* inputs, std::vector<float>* x,
-             const TrainExec& exec, std::span<float> outputs = {}) {
+             std::vector<std::vector<float>>* inputs, std::vector<float>* x, const TrainExec& exec,
+             std::span<float> outputs = {}) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t d = c.n_embd;
   x->resize(n * d);
@@ -131,8 +131,7 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   if (grads != nullptr) SPARQ_RETURN_IF_ERROR(CheckModel(c, *grads).WithContext("gradient"));
   SPARQ_RETURN_IF_ERROR(CheckTokens(kOp, tokens, 2));
   auto weight_ok = [](double x) { return std::isfinite(x) && x >= 0; };
-  if (!weight_ok(spec.ce_weight) || !weight_ok(spec.kl_weight) ||
-      !weight_ok(spec.hidden_weight)) {
+  if (!weight_ok(spec.ce_weight) || !weight_ok(spec.kl_weight) || !weight_ok(spec.hidden_weight)) {
     return InvalidInput(std::string(kOp) + ": loss weights must be finite and >= 0, got ce " +
                         std::to_string(spec.ce_weight) + ", kl " + std::to_string(spec.kl_weight) +
                         ", hidden " + std::to_string(spec.hidden_weight));
@@ -144,8 +143,7 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
     SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher_logits", spec.teacher_logits, {n, vocab}));
   const bool use_hidden = spec.hidden_weight > 0;
   if (use_hidden) {
-    SPARQ_RETURN_IF_ERROR(
-        CheckSize(kOp, "teacher_hidden", spec.teacher_hidden, {c.n_layer, n, d}));
+    SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher_hidden", spec.teacher_hidden, {c.n_layer, n, d}));
   }
   const std::span<const int32_t> inputs = tokens.first(n), targets = tokens.subspan(1);
   SPARQ_RETURN_IF_ERROR(CheckIds(kOp, "tokens", tokens, vocab));

@@ -50,7 +50,7 @@ constexpr double kModelGradTol = 1e-4;  // derivation above (as model_grad_test.
 constexpr double kModelFdStep = 1e-4;   // model_grad_test.cc: truncation and rounding negligible
 constexpr double kLossRelTol = 1e-4;    // derivation above
 constexpr int kSamplesPerTensor = 12;
-constexpr double kHiddenWeight = 0.7;   // not 1, so that a dropped weight shows
+constexpr double kHiddenWeight = 0.7;  // not 1, so that a dropped weight shows
 
 struct Problem {
   LlamaConfig c = TinyConfig();
@@ -280,8 +280,8 @@ TEST(SquareHead, Errors) {
   LossSpec spec = HiddenOnly(p);
   spec.teacher_hidden = std::span(p.teacher_hidden).first(p.teacher_hidden.size() - 1);
   ExpectInvalid(ModelLossAndGrad(p.c, p.w, {}, p.tokens, spec, &r, &g), "teacher_hidden");
-  for (const double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(),
-                           std::numeric_limits<double>::infinity()}) {
+  for (const double bad :
+       {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     spec = HiddenOnly(p);
     spec.hidden_weight = bad;
     ExpectInvalid(ModelLossAndGrad(p.c, p.w, {}, p.tokens, spec, &r, &g), "loss weights");
@@ -313,8 +313,7 @@ TEST(SquareHead, NormalizedMseByHand) {
   EXPECT_EQ(ds[0], 1.5f);  // 3 * 2 * (1 - 0) / 4
   EXPECT_EQ(ds[1], 0.0f);
   ExpectInvalid(NormalizedMse(s, std::vector<float>{1.0f}, 1.0, &loss, {}), "NormalizedMse");
-  ExpectInvalid(NormalizedMse(s, std::vector<float>{0.0f, 0.0f}, 1.0, &loss, {}),
-                "sum of squares");
+  ExpectInvalid(NormalizedMse(s, std::vector<float>{0.0f, 0.0f}, 1.0, &loss, {}), "sum of squares");
 }
 
 // The weight is part of the saved run: it round-trips through the state file.
