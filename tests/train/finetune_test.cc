@@ -367,6 +367,29 @@ TEST_F(FinetuneTest, SquareHeadTrainsAndAResumeWithAnotherHiddenIsRefused) {
   std::filesystem::remove(out + ".state");
 }
 
+// SquareHead pairs the blocks one to one: a teacher of another depth is refused with --hidden
+// (naming both files and depths), while KL alone accepts it (it compares logits only).
+TEST_F(FinetuneTest, HiddenRefusesATeacherOfAnotherDepth) {
+  const std::string deep = TempPath("teacher3.sparq");
+  WriteTinySparq(deep, 4, AllDense, /*n_vocab=*/11, /*n_layer=*/3);
+  FinetuneOptions o = Options(TempPath("deep.sparq"));
+  o.teacher = deep;
+  o.hidden = 1.0;
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find("has 3 blocks of width 16"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find(*student_ + " 2 of width 16"), std::string::npos)
+      << r.status().ToString();
+  o.hidden = 0.0;
+  o.stop_at = 1;
+  auto ok = Run(o);
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+  std::filesystem::remove(o.out + ".state");
+  std::filesystem::remove(deep);
+}
+
 TEST_F(FinetuneTest, ATeacherWithAnotherVocabularyIsRefusedNamingBothFiles) {
   const std::string other = TempPath("teacher12.sparq");
   WriteTinySparq(other, 3, AllDense, /*n_vocab=*/12);
