@@ -144,9 +144,13 @@ Status ModelLogitsAndHidden(const LlamaConfig& c, const ModelWeights& w,
 // arXiv:2310.06927) distills every block's output h_l [n, d] towards the teacher's t_l:
 //   SquareHead = sum over blocks l of NormalizedMse(h_l, t_l)
 //              = sum_l mean_rows ||h_l - t_l||^2 / mean_rows ||t_l||^2
-// (the paper's per-layer MSE normalized by the teacher's, summed over the layers); it needs
-// teacher_hidden [n_layer, n, d] block-major (ModelLogitsAndHidden's hidden) and is skipped when
-// hidden_weight is 0. A teacher block output that is all zeros is an error (its normalizer).
+// (the paper's per-layer MSE normalized by the teacher's, summed over the layers as the authors'
+// code does: IST-DASLab/SparseFinetuning, scripts/train/train_sparse.py). One difference: their
+// last term reads Hugging Face's last hidden state, which is after the final norm; here every
+// term is a block's output (the last one before the final RMSNorm), so all terms are alike and
+// the KL term covers what follows the norm. It needs teacher_hidden [n_layer, n, d] block-major
+// (ModelLogitsAndHidden's hidden) and is skipped when hidden_weight is 0. A teacher block output
+// that is all zeros is an error (their code adds a bf16 eps to the normalizer instead).
 struct LossSpec {
   double ce_weight = 1.0;
   double kl_weight = 0.0;
