@@ -36,7 +36,7 @@ namespace sparq::train {
 // Where a training step's time goes (seconds, accumulated over calls): filled when
 // TrainExec::timers is set. teacher and optimizer are TrainLoop's; the rest ModelLossAndGrad's.
 struct TrainTimers {
-  double teacher = 0.0;        // the teacher's logits
+  double teacher = 0.0;        // the teacher's logits (and block outputs, with SquareHead)
   double forward = 0.0;        // embedding and blocks, forward (keeping each block's input)
   double head = 0.0;           // final RMSNorm, the tied head's logits and the loss
   double head_backward = 0.0;  // the head's dE and dx, the final RMSNorm's backward
