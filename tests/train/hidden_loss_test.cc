@@ -316,6 +316,40 @@ TEST(SquareHead, NormalizedMseByHand) {
   ExpectInvalid(NormalizedMse(s, std::vector<float>{0.0f, 0.0f}, 1.0, &loss, {}), "sum of squares");
 }
 
+// TrainLoop: a SquareHead run needs the teacher_hidden callback (refused by name without it, the
+// state untouched), and with it trains: the teacher is called once per window, without logits
+// when the KL weighs 0, and the loss falls towards the (independent) teacher's block outputs.
+TEST(SquareHead, TrainLoopNeedsTeacherHiddenAndTrainsWithIt) {
+  Problem p = MakeProblem(509);
+  TrainOptions o;
+  o.schedule = {.peak = 1e-2, .warmup_steps = 0, .total_steps = 4, .min_ratio = 1.0};
+  o.seq_len = 4;
+  o.accum = 2;
+  o.ce_weight = 0.0;
+  o.hidden_weight = 1.0;
+  auto s = NewTrainState(p.c, p.w, {}, o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::vector<int32_t> stream = {1, 4, 2, 8, 5, 7, 3, 0, 9, 6, 10, 2, 4, 1};
+  TrainLoopOptions lo;
+  ExpectInvalid(TrainLoop(&*s, stream, lo), "teacher_hidden");
+  EXPECT_EQ(s->step(), 0);
+  EXPECT_EQ(s->data_tokens, 0);
+  int calls = 0;
+  lo.teacher_hidden = [&](std::span<const int32_t> in, std::span<float> logits,
+                          std::span<float> hidden) {
+    ++calls;
+    EXPECT_TRUE(logits.empty());  // kl_weight 0: no logits asked for
+    return ModelLogitsAndHidden(p.c, p.teacher, in, logits, hidden);
+  };
+  std::vector<double> losses;
+  lo.progress = [&](const TrainProgress& tp) { losses.push_back(tp.loss); };
+  ASSERT_TRUE(TrainLoop(&*s, stream, lo).ok());
+  EXPECT_EQ(calls, 4 * 2);
+  ASSERT_EQ(losses.size(), 4u);
+  std::printf("  SquareHead loss %.4f -> %.4f\n", losses.front(), losses.back());
+  EXPECT_LT(losses.back(), losses.front());
+}
+
 // The weight is part of the saved run: it round-trips through the state file.
 TEST(SquareHead, TheWeightRoundTripsThroughTheTrainState) {
   Problem p = MakeProblem(508);
