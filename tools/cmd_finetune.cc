@@ -170,7 +170,8 @@ Registrar reg(
           "Not yet: quantized (int8 / int4) students, untied output heads.");
       sub.add_option("student", l.student, "Pruned student (.sparq)")->required();
       sub.add_option("--teacher", l.teacher,
-                     "Teacher (.gguf / .sparq / HF folder; same vocabulary); needed with --kl > 0");
+                     "Teacher (.gguf / .sparq / HF folder; same vocabulary); needed with --kl or "
+                     "--hidden > 0");
       sub.add_option("--text", o->text_files, "Training text (UTF-8); repeatable");
       sub.add_flag("--self-distill", o->self_distill,
                    "Train on text sampled from the teacher (with --text: both), generated once "
@@ -212,6 +213,11 @@ Registrar reg(
       sub.add_option("--kl", l.kl, "Weight of KL(teacher || student)")->capture_default_str();
       sub.add_option("--ce", l.ce, "Weight of the next-token cross-entropy")->capture_default_str();
       sub.add_option("--tau", l.tau, "Distillation temperature")->capture_default_str();
+      sub.add_option("--hidden", l.hidden,
+                     "Weight of SquareHead (Kurtic et al. 2023): every block's output distilled "
+                     "towards the teacher's by an MSE normalized per block, summed over the "
+                     "blocks (0: off; > 0 runs the teacher on f32 masters, same n_layer / width)")
+          ->capture_default_str();
       sub.add_option("--weight-decay", l.weight_decay, "AdamW weight decay")->capture_default_str();
       sub.add_option("--max-grad-norm", l.max_grad_norm, "Gradient clipping (0: none)")
           ->capture_default_str();

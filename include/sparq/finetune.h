@@ -1,5 +1,6 @@
 // `sparq finetune` as a library call (issue 28, item 4): trains a pruned .sparq student on text,
-// by distillation from a teacher (KL to its logits) and / or next-token cross-entropy, with its
+// by distillation from a teacher (KL to its logits, optionally SquareHead on every block's
+// output) and / or next-token cross-entropy, with its
 // sparsity masks fixed, and writes the trained model as a .sparq in the student's own formats.
 //
 // What it trains: every weight of the student (embedding, norms, the kept weights of each sparse
@@ -50,6 +51,10 @@ struct FinetuneOptions {
   int64_t warmup = -1;  // < 0: 5% of the steps (at most steps - 1)
   double min_lr_ratio = 0.1;
   double kl = 1.0, ce = 0.0, tau = 1.0;
+  // SquareHead's weight (LossSpec::hidden_weight): > 0 distills every block's output too; the
+  // teacher then runs the training forward on its f32 masters (FromLlamaModel: the runtime's
+  // forward exposes no hidden states) and must have the student's n_layer and n_embd.
+  double hidden = 0.0;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
   bool norms_only = false;  // train only the RMSNorm gains (`--train norms`): the matrices stay

@@ -49,7 +49,8 @@ int64_t WindowStart(uint64_t seed, int64_t step, int64_t micro, int64_t stream_l
 // (each n_i + 1 tokens, the loss of `spec` as in ModelLossAndGrad), *loss = the mean of their
 // losses. With equal lengths this is the gradient of the mean loss over all positions, i.e. one
 // step on all the sequences at once. When spec.kl_weight > 0, teacher_logits holds one
-// [n_i, n_vocab] tensor per sequence (spec.teacher_logits is ignored). grads is overwritten
+// [n_i, n_vocab] tensor per sequence (spec.teacher_logits is ignored); when spec.hidden_weight > 0,
+// teacher_hidden one [n_layer, n_i, d] (spec.teacher_hidden is ignored). grads is overwritten
 // (zeroed first); masked pruned entries stay exactly 0. The per-sequence gradients are summed
 // into one f32 buffer, then scaled by 1 / count. exec: the path and pool (sparq/train_model.h).
 Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
@@ -57,6 +58,7 @@ Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                               std::span<const std::span<const int32_t>> sequences, double* loss,
                               ModelWeights* grads, const LossSpec& spec = {},
                               std::span<const std::span<const float>> teacher_logits = {},
+                              std::span<const std::span<const float>> teacher_hidden = {},
                               const TrainExec& exec = {});
 
 // What a run needs to continue, saved with the state.
@@ -67,13 +69,15 @@ struct TrainOptions {
   int64_t accum = 1;             // micro-batches per step
   uint64_t seed = 0;             // the data order's
   int64_t checkpoint_every = 0;  // steps between saves (0: only at the end, if a path is given)
-  // The loss (LossSpec): ce_weight * CE + kl_weight * KL(teacher || student at tau); a KL term
-  // needs TrainLoopOptions::teacher.
+  // The loss (LossSpec): ce_weight * CE + kl_weight * KL(teacher || student at tau)
+  // + hidden_weight * SquareHead; a KL term needs TrainLoopOptions::teacher, a SquareHead term
+  // TrainLoopOptions::teacher_hidden.
   double ce_weight = 1.0;
   double kl_weight = 0.0;
   double tau = 1.0;
+  double hidden_weight = 0.0;
   // seq_len in [1, n_ctx_train], accum >= 1, checkpoint_every >= 0, loss weights finite >= 0
-  // and not both 0, tau finite > 0, the schedule's checks (AdamW's: AdamW::Create). Errors are
+  // and not all 0, tau finite > 0, the schedule's checks (AdamW's: AdamW::Create). Errors are
   // kInvalidInput naming the field.
   Status Validate(const LlamaConfig& c) const;
 };
@@ -132,6 +136,12 @@ struct TrainLoopOptions {
   // Needed when kl_weight > 0: writes the teacher's logits [n, n_vocab] of n input tokens (a
   // window's first seq_len). Must be deterministic for a resumed run to match (a fixed model).
   std::function<Status(std::span<const int32_t> inputs, std::span<float> logits)> teacher;
+  // Needed when hidden_weight > 0, and then called instead of `teacher`: writes the teacher's
+  // block outputs hidden [n_layer, n, d] (ModelLogitsAndHidden) and, when kl_weight > 0, its
+  // logits [n, n_vocab] (else logits is empty). Deterministic, as `teacher`.
+  std::function<Status(std::span<const int32_t> inputs, std::span<float> logits,
+                       std::span<float> hidden)>
+      teacher_hidden;
   // The path the forward / backward runs on (sparq/train_model.h; default: the reference), its
   // pool and timers (the teacher's and the optimizer's time are added here too).
   TrainExec exec;

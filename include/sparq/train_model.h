@@ -36,7 +36,7 @@ namespace sparq::train {
 // Where a training step's time goes (seconds, accumulated over calls): filled when
 // TrainExec::timers is set. teacher and optimizer are TrainLoop's; the rest ModelLossAndGrad's.
 struct TrainTimers {
-  double teacher = 0.0;        // the teacher's logits
+  double teacher = 0.0;        // the teacher's logits (and block outputs, with SquareHead)
   double forward = 0.0;        // embedding and blocks, forward (keeping each block's input)
   double head = 0.0;           // final RMSNorm, the tied head's logits and the loss
   double head_backward = 0.0;  // the head's dE and dx, the final RMSNorm's backward
@@ -127,22 +127,43 @@ Status BlockBackward(const LlamaConfig& c, const BlockWeights& w, int block_inde
 // logits [n, n_vocab] of tokens [n] at positions 0..n-1 (ids in [0, n_vocab)).
 Status ModelLogits(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
                    std::span<float> logits, const TrainExec& exec = {});
+// The same forward, also writing every block's output: hidden [n_layer, n, d] block-major
+// (hidden[l] = the output of block l; the last one is the final RMSNorm's input). logits may be
+// empty: the head is skipped (a SquareHead-only teacher needs no logits, and the tied head is
+// the forward's biggest product). The teacher side of LossSpec::teacher_hidden.
+Status ModelLogitsAndHidden(const LlamaConfig& c, const ModelWeights& w,
+                            std::span<const int32_t> tokens, std::span<float> logits,
+                            std::span<float> hidden, const TrainExec& exec = {});
 
 // The training loss on one sequence tokens [n + 1]: positions 0..n-1 read tokens[0..n), and the
 // target of position t is tokens[t + 1].
 //   loss = ce_weight * CrossEntropy + kl_weight * KL(teacher || student at tau)
-// with both terms means over the n positions (train_ops.h); the KL term needs teacher_logits
-// [n, n_vocab] and is skipped when kl_weight is 0.
+//        + hidden_weight * SquareHead
+// with CE and KL means over the n positions (train_ops.h); the KL term needs teacher_logits
+// [n, n_vocab] and is skipped when kl_weight is 0. SquareHead (Kurtic et al. 2023,
+// arXiv:2310.06927) distills every block's output h_l [n, d] towards the teacher's t_l:
+//   SquareHead = sum over blocks l of NormalizedMse(h_l, t_l)
+//              = sum_l mean_rows ||h_l - t_l||^2 / mean_rows ||t_l||^2
+// (the paper's per-layer MSE normalized by the teacher's, summed over the layers as the authors'
+// code does: IST-DASLab/SparseFinetuning, scripts/train/train_sparse.py). One difference: their
+// last term reads Hugging Face's last hidden state, which is after the final norm; here every
+// term is a block's output (the last one before the final RMSNorm), so all terms are alike and
+// the KL term covers what follows the norm. It needs teacher_hidden [n_layer, n, d] block-major
+// (ModelLogitsAndHidden's hidden) and is skipped when hidden_weight is 0. A teacher block output
+// that is all zeros is an error (their code adds a bf16 eps to the normalizer instead).
 struct LossSpec {
   double ce_weight = 1.0;
   double kl_weight = 0.0;
   double tau = 1.0;
   std::span<const float> teacher_logits;
+  double hidden_weight = 0.0;
+  std::span<const float> teacher_hidden = {};
 };
 struct LossResult {
   double loss = 0.0;  // the weighted sum
-  double ce = 0.0;    // the unweighted terms (kl 0 when not computed)
+  double ce = 0.0;    // the unweighted terms (kl, hidden 0 when not computed)
   double kl = 0.0;
+  double hidden = 0.0;  // SquareHead: the sum over the blocks
 };
 // *result = the loss; grads: null for the loss only, else every parameter's gradient accumulated
 // (token_embd gets the lookup's scatter-add and the tied head's dW). masks: empty or n_layer

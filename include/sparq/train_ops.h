@@ -97,6 +97,16 @@ Status CrossEntropy(std::span<const float> logits, std::span<const int32_t> targ
 Status KlDivergence(std::span<const float> teacher, std::span<const float> student, int64_t n,
                     int64_t vocab, double tau, double* loss, std::span<float> dstudent);
 
+// SquareHead's per-layer term (Kurtic et al. 2023, "Sparse Fine-tuning for Inference
+// Acceleration of Large Language Models", arXiv:2310.06927, Sec. 3): the MSE of the student's
+// features s against the teacher's t, normalized by the MSE of t against 0, so that every layer
+// weighs the same whatever its activations' scale. Over `count` = s.size() = t.size() elements:
+//   *loss = sum_i (s_i - t_i)^2 / sum_i t_i^2     (the 1/count of both means cancels)
+// ds = scale * 2 (s - t) / sum_i t_i^2, written (empty: loss only). Errors: sizes that differ,
+// no elements, a teacher that is all zeros (the normalizer would be 0).
+Status NormalizedMse(std::span<const float> s, std::span<const float> t, double scale, double* loss,
+                     std::span<float> ds);
+
 // ---- Embedding: x[t, :] = E[token_t, :] -------------------------------------------------------
 // table [vocab, d], tokens [n] (ids in [0, vocab)), x / dx [n, d].
 Status EmbeddingForward(std::span<const float> table, std::span<const int32_t> tokens,

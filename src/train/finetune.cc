@@ -110,6 +110,7 @@ Status CheckResume(const std::string& path, const TrainState& s, const LlamaConf
       {"--kl", {so.kl_weight, o.kl_weight}},
       {"--ce", {so.ce_weight, o.ce_weight}},
       {"--tau", {so.tau, o.tau}},
+      {"--hidden", {so.hidden_weight, o.hidden_weight}},
       {"weight decay", {so.adamw.weight_decay, o.adamw.weight_decay}},
       {"max grad norm", {so.adamw.max_grad_norm, o.adamw.max_grad_norm}},
       {"beta1", {so.adamw.beta1, o.adamw.beta1}},
@@ -152,6 +153,10 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     return InvalidInput("finetune: --seq-len and --accum must be >= 1");
   }
   if (o.texts.empty()) return InvalidInput("finetune: no training text (--text)");
+  if (!std::isfinite(o.hidden) || o.hidden < 0) {
+    return InvalidInput("finetune: --hidden must be finite and >= 0, got " +
+                        std::to_string(o.hidden));
+  }
   SPARQ_RETURN_IF_ERROR(CheckStudentFile(o.student));
   SPARQ_ASSIGN_OR_RETURN(LlamaModel student, LlamaModel::Load(o.student, cfg));
   const LlamaConfig c = student.config();
@@ -186,15 +191,32 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   to.ce_weight = o.ce;
   to.kl_weight = o.kl;
   to.tau = o.tau;
+  to.hidden_weight = o.hidden;
   SPARQ_RETURN_IF_ERROR(to.Validate(c).WithContext("finetune"));
 
   std::optional<LlamaModel> teacher;
-  if (o.kl > 0) {
-    if (o.teacher.empty()) return InvalidInput("finetune: --kl > 0 needs a --teacher");
+  std::optional<TrainableModel> teacher_f32;  // SquareHead's teacher (replaces `teacher`)
+  LlamaConfig tc;
+  if (o.kl > 0 || o.hidden > 0) {
+    if (o.teacher.empty()) return InvalidInput("finetune: --kl or --hidden > 0 needs a --teacher");
     auto t = LlamaModel::Load(o.teacher, cfg);
     if (!t.ok()) return t.status().WithContext("finetune: teacher");
     teacher.emplace(std::move(*t));
     SPARQ_RETURN_IF_ERROR(CheckTeacherVocabulary(student, o.student, *teacher, o.teacher));
+    tc = teacher->config();
+  }
+  if (o.hidden > 0) {
+    // SquareHead matches block l of the student with block l of the teacher, row for row.
+    if (tc.n_layer != c.n_layer || tc.n_embd != c.n_embd) {
+      return InvalidInput("finetune: --hidden compares block outputs, but the teacher " +
+                          o.teacher + " has " + std::to_string(tc.n_layer) + " blocks of width " +
+                          std::to_string(tc.n_embd) + " and the student " + o.student + " " +
+                          std::to_string(c.n_layer) + " of width " + std::to_string(c.n_embd));
+    }
+    auto tm = FromLlamaModel(*teacher, pool);
+    if (!tm.ok()) return tm.status().WithContext("finetune: --hidden: teacher " + o.teacher);
+    teacher_f32.emplace(std::move(*tm));
+    teacher.reset();  // its f32 masters replace it
   }
 
   const std::string state_path = o.state_path.empty() ? o.out + ".state" : o.state_path;
@@ -224,7 +246,16 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     if (o.progress) o.progress(p);
   };
   std::optional<KvCache> cache;
-  if (teacher) {
+  if (teacher_f32) {
+    // The training forward (f32 masters, the fast path): it keeps every block's output, which
+    // the runtime's forward does not expose. Not timed into o.timers' forward: the loop counts
+    // the whole call as the teacher's time.
+    lo.teacher_hidden = [&](std::span<const int32_t> in, std::span<float> logits,
+                            std::span<float> hidden) -> Status {
+      return ModelLogitsAndHidden(tc, teacher_f32->weights, in, logits, hidden,
+                                  {.fast = true, .pool = pool});
+    };
+  } else if (teacher) {
     SPARQ_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(teacher->config(), o.seq_len));
     cache.emplace(std::move(kv));
     lo.teacher = [&](std::span<const int32_t> in, std::span<float> logits) -> Status {
@@ -245,12 +276,20 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   r.end_step = state.step();
   r.trained_tokens = (r.end_step - r.start_step) * per_step;
   if (state.step() >= steps) {
-    nlohmann::json how = {
-        {"student", o.student}, {"teacher", o.teacher}, {"steps", steps},
-        {"seq_len", o.seq_len}, {"accum", o.accum},     {"lr", o.lr},
-        {"warmup", warmup},     {"kl", o.kl},           {"ce", o.ce},
-        {"tau", o.tau},         {"seed", o.seed},       {"data_tokens", r.data_tokens},
-        {"train", o.norms_only ? "norms" : "all"}};
+    nlohmann::json how = {{"student", o.student},
+                          {"teacher", o.teacher},
+                          {"steps", steps},
+                          {"seq_len", o.seq_len},
+                          {"accum", o.accum},
+                          {"lr", o.lr},
+                          {"warmup", warmup},
+                          {"kl", o.kl},
+                          {"ce", o.ce},
+                          {"tau", o.tau},
+                          {"hidden", o.hidden},
+                          {"seed", o.seed},
+                          {"data_tokens", r.data_tokens},
+                          {"train", o.norms_only ? "norms" : "all"}};
     SPARQ_RETURN_IF_ERROR(WriteFinetunedCheckpoint(o.student, c, state.weights, o.out,
                                                    {{"sparq.finetune", how.dump()}}));
     r.wrote_out = true;

@@ -189,9 +189,9 @@ Result<LmTrainResult> TrainLm(const LmTrainOptions& o, std::span<const int32_t> 
     }
     double loss = 0.0;
     // Dense gradient of the masked product (the straight-through estimator): every entry of W.
-    SPARQ_RETURN_IF_ERROR(
-        AccumulatedLossAndGrad(c, o.sparse24 ? eff : w, {}, windows, &loss, &grads, {}, {}, exec)
-            .WithContext("train lm: step " + std::to_string(s + 1)));
+    SPARQ_RETURN_IF_ERROR(AccumulatedLossAndGrad(c, o.sparse24 ? eff : w, {}, windows, &loss,
+                                                 &grads, {}, {}, {}, exec)
+                              .WithContext("train lm: step " + std::to_string(s + 1)));
     if (!std::isfinite(loss)) {
       return InvalidInput("train lm: the loss is " + std::to_string(loss) + " at step " +
                           std::to_string(s + 1) + " (try a lower --lr)");

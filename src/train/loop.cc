@@ -47,8 +47,13 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
                         std::to_string(stream_len) + " (hash " + std::to_string(hash) +
                         "): a resumed run must read the same data");
   }
-  const bool kl = o.kl_weight > 0;
-  if (kl && !opt.teacher) return InvalidInput("TrainLoop: kl_weight > 0 needs a teacher");
+  const bool kl = o.kl_weight > 0, hidden = o.hidden_weight > 0;
+  if (hidden && !opt.teacher_hidden) {
+    return InvalidInput("TrainLoop: hidden_weight > 0 needs a teacher_hidden");
+  }
+  if (kl && !hidden && !opt.teacher) {
+    return InvalidInput("TrainLoop: kl_weight > 0 needs a teacher");
+  }
   SPARQ_ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(c, state->weights, state->masks, o.adamw));
   SPARQ_RETURN_IF_ERROR(adamw.ImportState(state->optim));
   // Set only once every check passed: a refused call leaves *state as it was.
@@ -61,7 +66,7 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
     state->optim = adamw.ExportState();
     return opt.checkpoint_path.empty() ? Status::Ok() : SaveTrainState(opt.checkpoint_path, *state);
   };
-  const LossSpec spec{o.ce_weight, o.kl_weight, o.tau, {}};
+  const LossSpec spec{o.ce_weight, o.kl_weight, o.tau, {}, o.hidden_weight, {}};
   TrainExec exec = opt.exec;
   exec.weight_grads = !o.adamw.norms_only;  // frozen matrices need no dW
   ModelWeights grads;
@@ -69,20 +74,27 @@ Status TrainLoop(TrainState* state, std::span<const int32_t> tokens, const Train
   std::vector<std::vector<float>> teacher(kl ? o.accum : 0,
                                           std::vector<float>(o.seq_len * c.n_vocab));
   std::vector<std::span<const float>> teacher_spans(teacher.begin(), teacher.end());
+  std::vector<std::vector<float>> teacher_h(hidden ? o.accum : 0,
+                                            std::vector<float>(c.n_layer * o.seq_len * c.n_embd));
+  std::vector<std::span<const float>> hidden_spans(teacher_h.begin(), teacher_h.end());
   auto step = [&]() -> Status {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t s = adamw.steps();
     for (int64_t i = 0; i < o.accum; ++i) {
       windows[i] = tokens.subspan(WindowStart(o.seed, s, i, stream_len, o.seq_len), o.seq_len + 1);
-      if (kl) {
-        ScopedTimer t(TimerSlot(opt.exec.timers, &TrainTimers::teacher));
-        SPARQ_RETURN_IF_ERROR(
-            opt.teacher(windows[i].first(o.seq_len), teacher[i]).WithContext("teacher"));
+      if (!kl && !hidden) continue;
+      ScopedTimer t(TimerSlot(opt.exec.timers, &TrainTimers::teacher));
+      const std::span<const int32_t> in = windows[i].first(o.seq_len);
+      if (hidden) {  // one forward gives both (the logits only when the KL needs them)
+        const std::span<float> logits = kl ? std::span<float>(teacher[i]) : std::span<float>();
+        SPARQ_RETURN_IF_ERROR(opt.teacher_hidden(in, logits, teacher_h[i]).WithContext("teacher"));
+      } else {
+        SPARQ_RETURN_IF_ERROR(opt.teacher(in, teacher[i]).WithContext("teacher"));
       }
     }
     double loss = 0.0;
     SPARQ_RETURN_IF_ERROR(AccumulatedLossAndGrad(c, state->weights, state->masks, windows, &loss,
-                                                 &grads, spec, teacher_spans, exec));
+                                                 &grads, spec, teacher_spans, hidden_spans, exec));
     const double lr = o.schedule.lr(s);
     AdamWStep info;
     {

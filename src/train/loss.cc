@@ -1,5 +1,6 @@
-// The training losses on logits, forward and backward in one pass: cross-entropy against
-// target ids and KL(teacher || student) at a temperature. Log-softmax in double per row.
+// The training losses, forward and backward in one pass: on logits, cross-entropy against
+// target ids and KL(teacher || student) at a temperature (log-softmax in double per row); on
+// hidden states, SquareHead's normalized MSE (sums in double).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -91,6 +92,33 @@ Status KlDivergence(std::span<const float> teacher, std::span<const float> stude
     }
   }
   *loss = total * inv_n;
+  return Status::Ok();
+}
+
+Status NormalizedMse(std::span<const float> s, std::span<const float> t, double scale, double* loss,
+                     std::span<float> ds) {
+  constexpr const char* kOp = "NormalizedMse";
+  if (s.empty() || s.size() != t.size() || (!ds.empty() && ds.size() != s.size())) {
+    return InvalidInput(std::string(kOp) + ": student " + std::to_string(s.size()) + ", teacher " +
+                        std::to_string(t.size()) + " and ds " + std::to_string(ds.size()) +
+                        " elements: needs equal, nonzero sizes");
+  }
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const double e = static_cast<double>(s[i]) - t[i];
+    diff += e * e;
+    norm += static_cast<double>(t[i]) * t[i];
+  }
+  if (!(norm > 0) || !std::isfinite(norm)) {
+    return InvalidInput(std::string(kOp) + ": the teacher's sum of squares is " +
+                        std::to_string(norm) + " (needs finite > 0: it normalizes the loss)");
+  }
+  *loss = diff / norm;
+  if (ds.empty()) return Status::Ok();
+  const double k = 2.0 * scale / norm;
+  for (size_t i = 0; i < s.size(); ++i) {
+    ds[i] = static_cast<float>(k * (static_cast<double>(s[i]) - t[i]));
+  }
   return Status::Ok();
 }
 

@@ -1,9 +1,11 @@
 // The whole model for training: embedding, the blocks, the final RMSNorm, the tied head and the
-// loss (cross-entropy on the next tokens, optionally KL to a teacher's logits), forward and
-// backward. Activation checkpointing per block: the forward keeps only each block's input, and
-// the backward recomputes that block's activations just before its backward, so memory holds
-// n_layer block inputs plus one block's activations (bounded at ctx 512, issue 28). The ops run
-// on the path the TrainExec picks (exec_ops.h), timed into its TrainTimers when it has them.
+// loss (cross-entropy on the next tokens, optionally KL to a teacher's logits and SquareHead on
+// the blocks' outputs), forward and backward. Activation checkpointing per block: the forward
+// keeps only each block's input, and the backward recomputes that block's activations just
+// before its backward, so memory holds n_layer block inputs plus one block's activations (bounded
+// at ctx 512, issue 28). The ops run on the path the TrainExec picks (exec_ops.h), timed into its
+// TrainTimers when it has them.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -19,10 +21,11 @@
 namespace sparq::train {
 namespace {
 
-// x [n, d] = the blocks on the embedded tokens; inputs (if not null) gets each block's input.
+// x [n, d] = the blocks on the embedded tokens; inputs (if not null) gets each block's input,
+// outputs (if not empty: [n_layer, n, d]) each block's output.
 Status Trunk(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
-             std::vector<std::vector<float>>* inputs, std::vector<float>* x,
-             const TrainExec& exec) {
+             std::vector<std::vector<float>>* inputs, std::vector<float>* x, const TrainExec& exec,
+             std::span<float> outputs = {}) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t d = c.n_embd;
   x->resize(n * d);
@@ -34,6 +37,7 @@ Status Trunk(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_
     if (inputs != nullptr) (*inputs)[l] = *x;
     SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], static_cast<int>(l), *x, n, y, &acts, exec));
     x->swap(y);
+    if (!outputs.empty()) std::copy(x->begin(), x->end(), outputs.begin() + l * n * d);
   }
   return Status::Ok();
 }
@@ -101,6 +105,21 @@ Status ModelLogits(const LlamaConfig& c, const ModelWeights& w, std::span<const 
   return Head(ExecOps(exec), c, w, x, n, &xf, logits);
 }
 
+Status ModelLogitsAndHidden(const LlamaConfig& c, const ModelWeights& w,
+                            std::span<const int32_t> tokens, std::span<float> logits,
+                            std::span<float> hidden, const TrainExec& exec) {
+  constexpr const char* kOp = "ModelLogitsAndHidden";
+  SPARQ_RETURN_IF_ERROR(CheckModel(c, w));
+  SPARQ_RETURN_IF_ERROR(CheckTokens(kOp, tokens, 1));
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (!logits.empty()) SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "logits", logits, {n, c.n_vocab}));
+  SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "hidden", hidden, {c.n_layer, n, c.n_embd}));
+  std::vector<float> x, xf;
+  SPARQ_RETURN_IF_ERROR(Trunk(c, w, tokens, nullptr, &x, exec, hidden));
+  if (logits.empty()) return Status::Ok();
+  return Head(ExecOps(exec), c, w, x, n, &xf, logits);
+}
+
 Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                         std::span<const BlockMasks> masks, std::span<const int32_t> tokens,
                         const LossSpec& spec, LossResult* result, ModelWeights* grads,
@@ -111,26 +130,37 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   SPARQ_RETURN_IF_ERROR(CheckModel(c, w, masks));
   if (grads != nullptr) SPARQ_RETURN_IF_ERROR(CheckModel(c, *grads).WithContext("gradient"));
   SPARQ_RETURN_IF_ERROR(CheckTokens(kOp, tokens, 2));
-  if (!(spec.ce_weight >= 0) || !(spec.kl_weight >= 0) || !std::isfinite(spec.ce_weight) ||
-      !std::isfinite(spec.kl_weight)) {
+  auto weight_ok = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (!weight_ok(spec.ce_weight) || !weight_ok(spec.kl_weight) || !weight_ok(spec.hidden_weight)) {
     return InvalidInput(std::string(kOp) + ": loss weights must be finite and >= 0, got ce " +
-                        std::to_string(spec.ce_weight) + ", kl " + std::to_string(spec.kl_weight));
+                        std::to_string(spec.ce_weight) + ", kl " + std::to_string(spec.kl_weight) +
+                        ", hidden " + std::to_string(spec.hidden_weight));
   }
   const auto n = static_cast<int64_t>(tokens.size()) - 1;
   const int64_t d = c.n_embd, vocab = c.n_vocab;
   const bool use_kl = spec.kl_weight > 0;
   if (use_kl)
     SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher_logits", spec.teacher_logits, {n, vocab}));
+  const bool use_hidden = spec.hidden_weight > 0;
+  if (use_hidden) {
+    SPARQ_RETURN_IF_ERROR(CheckSize(kOp, "teacher_hidden", spec.teacher_hidden, {c.n_layer, n, d}));
+  }
   const std::span<const int32_t> inputs = tokens.first(n), targets = tokens.subspan(1);
   SPARQ_RETURN_IF_ERROR(CheckIds(kOp, "tokens", tokens, vocab));
 
-  std::vector<std::vector<float>> block_in;  // the checkpoints
+  const bool backward = grads != nullptr;
+  // The checkpoints; SquareHead reads them too: block l's output is block l + 1's input.
+  std::vector<std::vector<float>> block_in;
   std::vector<float> x, xf, logits(n * vocab);
   {
     ScopedTimer t(timer(&TrainTimers::forward));
-    SPARQ_RETURN_IF_ERROR(Trunk(c, w, inputs, grads != nullptr ? &block_in : nullptr, &x, exec));
+    SPARQ_RETURN_IF_ERROR(
+        Trunk(c, w, inputs, backward || use_hidden ? &block_in : nullptr, &x, exec));
   }
-  const bool backward = grads != nullptr;
+  auto block_out = [&](int64_t l) -> std::span<const float> {
+    return l + 1 < c.n_layer ? std::span<const float>(block_in[l + 1]) : std::span<const float>(x);
+  };
+  auto teacher_out = [&](int64_t l) { return spec.teacher_hidden.subspan(l * n * d, n * d); };
   std::vector<float> dlogits(backward ? n * vocab : 0), dkl(backward && use_kl ? n * vocab : 0);
   LossResult r;
   {
@@ -141,7 +171,15 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
       SPARQ_RETURN_IF_ERROR(
           ops.KlDivergence(spec.teacher_logits, logits, n, vocab, spec.tau, &r.kl, dkl));
     }
-    r.loss = spec.ce_weight * r.ce + (use_kl ? spec.kl_weight * r.kl : 0.0);
+    for (int64_t l = 0; use_hidden && l < c.n_layer; ++l) {
+      double term = 0.0;
+      SPARQ_RETURN_IF_ERROR(NormalizedMse(block_out(l), teacher_out(l), 1.0, &term, {})
+                                .WithContext(std::string(kOp) + ": blk." + std::to_string(l) +
+                                             " output vs teacher_hidden"));
+      r.hidden += term;
+    }
+    r.loss = spec.ce_weight * r.ce + (use_kl ? spec.kl_weight * r.kl : 0.0) +
+             (use_hidden ? spec.hidden_weight * r.hidden : 0.0);
     *result = r;
     if (!backward) return Status::Ok();
     auto combine = [&](int64_t i0, int64_t i1) {
@@ -169,8 +207,18 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
         ops.RmsNormBackward(x, w.output_norm, dxf, n, d, c.rms_eps, dx, grads->output_norm));
   }
   BlockActivations acts;
+  std::vector<float> dh(use_hidden ? n * d : 0);
   for (int64_t l = c.n_layer - 1; l >= 0; --l) {
     const auto bi = static_cast<int>(l);
+    if (use_hidden) {
+      // dx is the gradient at block l's output (from the blocks above, or for the last block
+      // the final RMSNorm's input): SquareHead's term on that output adds its own there.
+      ScopedTimer t(timer(&TrainTimers::backward));
+      double unused = 0.0;
+      SPARQ_RETURN_IF_ERROR(
+          NormalizedMse(block_out(l), teacher_out(l), spec.hidden_weight, &unused, dh));
+      for (int64_t i = 0; i < n * d; ++i) dx[i] += dh[i];
+    }
     {
       // Recompute: the block's activations from its checkpointed input (bitwise the forward's).
       ScopedTimer t(timer(&TrainTimers::recompute));

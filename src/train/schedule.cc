@@ -112,12 +112,18 @@ Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                               std::span<const std::span<const int32_t>> sequences, double* loss,
                               ModelWeights* grads, const LossSpec& spec,
                               std::span<const std::span<const float>> teacher_logits,
+                              std::span<const std::span<const float>> teacher_hidden,
                               const TrainExec& exec) {
   if (sequences.empty()) return InvalidInput("AccumulatedLossAndGrad: no sequences");
-  const bool kl = spec.kl_weight > 0;
+  const bool kl = spec.kl_weight > 0, hidden = spec.hidden_weight > 0;
   if (kl && teacher_logits.size() != sequences.size()) {
     return InvalidInput("AccumulatedLossAndGrad: " + std::to_string(teacher_logits.size()) +
                         " teacher logits for " + std::to_string(sequences.size()) + " sequences");
+  }
+  if (hidden && teacher_hidden.size() != sequences.size()) {
+    return InvalidInput("AccumulatedLossAndGrad: " + std::to_string(teacher_hidden.size()) +
+                        " teacher hidden states for " + std::to_string(sequences.size()) +
+                        " sequences");
   }
   {
     ScopedTimer t(TimerSlot(exec.timers, &TrainTimers::optimizer));
@@ -128,6 +134,7 @@ Status AccumulatedLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
     LossResult r;
     LossSpec si = spec;
     si.teacher_logits = kl ? teacher_logits[i] : std::span<const float>();
+    si.teacher_hidden = hidden ? teacher_hidden[i] : std::span<const float>();
     // Each call adds its gradient to *grads (train_model.h), so the sum needs no copy.
     SPARQ_RETURN_IF_ERROR(ModelLossAndGrad(c, w, masks, sequences[i], si, &r, grads, exec)
                               .WithContext("micro-batch " + std::to_string(i)));
@@ -148,13 +155,13 @@ Status TrainOptions::Validate(const LlamaConfig& c) const {
   }
   if (accum < 1) return InvalidInput("train options: accum " + std::to_string(accum) + " < 1");
   auto weight = [](double x) { return std::isfinite(x) && x >= 0; };
-  if (!weight(ce_weight) || !weight(kl_weight) || ce_weight + kl_weight == 0 ||
-      !std::isfinite(tau) || !(tau > 0)) {
+  if (!weight(ce_weight) || !weight(kl_weight) || !weight(hidden_weight) ||
+      ce_weight + kl_weight + hidden_weight == 0 || !std::isfinite(tau) || !(tau > 0)) {
     return InvalidInput(
-        "train options: loss weights must be finite, >= 0 and not both 0, tau "
+        "train options: loss weights must be finite, >= 0 and not all 0, tau "
         "finite > 0 (got ce_weight " +
-        std::to_string(ce_weight) + ", kl_weight " + std::to_string(kl_weight) + ", tau " +
-        std::to_string(tau) + ")");
+        std::to_string(ce_weight) + ", kl_weight " + std::to_string(kl_weight) +
+        ", hidden_weight " + std::to_string(hidden_weight) + ", tau " + std::to_string(tau) + ")");
   }
   if (checkpoint_every < 0) {
     return InvalidInput("train options: checkpoint_every " + std::to_string(checkpoint_every) +

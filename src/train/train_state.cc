@@ -67,7 +67,11 @@ nlohmann::json OptionsJson(const TrainState& s) {
           {"checkpoint_every", o.checkpoint_every},
           {"data_tokens", s.data_tokens},
           {"data_hash", s.data_hash},
-          {"loss", {{"ce_weight", o.ce_weight}, {"kl_weight", o.kl_weight}, {"tau", o.tau}}},
+          {"loss",
+           {{"ce_weight", o.ce_weight},
+            {"kl_weight", o.kl_weight},
+            {"tau", o.tau},
+            {"hidden_weight", o.hidden_weight}}},
           {"lr",
            {{"peak", o.schedule.peak},
             {"warmup_steps", o.schedule.warmup_steps},
@@ -128,6 +132,10 @@ Result<TrainOptions> ParseOptions(const std::string& json, const std::string& pa
   SPARQ_ASSIGN_OR_RETURN(o.ce_weight, Field<double>(j, path, "loss.ce_weight"));
   SPARQ_ASSIGN_OR_RETURN(o.kl_weight, Field<double>(j, path, "loss.kl_weight"));
   SPARQ_ASSIGN_OR_RETURN(o.tau, Field<double>(j, path, "loss.tau"));
+  // Absent in states written before SquareHead existed: those had no hidden-state term.
+  if (j.at("loss").contains("hidden_weight")) {
+    SPARQ_ASSIGN_OR_RETURN(o.hidden_weight, Field<double>(j, path, "loss.hidden_weight"));
+  }
   SPARQ_ASSIGN_OR_RETURN(o.schedule.peak, Field<double>(j, path, "lr.peak"));
   SPARQ_ASSIGN_OR_RETURN(o.schedule.warmup_steps, Field<int64_t>(j, path, "lr.warmup_steps"));
   SPARQ_ASSIGN_OR_RETURN(o.schedule.total_steps, Field<int64_t>(j, path, "lr.total_steps"));

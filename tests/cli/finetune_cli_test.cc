@@ -1,7 +1,7 @@
 // `sparq finetune` as a command on tiny .sparq files (tests/train/finetune_testutil.h): a run
 // prints a progress line per step on stderr and a summary on stdout, --json is the summary alone,
-// --stop-at then --resume writes the same OUT as an uninterrupted run, and the error cases exit 1
-// with one line naming the problem.
+// --stop-at then --resume writes the same OUT as an uninterrupted run, --hidden trains, and the
+// error cases exit 1 with one line naming the problem.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -92,6 +92,22 @@ TEST_F(FinetuneCliTest, ErrorsExitOneWithOneLine) {
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/x.sparq"));
   EXPECT_EQ(RunSplit(Args("y.sparq") + " --resume", &out, &err), 1);  // no state file
   EXPECT_THAT(err, HasSubstr("y.sparq.state")) << err;
+  EXPECT_EQ(RunSplit(Args("z.sparq") + " --hidden -1", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("--hidden must be finite and >= 0")) << err;
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/z.sparq"));
+}
+
+// --hidden W (SquareHead) trains and is recorded in OUT's metadata; a resume with another weight
+// is refused naming the flag.
+TEST_F(FinetuneCliTest, HiddenTrainsAndAResumeWithAnotherWeightIsRefused) {
+  std::string out, err;
+  ASSERT_EQ(RunSplit(Args("hidden.sparq") + " --hidden 0.5", &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("trained steps 1..8 of 8")) << out;
+  auto ck = ReadCheckpoint(*dir_ + "/hidden.sparq");
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  EXPECT_THAT(ck->metadata.at("sparq.finetune"), HasSubstr("\"hidden\":0.5"));
+  EXPECT_EQ(RunSplit(Args("hidden.sparq") + " --hidden 1 --resume", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("--hidden 0.5, this run asks for 1")) << err;
 }
 
 }  // namespace

@@ -282,6 +282,114 @@ TEST_F(FinetuneTest, NormsOnlyChangesTheGainsAlone) {
   std::filesystem::remove(out + ".state");
 }
 
+// --hidden (SquareHead): a run with the term trains (the loss falls), its first loss is above the
+// KL + CE run's by the term (>= 0), the weight is saved in the state, and a resume asking for
+// another --hidden is refused naming the flag. Weights below 0 or not finite are refused.
+TEST_F(FinetuneTest, SquareHeadTrainsAndAResumeWithAnotherHiddenIsRefused) {
+  const std::string out = TempPath("hidden.sparq");
+  FinetuneOptions o = Options(out);
+  o.hidden = 0.5;
+  std::vector<double> losses;
+  o.progress = [&](const TrainProgress& p) { losses.push_back(p.loss); };
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->wrote_out);
+  ASSERT_EQ(losses.size(), 30u);
+  double head = 0, tail = 0;
+  for (int i = 0; i < 5; ++i) {
+    head += losses[i] / 5;
+    tail += losses[losses.size() - 1 - i] / 5;
+  }
+  std::printf("  with --hidden 0.5: loss first 5 steps %.4f, last 5 steps %.4f\n", head, tail);
+  EXPECT_LT(tail, 0.8 * head);
+  auto state = LoadTrainState(out + ".state");
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_EQ(state->options.hidden_weight, 0.5);
+  auto written = ReadCheckpoint(out);
+  ASSERT_TRUE(written.ok());
+  EXPECT_NE(written->metadata.at("sparq.finetune").find("\"hidden\":0.5"), std::string::npos);
+
+  // The same first step without the term: a smaller loss (the term is a sum of squares > 0 for a
+  // student that is not its teacher).
+  FinetuneOptions plain = Options(TempPath("plain.sparq"));
+  plain.stop_at = 1;
+  auto rp = Run(plain);
+  ASSERT_TRUE(rp.ok()) << rp.status().ToString();
+  std::printf("  first loss: %.4f with the term, %.4f without\n", r->first_loss, rp->first_loss);
+  EXPECT_GT(r->first_loss, rp->first_loss);
+  std::filesystem::remove(plain.out + ".state");
+
+  // SquareHead alone (no KL, no CE) is a loss that trains too.
+  FinetuneOptions alone = Options(TempPath("alone.sparq"));
+  alone.kl = 0.0;
+  alone.ce = 0.0;
+  alone.hidden = 1.0;
+  losses.clear();
+  alone.progress = [&](const TrainProgress& p) { losses.push_back(p.loss); };
+  auto ra = Run(alone);
+  ASSERT_TRUE(ra.ok()) << ra.status().ToString();
+  std::printf("  --hidden alone: loss %.4f -> %.4f\n", losses.front(), losses.back());
+  EXPECT_LT(losses.back(), 0.9 * losses.front());  // measured 0.79x
+  std::filesystem::remove(alone.out);
+  std::filesystem::remove(alone.out + ".state");
+
+  // A resume must ask for the same weight.
+  FinetuneOptions bad = Options(out);
+  bad.hidden = 0.25;
+  bad.resume = true;
+  auto e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(e.status().message().find("--hidden 0.5, this run asks for 0.25"), std::string::npos)
+      << e.status().ToString();
+  bad.hidden = 0.0;  // a state with the term resumed without it
+  e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--hidden"), std::string::npos) << e.status().ToString();
+
+  for (const double w : {-1.0, std::nan(""), static_cast<double>(INFINITY)}) {
+    FinetuneOptions neg = Options(TempPath("never.sparq"));
+    neg.hidden = w;
+    auto en = Run(neg);
+    ASSERT_FALSE(en.ok()) << w;
+    EXPECT_EQ(en.status().code(), StatusCode::kInvalidInput);
+    EXPECT_NE(en.status().message().find("--hidden must be finite and >= 0"), std::string::npos)
+        << en.status().ToString();
+  }
+  FinetuneOptions no_teacher = Options(TempPath("never.sparq"));
+  no_teacher.teacher.clear();
+  no_teacher.kl = 0.0;
+  no_teacher.hidden = 1.0;
+  auto et = Run(no_teacher);
+  ASSERT_FALSE(et.ok());
+  EXPECT_NE(et.status().message().find("--teacher"), std::string::npos) << et.status().ToString();
+  std::filesystem::remove(out);
+  std::filesystem::remove(out + ".state");
+}
+
+// SquareHead pairs the blocks one to one: a teacher of another depth is refused with --hidden
+// (naming both files and depths), while KL alone accepts it (it compares logits only).
+TEST_F(FinetuneTest, HiddenRefusesATeacherOfAnotherDepth) {
+  const std::string deep = TempPath("teacher3.sparq");
+  WriteTinySparq(deep, 4, AllDense, /*n_vocab=*/11, /*n_layer=*/3);
+  FinetuneOptions o = Options(TempPath("deep.sparq"));
+  o.teacher = deep;
+  o.hidden = 1.0;
+  auto r = Run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(r.status().message().find("has 3 blocks of width 16"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find(*student_ + " 2 of width 16"), std::string::npos)
+      << r.status().ToString();
+  o.hidden = 0.0;
+  o.stop_at = 1;
+  auto ok = Run(o);
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+  std::filesystem::remove(o.out + ".state");
+  std::filesystem::remove(deep);
+}
+
 TEST_F(FinetuneTest, ATeacherWithAnotherVocabularyIsRefusedNamingBothFiles) {
   const std::string other = TempPath("teacher12.sparq");
   WriteTinySparq(other, 3, AllDense, /*n_vocab=*/12);

@@ -39,11 +39,13 @@ inline Tensor F32Tensor(const std::vector<float>& v, std::vector<int64_t> shape)
 }
 
 // Writes the tiny model with weights from `seed` (pruned where the storage says so) to path;
-// store(l, s) picks each slot's storage. n_vocab: the config's (the tokenizer follows it).
+// store(l, s) picks each slot's storage. n_vocab: the config's (the tokenizer follows it);
+// n_layer: the config's (a teacher of another depth).
 inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*store)(int64_t, int),
-                           int64_t n_vocab = 11) {
+                           int64_t n_vocab = 11, int64_t n_layer = 2) {
   LlamaConfig c = TinyConfig();
   c.n_vocab = n_vocab;
+  c.n_layer = n_layer;
   std::mt19937_64 gen(seed);
   ModelWeights w = TinyWeights(c, &gen);
   Checkpoint ck;
