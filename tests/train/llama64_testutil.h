@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sparq/model.h"
@@ -151,6 +152,28 @@ inline double Loss64(const LlamaConfig& c, const Model64& m, std::span<const int
     for (int64_t v = 0; v < vocab; ++v) kl += std::exp(lp[v]) * (lp[v] - lq[v]);
   }
   return ce_w * ce / n + kl_w * kl / n;
+}
+
+// One tensor of the model: its name, its f64 copy (perturbed by the FD) and its f32 gradient.
+struct TensorRef {
+  std::string name;
+  Vec64* param;
+  const std::vector<float>* grad;
+};
+
+inline std::vector<TensorRef> Tensors(Model64* m, const ModelWeights& g) {
+  std::vector<TensorRef> t = {{"token_embd", &m->embd, &g.token_embd},
+                              {"output_norm", &m->out_norm, &g.output_norm}};
+  for (size_t l = 0; l < m->blocks.size(); ++l) {
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    t.push_back({blk + "attn_norm", &m->blocks[l].attn_norm, &g.blocks[l].attn_norm});
+    t.push_back({blk + "ffn_norm", &m->blocks[l].ffn_norm, &g.blocks[l].ffn_norm});
+    for (int s = 0; s < kNumSlots; ++s) {
+      t.push_back({blk + std::string(SlotName(static_cast<LinearSlot>(s))), &m->blocks[l].w[s],
+                   &g.blocks[l].linear[s]});
+    }
+  }
+  return t;
 }
 
 }  // namespace sparq::train::testing

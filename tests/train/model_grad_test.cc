@@ -43,33 +43,14 @@ using testing::Model64;
 using testing::RandomNormal;
 using testing::Seeded;
 using testing::TinyConfig;
+using testing::Tensors;
+using testing::TensorRef;
 using testing::Vec64;
 
 constexpr double kModelGradTol = 1e-4;
 constexpr double kModelFdStep = 1e-4;
 constexpr int kSamplesPerTensor = 12;
 
-// One tensor of the model: its name, its f64 copy (perturbed by the FD) and its f32 gradient.
-struct TensorRef {
-  std::string name;
-  Vec64* param;
-  const std::vector<float>* grad;
-};
-
-std::vector<TensorRef> Tensors(Model64* m, const ModelWeights& g) {
-  std::vector<TensorRef> t = {{"token_embd", &m->embd, &g.token_embd},
-                              {"output_norm", &m->out_norm, &g.output_norm}};
-  for (size_t l = 0; l < m->blocks.size(); ++l) {
-    const std::string blk = "blk." + std::to_string(l) + ".";
-    t.push_back({blk + "attn_norm", &m->blocks[l].attn_norm, &g.blocks[l].attn_norm});
-    t.push_back({blk + "ffn_norm", &m->blocks[l].ffn_norm, &g.blocks[l].ffn_norm});
-    for (int s = 0; s < kNumSlots; ++s) {
-      t.push_back({blk + std::string(SlotName(static_cast<LinearSlot>(s))), &m->blocks[l].w[s],
-                   &g.blocks[l].linear[s]});
-    }
-  }
-  return t;
-}
 
 struct Problem {
   LlamaConfig c = TinyConfig();
