@@ -19,8 +19,8 @@ namespace sparq::train {
 namespace {
 
 // The student must be a .sparq model: OUT is written in its formats (a GGUF or an HF folder has
-// no sparse structure to keep). Quantized values are refused before any training time is spent.
-Status CheckStudentFile(const std::string& path) {
+// no sparse structure to keep). Returns its checkpoint: the stored structure of quantized slots.
+Result<Checkpoint> ReadStudentFile(const std::string& path) {
   auto ck = ReadCheckpoint(path);
   if (!ck.ok()) {
     return ck.status().WithContext("finetune: the student must be a .sparq checkpoint");
@@ -30,13 +30,7 @@ Status CheckStudentFile(const std::string& path) {
                         " has no model configuration ('sparq.model' "
                         "metadata): the student must be a model checkpoint made by `sparq prune`");
   }
-  for (const CheckpointTensor& ct : ck->matrices) {
-    if (IsQuantized(ct.matrix)) {
-      return Unsupported("finetune: quantized students are not supported yet (tensor " + ct.name +
-                         " of " + path + ")");
-    }
-  }
-  return Status::Ok();
+  return std::move(*ck);
 }
 
 // Distillation compares logits token by token: the teacher must number the tokens the same way.
@@ -157,7 +151,7 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     return InvalidInput("finetune: --hidden must be finite and >= 0, got " +
                         std::to_string(o.hidden));
   }
-  SPARQ_RETURN_IF_ERROR(CheckStudentFile(o.student));
+  SPARQ_ASSIGN_OR_RETURN(Checkpoint student_ck, ReadStudentFile(o.student));
   SPARQ_ASSIGN_OR_RETURN(LlamaModel student, LlamaModel::Load(o.student, cfg));
   const LlamaConfig c = student.config();
 
@@ -222,6 +216,8 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   const std::string state_path = o.state_path.empty() ? o.out + ".state" : o.state_path;
   SPARQ_ASSIGN_OR_RETURN(TrainableModel tm, FromLlamaModel(student, pool));
   student = LlamaModel();  // the f32 masters replace it
+  SPARQ_RETURN_IF_ERROR(StudentQuantizedMasters(student_ck, c, &tm).WithContext(o.student));
+  student_ck = Checkpoint();
   TrainState state;
   if (o.resume) {
     SPARQ_ASSIGN_OR_RETURN(state, LoadTrainState(state_path));
