@@ -551,10 +551,17 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
         changed += py[rr * k + j] != px[rr * k + j];
       }
     }
-    // Row 0's first stored value of a sparse slot was a code meaning 0: still kept, trained.
+    // Row 1's first stored value of a sparse slot was a code meaning 0: still kept, trained.
     if (KindOf(x.matrix) != FormatKind::kDense) {
-      const int64_t p0 = pos[0];
-      ASSERT_GE(p0, 0);
+      int64_t p0 = -1;
+      for (int64_t p : pos) {
+        if (p >= k) {
+          p0 = p;
+          break;
+        }
+      }
+      ASSERT_GE(p0, k);
+      ASSERT_LT(p0, 2 * k);
       EXPECT_EQ(px[p0], 0.0f);
       const int64_t model_pos = (p0 / k) * k + (perm ? perm->tensor.data_as<int32_t>()[p0 % k]
                                                      : p0 % k);

@@ -23,7 +23,8 @@ namespace sparq::train::testing {
 
 // How each slot of a tiny student is stored.
 // The quantized kinds (int8:g32, int4:g32:sym, int4:g32 with a min) store one kept weight as a
-// code that means exactly 0 (N:M and CSR: row 0's first stored value), to check that it trains.
+// code that means exactly 0 (N:M and CSR: row 1's first stored value; row 0 of ffn_up feeds a
+// pruned column of a CSR ffn_down, so its gradient is 0), to check that it trains.
 enum class TinyStore {
   kDenseF32, kNm24F32, kNm24Bf16, kCsrF32, kNm24PermF32, kNm24Int8,
   kNm24Int4Sym, kNm24PermInt4Sym, kCsrInt8, kDenseInt4
@@ -118,12 +119,12 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
       if (!spec.empty()) {
         const ValueSpec vs = ValueSpec::Parse(spec).value();
         if (auto* nm = std::get_if<NmMatrix>(&*sm)) {
-          nm->values.mutable_data_as<float>()[0] = 0.0f;  // a kept weight whose code means 0
+          nm->values.mutable_data_as<float>()[nm->groups() * nm->n] = 0.0f;  // a kept 0 in row 1
           auto q = NmMatrix::Quantize(*nm, vs);
           ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
           sm = SparseMatrix(std::move(*q));
         } else if (auto* cm = std::get_if<CsrMatrix>(&*sm)) {
-          cm->values.mutable_data_as<float>()[0] = 0.0f;
+          cm->values.mutable_data_as<float>()[cm->row_ptr.data_as<int64_t>()[1]] = 0.0f;
           auto q = CsrMatrix::Quantize(*cm, vs);
           ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
           sm = SparseMatrix(std::move(*q));
