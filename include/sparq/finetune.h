@@ -62,6 +62,10 @@ struct FinetuneOptions {
   double hidden = 0.0;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
+  // A quantized student's trained matrices go back into their value specs by GPTQ with the masks
+  // fixed (`sparq quantize`'s path, calibrated on `texts`) where that keeps the stored structure
+  // bit for bit, else (and with gptq = false, `--requant rtn`) by round to nearest per group.
+  bool gptq = true;
   bool norms_only = false;  // train only the RMSNorm gains (`--train norms`): the matrices stay
   uint64_t seed = 0;
   int64_t checkpoint_every = 0;  // 0: the state is saved at the end only
@@ -80,6 +84,8 @@ struct FinetuneResult {
   double first_loss = 0.0, last_loss = 0.0;  // of this call's first / last step (0 if none)
   double seconds = 0.0;
   bool wrote_out = false;  // false when stopped by stop_at
+  // Trained quantized block matrices written back by GPTQ / by round to nearest.
+  int64_t requant_gptq = 0, requant_rtn = 0;
   std::string ToJson() const;
 };
 

@@ -14,6 +14,7 @@
 
 #include "sparq/checkpoint.h"
 #include "sparq/model.h"
+#include "src/train/stored_slots.h"
 
 namespace sparq::train {
 namespace {
@@ -134,7 +135,9 @@ std::string FinetuneResult::ToJson() const {
                       {"first_loss", first_loss},
                       {"last_loss", last_loss},
                       {"seconds", seconds},
-                      {"wrote_out", wrote_out}};
+                      {"wrote_out", wrote_out},
+                      {"requant_gptq", requant_gptq},
+                      {"requant_rtn", requant_rtn}};
   return j.dump(2);
 }
 
@@ -217,7 +220,9 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   SPARQ_ASSIGN_OR_RETURN(TrainableModel tm, FromLlamaModel(student, pool));
   student = LlamaModel();  // the f32 masters replace it
   SPARQ_RETURN_IF_ERROR(StudentQuantizedMasters(student_ck, c, &tm).WithContext(o.student));
-  student_ck = Checkpoint();
+  bool quantized = false;
+  for (const CheckpointTensor& ct : student_ck.matrices) quantized = quantized || IsQuantized(ct.matrix);
+  if (!quantized) student_ck = Checkpoint();  // kept for GPTQ's re-quantization only
   TrainState state;
   if (o.resume) {
     SPARQ_ASSIGN_OR_RETURN(state, LoadTrainState(state_path));
@@ -286,8 +291,25 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
                           {"seed", o.seed},
                           {"data_tokens", r.data_tokens},
                           {"train", o.norms_only ? "norms" : "all"}};
-    SPARQ_RETURN_IF_ERROR(WriteFinetunedCheckpoint(o.student, c, state.weights, o.out,
-                                                   {{"sparq.finetune", how.dump()}}));
+    SPARQ_ASSIGN_OR_RETURN(Checkpoint out, FinetunedCheckpoint(o.student, c, state.weights, false));
+    if (quantized && o.gptq) {
+      std::string calib;
+      for (const FinetuneText& t : o.texts) calib += (calib.empty() ? "" : "\n\n") + t.text;
+      // CalibrationTokens needs calib_len + 1 tokens of the text (encoded without BOS).
+      const int64_t len = std::max<int64_t>(
+          1, std::min<int64_t>({o.seq_len, 512, static_cast<int64_t>(tokens.size()) - 2}));
+      SPARQ_ASSIGN_OR_RETURN(GptqRequantReport g,
+                             RequantizeWithGptq(student_ck, o.student, c, state.weights, calib, len,
+                                                o.seed, o.out, cfg, pool, &out));
+      r.requant_gptq = g.gptq;
+      r.requant_rtn = g.rtn;
+      how["requant"] = {{"method", "gptq"}, {"gptq", g.gptq}, {"rtn", g.rtn}, {"calib_len", len}};
+      if (!g.note.empty()) how["requant"]["note"] = g.note;
+    } else if (quantized) {
+      how["requant"] = {{"method", "rtn"}};
+    }
+    out.metadata["sparq.finetune"] = how.dump();
+    SPARQ_RETURN_IF_ERROR(WriteCheckpoint(o.out, out));
     r.wrote_out = true;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

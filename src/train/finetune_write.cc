@@ -72,10 +72,16 @@ Result<SparseMatrix> Requantize(const SparseMatrix& s, const ValueSpec& spec,
 
 // A quantized ct.matrix: every stored slot is a kept weight (finetune_structure.cc trained it,
 // whatever its code), its value w at the slot's position, re-quantized into the stored spec.
-Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w) {
+// Weights equal to the student's dequantized values keep their codes bit for bit (`--train norms`).
+// numbers_only: the trained numbers in the same structure, not quantized (GPTQ's input).
+Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w, bool numbers_only) {
   const std::string& name = ct->name;
   const ValueSpec spec = QuantOf(ct->matrix)->spec;
   const std::vector<int64_t> pos = SlotPositions(ct->matrix);
+  if (!numbers_only) {
+    const Tensor d = ToDense(ct->matrix);
+    if (std::memcmp(d.data(), w.data(), w.size_bytes()) == 0) return Status::Ok();
+  }
   const int64_t k = Cols(ct->matrix);
   std::vector<bool> covered(w.size(), false);
   Tensor nt = Tensor::Alloc(DType::kF32, NumberShape(ct->matrix));
@@ -100,13 +106,17 @@ Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w) {
       },
       plain);
   MutableValuesOf(plain) = std::move(nt);
+  if (numbers_only) {
+    ct->matrix = std::move(plain);
+    return Validate(ct->matrix, name);
+  }
   SPARQ_ASSIGN_OR_RETURN(ct->matrix, Requantize(plain, spec, name));
   return Validate(ct->matrix, name);
 }
 
 // Replaces the values of ct.matrix with w [m, k] (in the stored column order).
-Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w) {
-  if (IsQuantized(ct->matrix)) return WriteQuantizedMatrix(ct, w);
+Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w, bool numbers_only) {
+  if (IsQuantized(ct->matrix)) return WriteQuantizedMatrix(ct, w, numbers_only);
   const std::string& name = ct->name;
   const Tensor& old = ValuesOf(ct->matrix);
   SPARQ_ASSIGN_OR_RETURN(Tensor old_f32, ToF32(old));
@@ -155,9 +165,8 @@ Status WritePlain(Checkpoint* ck, const std::string& name, std::span<const float
 
 }  // namespace
 
-Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
-                                const ModelWeights& w, const std::string& out_path,
-                                const std::map<std::string, std::string>& metadata) {
+Result<Checkpoint> FinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
+                                       const ModelWeights& w, bool numbers_only) {
   SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(student_path));
   if (!c.tied_output) {
     return Unsupported("finetune: " + student_path + " has an untied output head");
@@ -210,13 +219,20 @@ Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConf
         for (int64_t j = 0; j < k; ++j) stored[r * k + j] = src[r * k + perm[j]];
       wp = stored;
     }
-    SPARQ_RETURN_IF_ERROR(WriteMatrix(&ct, wp));
+    SPARQ_RETURN_IF_ERROR(WriteMatrix(&ct, wp, numbers_only));
     matrices.erase(it);
   }
   if (!matrices.empty()) {
     return InvalidInput("finetune: " + student_path + " has no matrix '" + matrices.begin()->first +
                         "'");
   }
+  return ck;
+}
+
+Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
+                                const ModelWeights& w, const std::string& out_path,
+                                const std::map<std::string, std::string>& metadata) {
+  SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, FinetunedCheckpoint(student_path, c, w, false));
   for (const auto& [key, value] : metadata) ck.metadata[key] = value;
   return WriteCheckpoint(out_path, ck);
 }

@@ -20,6 +20,10 @@ Tensor& MutableValuesOf(SparseMatrix& s) {
 
 }  // namespace
 
+const Tensor& StoredValues(const SparseMatrix& s) {
+  return std::visit([](const auto& x) -> const Tensor& { return x.values; }, s);
+}
+
 const QuantParts* QuantOf(const SparseMatrix& s) {
   return std::visit(
       [](const auto& x) -> const QuantParts* {

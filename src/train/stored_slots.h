@@ -3,9 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "sparq/checkpoint.h"
 #include "sparq/format.h"
+#include "sparq/kernel_config.h"
+#include "sparq/thread_pool.h"
+#include "sparq/train_model.h"
 
 namespace sparq::train {
 
@@ -21,5 +27,34 @@ std::vector<int64_t> NumberShape(const SparseMatrix& s);
 // the padded tail group). Quantized or not: the positions come from the structure (N:M metadata,
 // CSR indices) alone, so a kept weight whose value is 0 still has its slot.
 std::vector<int64_t> SlotPositions(const SparseMatrix& s);
+
+// The `values` tensor of s (numbers or codes).
+const Tensor& StoredValues(const SparseMatrix& s);
+
+// OUT's checkpoint as WriteFinetunedCheckpoint (sparq/finetune.h) builds it, without metadata
+// (finetune_write.cc). numbers_only: quantized matrices keep their structure but hold the trained
+// f32 numbers (no quantization parts): the input of a GPTQ re-quantization.
+Result<Checkpoint> FinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
+                                       const ModelWeights& w, bool numbers_only);
+
+// What RequantizeWithGptq did with the trained quantized block slots (unchanged ones excluded).
+struct GptqRequantReport {
+  int64_t candidates = 0;  // trained quantized block slots
+  int64_t gptq = 0;        // re-quantized by GPTQ
+  int64_t rtn = 0;         // kept round to nearest (structure would change, or permuted)
+  std::string note;        // why none went through GPTQ, if so
+};
+
+// Replaces out's round-to-nearest quantized block matrices (FinetunedCheckpoint of w) by GPTQ's
+// with the masks fixed (finetune_gptq.cc: PruneLlama per value spec on a temporary numbers copy
+// at tmp_prefix + ".gptq-in.sparq", calibrated on calib_text in 64 segments of calib_len tokens)
+// where GPTQ keeps the stored structure bit for bit. The temporary files are removed.
+Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
+                                             const std::string& student_path, const LlamaConfig& c,
+                                             const ModelWeights& w, std::string_view calib_text,
+                                             int64_t calib_len, uint64_t seed,
+                                             const std::string& tmp_prefix,
+                                             const KernelConfig& cfg, ThreadPool* pool,
+                                             Checkpoint* out);
 
 }  // namespace sparq::train

@@ -472,13 +472,15 @@ float MaxRowScale(const SparseMatrix& sm, int64_t r) {
 // A quantized student (int4:g32:sym and int8:g32 2:4, permuted 2:4 int4, int8:g32 CSR, int4:g32
 // dense, an int8 embedding, one f32 2:4 slot) trains: OUT has the same formats, value specs,
 // structure (N:M metadata, CSR indices, permutations) bit for bit, every stored value is the
-// trained weight rounded to its group (within half a step), nothing is stored outside the
-// structure, a kept weight whose code meant 0 is kept and trains, and OUT loads and runs.
+// trained weight rounded to nearest in its group (within half a step; --requant rtn), nothing is
+// stored outside the structure, a kept weight whose code meant 0 is kept and trains, and OUT
+// loads and runs.
 TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
   const std::string q = TempPath("quant_student.sparq"), out = TempPath("quant_out.sparq");
   WriteTinySparq(q, 1, testing::QuantStore, 11, 2, "int8:g32");
   FinetuneOptions o = Options(out);
   o.student = q;
+  o.gptq = false;
   std::vector<double> losses;
   o.progress = [&](const TrainProgress& p) { losses.push_back(p.loss); };
   auto r = Run(o);
@@ -586,15 +588,61 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
   for (const std::string& p : {q, out, out + ".state"}) std::filesystem::remove(p);
 }
 
+// GPTQ re-quantization (the default): a stopped and resumed run ends with the same OUT, bit for
+// bit; OUT keeps every matrix's format, value spec and structure; GPTQ wrote most trained block
+// matrices (the rest: round to nearest, where a weight still exactly 0 would have changed the
+// mask GPTQ reads), and its matrices differ from round to nearest's; OUT loads.
 TEST_F(FinetuneTest, AQuantizedStudentStoppedAndResumedEqualsAnUninterruptedRunBitForBit) {
   const std::string q = TempPath("quant_student2.sparq");
-  WriteTinySparq(q, 3, testing::QuantStore, 11, 2, "int8:g32");
+  WriteTinySparq(q, 3, testing::QuantStoreNoPerm, 11, 2, "int8:g32");
   const std::string full = TempPath("qfull.sparq"), part = TempPath("qpart.sparq");
   FinetuneOptions o = Options(full);
   o.student = q;
   o.tokens = 10 * 16;
   o.checkpoint_every = 3;
-  ASSERT_TRUE(Run(o).ok());
+  auto whole = Run(o);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  std::printf("  requantized: %lld by GPTQ, %lld by round to nearest\n",
+              static_cast<long long>(whole->requant_gptq),
+              static_cast<long long>(whole->requant_rtn));
+  EXPECT_EQ(whole->requant_gptq + whole->requant_rtn, 12);  // the trained quantized block slots
+  EXPECT_GE(whole->requant_gptq, 6);
+  {
+    auto a = ReadCheckpoint(q);
+    auto b = ReadCheckpoint(full);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->matrices.size(), b->matrices.size());
+    for (size_t i = 0; i < a->matrices.size(); ++i) {
+      const SparseMatrix& x = a->matrices[i].matrix;
+      const SparseMatrix& y = b->matrices[i].matrix;
+      SCOPED_TRACE(a->matrices[i].name);
+      EXPECT_EQ(KindOf(x), KindOf(y));
+      EXPECT_EQ(ValuesName(x), ValuesName(y));
+      ASSERT_TRUE(Validate(y, "y").ok());
+      if (const auto* nx = std::get_if<NmMatrix>(&x)) {
+        const Tensor& my = std::get<NmMatrix>(y).meta;
+        EXPECT_EQ(std::memcmp(nx->meta.data(), my.data(), my.nbytes()), 0);
+      }
+      if (const auto* cx = std::get_if<CsrMatrix>(&x)) {
+        const auto& cy = std::get<CsrMatrix>(y);
+        ASSERT_EQ(cx->col_idx.nbytes(), cy.col_idx.nbytes());
+        EXPECT_EQ(std::memcmp(cx->col_idx.data(), cy.col_idx.data(), cx->col_idx.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(cx->row_ptr.data(), cy.row_ptr.data(), cx->row_ptr.nbytes()), 0);
+      }
+    }
+    EXPECT_NE(b->metadata.at("sparq.finetune").find("\"gptq\""), std::string::npos);
+    ASSERT_TRUE(LlamaModel::Load(full, cfg_).ok());
+    // Round to nearest on the same training writes other values.
+    FinetuneOptions ro = o;
+    ro.out = TempPath("qrtn.sparq");
+    ro.gptq = false;
+    ASSERT_TRUE(Run(ro).ok());
+    EXPECT_FALSE(ReadAll(ro.out) == ReadAll(full));
+    std::filesystem::remove(ro.out);
+    std::filesystem::remove(ro.out + ".state");
+    EXPECT_FALSE(std::filesystem::exists(full + ".gptq-in.sparq"));
+    EXPECT_FALSE(std::filesystem::exists(full + ".gptq-out.sparq"));
+  }
   o.out = part;
   o.stop_at = 4;
   auto r = Run(o);

@@ -154,6 +154,11 @@ inline TinyStore QuantStore(int64_t l, int s) {
                                          TinyStore::kNm24Int8, TinyStore::kNm24F32};
   return kKinds[(l * kNumSlots + s) % 6];
 }
+// The same without channel permutations (GPTQ's re-quantization refuses permuted layers).
+inline TinyStore QuantStoreNoPerm(int64_t l, int s) {
+  const TinyStore st = QuantStore(l, s);
+  return st == TinyStore::kNm24PermInt4Sym ? TinyStore::kNm24Int4Sym : st;
+}
 
 // A learnable letter text over 'a'..'a'+vocab-1: mostly the bigram t -> (3 t + 1) mod V.
 inline std::string LetterText(int64_t len, uint64_t seed, int64_t vocab = 11) {
