@@ -2,14 +2,14 @@
 // FinetuneOptions::gptq): the library path `sparq quantize` takes (PruneLlama with the dense
 // pattern on a pruned .sparq: GPTQ with each sparse layer's mask fixed), run on a temporary copy
 // of OUT that holds the trained f32 numbers in the student's structure, once per value spec (a
-// student may mix specs), calibrated on the finetune's own text. Its matrices replace the round-
-// to-nearest ones only where they keep the student's structure bit for bit and its value spec:
-// PruneLlama reads a sparse layer's mask from its nonzero values, so a kept weight that is still
-// exactly 0 after training (or a channel-permuted layer, which it refuses) keeps round to nearest.
+// student may mix specs), calibrated on the finetune's own text. Its values and groups are
+// written into the student's structure (InStudentStructure), which stays bit for bit. A
+// channel-permuted student (PruneLlama refuses it) keeps round to nearest throughout.
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,26 +20,55 @@
 namespace sparq::train {
 namespace {
 
+bool SameShape(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape();
+}
 bool SameBytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  return SameShape(a, b) && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-// The structure (not the values) of a and b is the same, bit for bit.
-bool SameStructure(const SparseMatrix& a, const SparseMatrix& b) {
-  if (KindOf(a) != KindOf(b) || Rows(a) != Rows(b) || Cols(a) != Cols(b) ||
-      ValuesName(a) != ValuesName(b)) {
-    return false;
+// GPTQ's matrix g of a layer in the student's structure (that of rtn, the same layer rounded to
+// nearest): GPTQ's dequantized values at the student's slots, coded on GPTQ's groups (its
+// values lie on them, so their nearest codes give them back). GPTQ's own structure may differ
+// where it stored a kept weight that is 0 (PruneLlama encodes N:M from the values), but its
+// quantization groups are the same (N:M: consecutive kept slots; CSR, dense: column ranges).
+// nullopt where g does not fit: another kind, spec or group count, or a nonzero outside rtn's
+// structure.
+Result<std::optional<SparseMatrix>> InStudentStructure(const SparseMatrix& rtn,
+                                                       const SparseMatrix& g,
+                                                       const std::string& name) {
+  const QuantParts* rq = QuantOf(rtn);
+  const QuantParts* gq = QuantOf(g);
+  if (KindOf(rtn) != KindOf(g) || Rows(rtn) != Rows(g) || Cols(rtn) != Cols(g) ||
+      ValuesName(rtn) != ValuesName(g) || rq == nullptr || gq == nullptr ||
+      !SameShape(rq->scales, gq->scales)) {
+    return std::optional<SparseMatrix>();
   }
-  if (const auto* x = std::get_if<NmMatrix>(&a)) {
-    const auto& y = std::get<NmMatrix>(b);
-    return x->n == y.n && x->m == y.m && SameBytes(x->meta, y.meta);
+  const ValueSpec& spec = rq->spec;
+  const auto n_groups = static_cast<int64_t>(gq->scales.numel());
+  const auto* sc = gq->scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? gq->mins.data_as<uint16_t>() : nullptr;
+  std::vector<QuantGroup> fitted(n_groups);
+  for (int64_t i = 0; i < n_groups; ++i) {
+    fitted[i] = QuantGroupFromF16(sc[i], mn != nullptr ? mn[i] : 0, spec);
   }
-  if (const auto* x = std::get_if<CsrMatrix>(&a)) {
-    const auto& y = std::get<CsrMatrix>(b);
-    return SameBytes(x->row_ptr, y.row_ptr) && SameBytes(x->col_idx, y.col_idx);
+  const Tensor d = ToDense(g);
+  const float* dp = d.data_as<float>();
+  const std::vector<int64_t> pos = SlotPositions(rtn);
+  std::vector<bool> covered(static_cast<size_t>(d.numel()), false);
+  Tensor nt = Tensor::Alloc(DType::kF32, NumberShape(rtn));
+  float* nv = nt.mutable_data_as<float>();
+  for (size_t i = 0; i < pos.size(); ++i) {
+    nv[i] = pos[i] < 0 ? 0.0f : dp[pos[i]];
+    if (pos[i] >= 0) covered[pos[i]] = true;
   }
-  return KindOf(a) == FormatKind::kDense;
+  for (size_t j = 0; j < covered.size(); ++j) {
+    if (!covered[j] && dp[j] != 0.0f) return std::optional<SparseMatrix>();
+  }
+  SPARQ_ASSIGN_OR_RETURN(SparseMatrix q,
+                         QuantizeNumbers(WithNumbers(rtn, std::move(nt)), spec, fitted, name));
+  SPARQ_RETURN_IF_ERROR(Validate(q, name));
+  return std::optional<SparseMatrix>(std::move(q));
 }
 
 std::string EscapeRegex(const std::string& s) {
@@ -118,8 +147,12 @@ Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
       for (CheckpointTensor& t : out->matrices) {
         if (t.name == n) o = &t;
       }
-      if (g != nullptr && o != nullptr && SameStructure(g->matrix, o->matrix)) {
-        o->matrix = g->matrix;
+      std::optional<SparseMatrix> in;
+      if (g != nullptr && o != nullptr) {
+        SPARQ_ASSIGN_OR_RETURN(in, InStudentStructure(o->matrix, g->matrix, n));
+      }
+      if (in) {
+        o->matrix = std::move(*in);
         ++rep.gptq;
       } else {
         ++rep.rtn;

@@ -51,25 +51,6 @@ Status StoreValues(Tensor* t, std::span<const float> v, const std::string& name)
   }
 }
 
-// s (numbers, not codes) with quantized values of `spec`, fitted by round to nearest.
-Result<SparseMatrix> Requantize(const SparseMatrix& s, const ValueSpec& spec,
-                                const std::string& name) {
-  if (const auto* nm = std::get_if<NmMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(NmMatrix q, NmMatrix::Quantize(*nm, spec, {}, name));
-    return SparseMatrix(std::move(q));
-  }
-  if (const auto* c = std::get_if<CsrMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(CsrMatrix q, CsrMatrix::Quantize(*c, spec, {}, name));
-    return SparseMatrix(std::move(q));
-  }
-  if (const auto* d = std::get_if<DenseMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(DenseMatrix q, DenseMatrix::Quantize(*d, spec, {}, name));
-    return SparseMatrix(std::move(q));
-  }
-  return Unsupported("finetune: tensor '" + name + "': quantized " +
-                     std::string(FormatName(KindOf(s))) + " values cannot be written");
-}
-
 // A quantized ct.matrix: every stored slot is a kept weight (finetune_structure.cc trained it,
 // whatever its code), its value w at the slot's position, re-quantized into the stored spec.
 // Weights equal to the student's dequantized values keep their codes bit for bit (`--train norms`).
@@ -99,18 +80,12 @@ Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w, bool
                           std::to_string(w[j]) + " after training: the mask must stay fixed");
     }
   }
-  SparseMatrix plain = ct->matrix;  // the same structure, holding the trained numbers
-  std::visit(
-      [](auto& x) {
-        if constexpr (requires { x.quant; }) x.quant = QuantParts{};
-      },
-      plain);
-  MutableValuesOf(plain) = std::move(nt);
+  SparseMatrix plain = WithNumbers(ct->matrix, std::move(nt));  // the trained numbers
   if (numbers_only) {
     ct->matrix = std::move(plain);
     return Validate(ct->matrix, name);
   }
-  SPARQ_ASSIGN_OR_RETURN(ct->matrix, Requantize(plain, spec, name));
+  SPARQ_ASSIGN_OR_RETURN(ct->matrix, QuantizeNumbers(plain, spec, {}, name));
   return Validate(ct->matrix, name);
 }
 

@@ -46,6 +46,35 @@ std::vector<int64_t> NumberShape(const SparseMatrix& s) {
   return {Rows(s), Cols(s)};
 }
 
+SparseMatrix WithNumbers(const SparseMatrix& s, Tensor numbers) {
+  SparseMatrix plain = s;
+  std::visit(
+      [](auto& x) {
+        if constexpr (requires { x.quant; }) x.quant = QuantParts{};
+      },
+      plain);
+  MutableValuesOf(plain) = std::move(numbers);
+  return plain;
+}
+
+Result<SparseMatrix> QuantizeNumbers(const SparseMatrix& s, const ValueSpec& spec,
+                                     std::span<const QuantGroup> fitted, const std::string& name) {
+  if (const auto* nm = std::get_if<NmMatrix>(&s)) {
+    SPARQ_ASSIGN_OR_RETURN(NmMatrix q, NmMatrix::Quantize(*nm, spec, fitted, name));
+    return SparseMatrix(std::move(q));
+  }
+  if (const auto* c = std::get_if<CsrMatrix>(&s)) {
+    SPARQ_ASSIGN_OR_RETURN(CsrMatrix q, CsrMatrix::Quantize(*c, spec, fitted, name));
+    return SparseMatrix(std::move(q));
+  }
+  if (const auto* d = std::get_if<DenseMatrix>(&s)) {
+    SPARQ_ASSIGN_OR_RETURN(DenseMatrix q, DenseMatrix::Quantize(*d, spec, fitted, name));
+    return SparseMatrix(std::move(q));
+  }
+  return Unsupported("finetune: tensor '" + name + "': quantized " +
+                     std::string(FormatName(KindOf(s))) + " values cannot be written");
+}
+
 std::vector<int64_t> SlotPositions(const SparseMatrix& sm) {
   const std::vector<int64_t> shape = NumberShape(sm);
   int64_t nv = 1;
@@ -58,12 +87,7 @@ std::vector<int64_t> SlotPositions(const SparseMatrix& sm) {
   const int64_t n_dense = Rows(sm) * Cols(sm);
   std::vector<int64_t> slot(n_dense, 0);
   std::vector<bool> hit(n_dense, false);
-  SparseMatrix probe = sm;  // shares the structure's buffers; its values are replaced below
-  std::visit(
-      [](auto& x) {
-        if constexpr (requires { x.quant; }) x.quant = QuantParts{};
-      },
-      probe);
+  SparseMatrix probe = WithNumbers(sm, Tensor());  // the structure; values replaced below
   for (int shift = 0; shift == 0 || (nv - 1) >> shift > 0; shift += kDigitBits) {
     Tensor pv = Tensor::Alloc(DType::kF32, shape);
     float* p = pv.mutable_data_as<float>();
