@@ -12,8 +12,8 @@
 // not depend on its size.
 // Quantized students (int8 / int4 values: dense, N:M, CSR) train through f32 masters (their
 // codes dequantized; a sparse slot's mask from its stored structure, so a kept weight whose code
-// means 0 still trains) and are written back in their own value spec, rounded to nearest per group
-// (not GPTQ: re-run `sparq quantize OUT --calib TEXT` for GPTQ on the recovered weights).
+// means 0 still trains) and are written back in their own structure and value specs, by GPTQ
+// with the masks fixed (FinetuneOptions::gptq, `sparq quantize`'s path) or round to nearest.
 // What it does not do yet: an untied output head is refused (FromLlamaModel); a sparse slot's
 // gradient is computed dense, then masked.
 //
