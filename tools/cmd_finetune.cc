@@ -155,6 +155,10 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
       static_cast<long long>(r.start_step + 1), static_cast<long long>(r.end_step),
       static_cast<long long>(r.steps), static_cast<long long>(r.trained_tokens),
       static_cast<long long>(r.data_tokens), r.first_loss, r.last_loss, r.seconds, wrote.c_str());
+  if (r.requant_gptq + r.requant_rtn > 0) {
+    std::printf("quantized matrices written back: %lld by GPTQ, %lld by round to nearest\n",
+                static_cast<long long>(r.requant_gptq), static_cast<long long>(r.requant_rtn));
+  }
   return Status::Ok();
 }
 

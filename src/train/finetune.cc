@@ -306,7 +306,8 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
       how["requant"] = {{"method", "gptq"}, {"gptq", g.gptq}, {"rtn", g.rtn}, {"calib_len", len}};
       if (!g.note.empty()) how["requant"]["note"] = g.note;
     } else if (quantized) {
-      how["requant"] = {{"method", "rtn"}};
+      r.requant_rtn = static_cast<int64_t>(TrainedQuantizedBlockMatrices(student_ck, out).size());
+      how["requant"] = {{"method", "rtn"}, {"rtn", r.requant_rtn}};
     }
     out.metadata["sparq.finetune"] = how.dump();
     SPARQ_RETURN_IF_ERROR(WriteCheckpoint(o.out, out));

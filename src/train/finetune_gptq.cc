@@ -71,6 +71,27 @@ Result<std::optional<SparseMatrix>> InStudentStructure(const SparseMatrix& rtn,
   return std::optional<SparseMatrix>(std::move(q));
 }
 
+}  // namespace
+
+std::vector<std::string> TrainedQuantizedBlockMatrices(const Checkpoint& student,
+                                                       const Checkpoint& out) {
+  std::vector<std::string> names;
+  for (const CheckpointTensor& ct : student.matrices) {
+    if (!IsQuantized(ct.matrix) || !ct.name.starts_with("blk.")) continue;
+    const CheckpointTensor* o = out.FindMatrix(ct.name);
+    if (o == nullptr || !IsQuantized(o->matrix)) continue;
+    // Unchanged weights keep their codes (FinetunedCheckpoint): nothing was re-fitted.
+    if (SameBytes(QuantOf(o->matrix)->scales, QuantOf(ct.matrix)->scales) &&
+        SameBytes(StoredValues(o->matrix), StoredValues(ct.matrix))) {
+      continue;
+    }
+    names.push_back(ct.name);
+  }
+  return names;
+}
+
+namespace {
+
 std::string EscapeRegex(const std::string& s) {
   std::string r;
   for (char ch : s) {
@@ -93,18 +114,10 @@ Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
   // Trained, quantized block slots by value spec.
   std::map<std::string, std::vector<std::string>> by_spec;
   bool permuted = false;
-  for (const CheckpointTensor& ct : student.matrices) {
-    if (!IsQuantized(ct.matrix) || !ct.name.starts_with("blk.")) continue;
-    const CheckpointTensor* o = out->FindMatrix(ct.name);
-    if (o == nullptr) continue;
-    // Unchanged weights keep their codes (FinetunedCheckpoint): nothing to re-fit.
-    if (SameBytes(QuantOf(o->matrix)->scales, QuantOf(ct.matrix)->scales) &&
-        SameBytes(StoredValues(o->matrix), StoredValues(ct.matrix))) {
-      continue;
-    }
+  for (const std::string& name : TrainedQuantizedBlockMatrices(student, *out)) {
     ++rep.candidates;
-    permuted = permuted || student.FindTensor(ct.name + ".perm") != nullptr;
-    by_spec[QuantOf(ct.matrix)->spec.Name()].push_back(ct.name);
+    permuted = permuted || student.FindTensor(name + ".perm") != nullptr;
+    by_spec[QuantOf(student.FindMatrix(name)->matrix)->spec.Name()].push_back(name);
   }
   if (by_spec.empty()) return rep;
   if (permuted) {  // PruneLlama refuses a permuted input: round to nearest throughout

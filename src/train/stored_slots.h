@@ -46,6 +46,11 @@ Result<SparseMatrix> QuantizeNumbers(const SparseMatrix& s, const ValueSpec& spe
 Result<Checkpoint> FinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
                                        const ModelWeights& w, bool numbers_only);
 
+// The quantized block matrices ("blk.*") of student whose values out re-fitted (codes or scales
+// differ): the trained ones.
+std::vector<std::string> TrainedQuantizedBlockMatrices(const Checkpoint& student,
+                                                       const Checkpoint& out);
+
 // What RequantizeWithGptq did with the trained quantized block slots (unchanged ones excluded).
 struct GptqRequantReport {
   int64_t candidates = 0;  // trained quantized block slots

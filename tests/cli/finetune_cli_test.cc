@@ -129,6 +129,14 @@ TEST_F(FinetuneCliTest, AQuantizedStudentTrainsWithGptqOrRoundToNearest) {
   ASSERT_EQ(RunSplit(args("qr.sparq") + " --requant rtn", &out, &err), 0) << err;
   j = nlohmann::json::parse(out);
   EXPECT_EQ(j["requant_gptq"], 0) << out;
+  EXPECT_EQ(j["requant_rtn"], 12) << out;
+  ASSERT_EQ(RunSplit(args("qs.sparq").substr(0, args("qs.sparq").find(" --json")) + " -o " +
+                         *dir_ + "/qs.sparq",
+                     &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("quantized matrices written back: 12 by GPTQ, 0 by round to nearest"))
+      << out;
   for (const char* f : {"qg.sparq", "qr.sparq"}) {
     ASSERT_EQ(RunSplit(std::string("inspect ") + *dir_ + "/" + f, &out, &err), 0) << err;
     EXPECT_THAT(out, HasSubstr("int4:g32:sym")) << out;
