@@ -661,6 +661,48 @@ TEST_F(FinetuneTest, AQuantizedStudentStoppedAndResumedEqualsAnUninterruptedRunB
   }
 }
 
+// A channel-permuted quantized student (PruneLlama refuses permuted inputs) falls back to round
+// to nearest under GPTQ, saying so in OUT's metadata; --train norms leaves every quantized
+// matrix bit for bit (unchanged weights keep their codes) and re-quantizes none.
+TEST_F(FinetuneTest, AQuantizedStudentFallsBackToRoundToNearestWhenPermutedAndKeepsCodesForNorms) {
+  const std::string q = TempPath("quant_student4.sparq"), out = TempPath("quant_out4.sparq");
+  WriteTinySparq(q, 1, testing::QuantStore, 11, 2, "int8:g32");
+  FinetuneOptions o = Options(out);
+  o.student = q;
+  o.tokens = 3 * 16;
+  o.warmup = 1;
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requant_gptq, 0);
+  EXPECT_EQ(r->requant_rtn, 12);
+  auto b = ReadCheckpoint(out);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(b->metadata.at("sparq.finetune").find("channel-permuted"), std::string::npos)
+      << b->metadata.at("sparq.finetune");
+
+  o.norms_only = true;
+  r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requant_gptq + r->requant_rtn, 0);
+  auto a = ReadCheckpoint(q);
+  b = ReadCheckpoint(out);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < a->matrices.size(); ++i) {
+    const SparseMatrix& x = a->matrices[i].matrix;
+    const SparseMatrix& y = b->matrices[i].matrix;
+    if (!IsQuantized(x)) continue;
+    SCOPED_TRACE(a->matrices[i].name);
+    const Tensor& vx = std::visit([](const auto& m) -> const Tensor& { return m.values; }, x);
+    const Tensor& vy = std::visit([](const auto& m) -> const Tensor& { return m.values; }, y);
+    ASSERT_EQ(vx.nbytes(), vy.nbytes());
+    EXPECT_EQ(std::memcmp(vx.data(), vy.data(), vx.nbytes()), 0);
+    const Tensor& sx = QuantOf(x)->scales;
+    const Tensor& sy = QuantOf(y)->scales;
+    EXPECT_EQ(std::memcmp(sx.data(), sy.data(), sx.nbytes()), 0);
+  }
+  for (const std::string& p : {q, out, out + ".state"}) std::filesystem::remove(p);
+}
+
 // A quantized sparse slot's mask is fixed too: a trained weight outside its structure is refused.
 TEST_F(FinetuneTest, WritingANonzeroPrunedWeightOfAQuantizedSlotNamesTheTensor) {
   const std::string q = TempPath("quant_student3.sparq");
