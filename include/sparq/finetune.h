@@ -92,9 +92,10 @@ struct FinetuneResult {
 // The whole run: loads the student (LlamaModel::Load) and the teacher, tokenizes the texts with
 // the student's tokenizer, trains (TrainLoop, saving the state to state_path every
 // checkpoint_every steps and at the end) and writes out (WriteFinetunedCheckpoint).
-// Errors (kInvalidInput unless said): a student that is not a .sparq model checkpoint, a teacher whose vocabulary differs (naming both
-// files), texts with fewer than seq_len + 1 tokens, a non-finite loss (the run stops; the state
-// file holds the last good step), a --resume state from another student, data or options.
+// Errors (kInvalidInput unless said): a student that is not a .sparq model checkpoint, a teacher
+// whose vocabulary differs (naming both files), texts with fewer than seq_len + 1 tokens, a
+// non-finite loss (the run stops; the state file holds the last good step), a --resume state from
+// another student, data or options.
 Result<FinetuneResult> Finetune(const FinetuneOptions& opt, const KernelConfig& cfg,
                                 ThreadPool* pool);
 

@@ -221,7 +221,8 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   student = LlamaModel();  // the f32 masters replace it
   SPARQ_RETURN_IF_ERROR(StudentQuantizedMasters(student_ck, c, &tm).WithContext(o.student));
   bool quantized = false;
-  for (const CheckpointTensor& ct : student_ck.matrices) quantized = quantized || IsQuantized(ct.matrix);
+  for (const CheckpointTensor& ct : student_ck.matrices)
+    quantized = quantized || IsQuantized(ct.matrix);
   if (!quantized) student_ck = Checkpoint();  // kept for GPTQ's re-quantization only
   TrainState state;
   if (o.resume) {

@@ -107,9 +107,8 @@ Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
                                              const std::string& student_path, const LlamaConfig& c,
                                              const ModelWeights& w, std::string_view calib_text,
                                              int64_t calib_len, uint64_t seed,
-                                             const std::string& tmp_prefix,
-                                             const KernelConfig& cfg, ThreadPool* pool,
-                                             Checkpoint* out) {
+                                             const std::string& tmp_prefix, const KernelConfig& cfg,
+                                             ThreadPool* pool, Checkpoint* out) {
   GptqRequantReport rep;
   // Trained, quantized block slots by value spec.
   std::map<std::string, std::vector<std::string>> by_spec;
@@ -152,7 +151,8 @@ Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
       opt.include += (opt.include.empty() ? "" : "|") + EscapeRegex(n);
     }
     auto r = PruneLlama(in_path, calib_text, opt, q_path, cfg, pool);
-    if (!r.ok()) return r.status().WithContext("finetune: GPTQ re-quantization (" + spec_name + ")");
+    if (!r.ok())
+      return r.status().WithContext("finetune: GPTQ re-quantization (" + spec_name + ")");
     SPARQ_ASSIGN_OR_RETURN(Checkpoint q, ReadCheckpoint(q_path));
     for (const std::string& n : names) {
       const CheckpointTensor* g = q.FindMatrix(n);

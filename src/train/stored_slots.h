@@ -67,8 +67,7 @@ Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
                                              const std::string& student_path, const LlamaConfig& c,
                                              const ModelWeights& w, std::string_view calib_text,
                                              int64_t calib_len, uint64_t seed,
-                                             const std::string& tmp_prefix,
-                                             const KernelConfig& cfg, ThreadPool* pool,
-                                             Checkpoint* out);
+                                             const std::string& tmp_prefix, const KernelConfig& cfg,
+                                             ThreadPool* pool, Checkpoint* out);
 
 }  // namespace sparq::train

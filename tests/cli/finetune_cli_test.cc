@@ -119,7 +119,8 @@ TEST_F(FinetuneCliTest, AQuantizedStudentTrainsWithGptqOrRoundToNearest) {
   auto args = [&](const std::string& out) {
     return "finetune " + q + " --teacher " + *dir_ + "/teacher.sparq --text " + *dir_ +
            "/text.txt --tokens 64 --seq-len 8 --accum 2 --ce 1 --seed 3 --threads 1 --lr 5e-3 "
-           "--warmup 1 --json -o " + *dir_ + "/" + out;
+           "--warmup 1 --json -o " +
+           *dir_ + "/" + out;
   };
   std::string out, err;
   ASSERT_EQ(RunSplit(args("qg.sparq"), &out, &err), 0) << err;
@@ -130,8 +131,8 @@ TEST_F(FinetuneCliTest, AQuantizedStudentTrainsWithGptqOrRoundToNearest) {
   j = nlohmann::json::parse(out);
   EXPECT_EQ(j["requant_gptq"], 0) << out;
   EXPECT_EQ(j["requant_rtn"], 12) << out;
-  ASSERT_EQ(RunSplit(args("qs.sparq").substr(0, args("qs.sparq").find(" --json")) + " -o " +
-                         *dir_ + "/qs.sparq",
+  ASSERT_EQ(RunSplit(args("qs.sparq").substr(0, args("qs.sparq").find(" --json")) + " -o " + *dir_ +
+                         "/qs.sparq",
                      &out, &err),
             0)
       << err;

@@ -28,7 +28,6 @@
 namespace sparq::train {
 namespace {
 
-
 using testing::AllDense;
 using testing::LetterText;
 using testing::MixedStore;
@@ -565,15 +564,15 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
       ASSERT_GE(p0, k);
       ASSERT_LT(p0, 2 * k);
       EXPECT_EQ(px[p0], 0.0f);
-      const int64_t model_pos = (p0 / k) * k + (perm ? perm->tensor.data_as<int32_t>()[p0 % k]
-                                                     : p0 % k);
+      const int64_t model_pos =
+          (p0 / k) * k + (perm ? perm->tensor.data_as<int32_t>()[p0 % k] : p0 % k);
       const std::vector<int64_t>& kept = state->masks[l].kept[slot];
       EXPECT_TRUE(std::find(kept.begin(), kept.end(), model_pos) != kept.end());
       EXPECT_NE(tw[model_pos], 0.0f) << "the kept zero trained";
       kept_zeros_trained += tw[model_pos] != 0.0f;
     }
   }
-  EXPECT_EQ(quantized, 13);  // 12 of the 14 block slots, and the embedding
+  EXPECT_EQ(quantized, 13);           // 12 of the 14 block slots, and the embedding
   EXPECT_EQ(kept_zeros_trained, 10);  // the N:M and CSR quantized slots
   EXPECT_GT(changed, 100);
   // OUT loads and runs.

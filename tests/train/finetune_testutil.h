@@ -26,19 +26,31 @@ namespace sparq::train::testing {
 // code that means exactly 0 (N:M and CSR: row 1's first stored value; row 0 of ffn_up feeds a
 // pruned column of a CSR ffn_down, so its gradient is 0), to check that it trains.
 enum class TinyStore {
-  kDenseF32, kNm24F32, kNm24Bf16, kCsrF32, kNm24PermF32, kNm24Int8,
-  kNm24Int4Sym, kNm24PermInt4Sym, kCsrInt8, kDenseInt4
+  kDenseF32,
+  kNm24F32,
+  kNm24Bf16,
+  kCsrF32,
+  kNm24PermF32,
+  kNm24Int8,
+  kNm24Int4Sym,
+  kNm24PermInt4Sym,
+  kCsrInt8,
+  kDenseInt4
 };
 
 // The value spec of a quantized kind, else "".
 inline const char* TinyQuantSpec(TinyStore st) {
   switch (st) {
     case TinyStore::kNm24Int8:
-    case TinyStore::kCsrInt8: return "int8:g32";
+    case TinyStore::kCsrInt8:
+      return "int8:g32";
     case TinyStore::kNm24Int4Sym:
-    case TinyStore::kNm24PermInt4Sym: return "int4:g32:sym";
-    case TinyStore::kDenseInt4: return "int4:g32";
-    default: return "";
+    case TinyStore::kNm24PermInt4Sym:
+      return "int4:g32:sym";
+    case TinyStore::kDenseInt4:
+      return "int4:g32";
+    default:
+      return "";
   }
 }
 
@@ -150,8 +162,8 @@ inline TinyStore AllDense(int64_t, int) { return TinyStore::kDenseF32; }
 // numbers (f32 2:4).
 inline TinyStore QuantStore(int64_t l, int s) {
   static constexpr TinyStore kKinds[] = {TinyStore::kNm24Int4Sym, TinyStore::kCsrInt8,
-                                         TinyStore::kDenseInt4, TinyStore::kNm24PermInt4Sym,
-                                         TinyStore::kNm24Int8, TinyStore::kNm24F32};
+                                         TinyStore::kDenseInt4,   TinyStore::kNm24PermInt4Sym,
+                                         TinyStore::kNm24Int8,    TinyStore::kNm24F32};
   return kKinds[(l * kNumSlots + s) % 6];
 }
 // The same without channel permutations (GPTQ's re-quantization refuses permuted layers).
