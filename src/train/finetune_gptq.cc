@@ -5,7 +5,6 @@
 // student may mix specs), calibrated on the finetune's own text. Its values and groups are
 // written into the student's structure (InStudentStructure), which stays bit for bit. A
 // channel-permuted student (PruneLlama refuses it) keeps round to nearest throughout.
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -115,11 +114,12 @@ Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
   bool permuted = false;
   for (const std::string& name : TrainedQuantizedBlockMatrices(student, *out)) {
     ++rep.candidates;
-    permuted = permuted || student.FindTensor(name + ".perm") != nullptr;
     by_spec[QuantOf(student.FindMatrix(name)->matrix)->spec.Name()].push_back(name);
   }
+  // PruneLlama refuses an input with any channel-permuted layer, quantized or not.
+  for (const NamedTensor& t : student.tensors) permuted = permuted || t.name.ends_with(".perm");
   if (by_spec.empty()) return rep;
-  if (permuted) {  // PruneLlama refuses a permuted input: round to nearest throughout
+  if (permuted) {  // round to nearest throughout
     rep.rtn = rep.candidates;
     rep.note = "a channel-permuted layer: GPTQ re-quantization refuses permuted inputs";
     return rep;
@@ -150,12 +150,17 @@ Result<GptqRequantReport> RequantizeWithGptq(const Checkpoint& student,
     for (const std::string& n : names) {
       opt.include += (opt.include.empty() ? "" : "|") + EscapeRegex(n);
     }
+    // A failure here (after the training) keeps round to nearest for this spec and says why:
+    // the trained run is not lost.
     auto r = PruneLlama(in_path, calib_text, opt, q_path, cfg, pool);
-    if (!r.ok())
-      return r.status().WithContext("finetune: GPTQ re-quantization (" + spec_name + ")");
-    SPARQ_ASSIGN_OR_RETURN(Checkpoint q, ReadCheckpoint(q_path));
+    auto q = r.ok() ? ReadCheckpoint(q_path) : Result<Checkpoint>(r.status());
+    if (!q.ok()) {
+      rep.rtn += static_cast<int64_t>(names.size());
+      rep.note += (rep.note.empty() ? "" : "; ") + spec_name + ": " + q.status().ToString();
+      continue;
+    }
     for (const std::string& n : names) {
-      const CheckpointTensor* g = q.FindMatrix(n);
+      const CheckpointTensor* g = q->FindMatrix(n);
       CheckpointTensor* o = nullptr;
       for (CheckpointTensor& t : out->matrices) {
         if (t.name == n) o = &t;

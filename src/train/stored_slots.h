@@ -56,7 +56,7 @@ struct GptqRequantReport {
   int64_t candidates = 0;  // trained quantized block slots
   int64_t gptq = 0;        // re-quantized by GPTQ
   int64_t rtn = 0;         // kept round to nearest (structure would change, or permuted)
-  std::string note;        // why none went through GPTQ, if so
+  std::string note;        // why matrices kept round to nearest (permuted, a GPTQ error), if so
 };
 
 // Replaces out's round-to-nearest quantized block matrices (FinetunedCheckpoint of w) by GPTQ's

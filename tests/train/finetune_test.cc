@@ -660,8 +660,8 @@ TEST_F(FinetuneTest, AQuantizedStudentStoppedAndResumedEqualsAnUninterruptedRunB
   }
 }
 
-// A channel-permuted quantized student (PruneLlama refuses permuted inputs) falls back to round
-// to nearest under GPTQ, saying so in OUT's metadata; --train norms leaves every quantized
+// A quantized student with a channel-permuted slot, quantized or not (PruneLlama refuses
+// permuted inputs), falls back to round to nearest under GPTQ, saying so in OUT's metadata; --train norms leaves every quantized
 // matrix bit for bit (unchanged weights keep their codes) and re-quantizes none.
 TEST_F(FinetuneTest, AQuantizedStudentFallsBackToRoundToNearestWhenPermutedAndKeepsCodesForNorms) {
   const std::string q = TempPath("quant_student4.sparq"), out = TempPath("quant_out4.sparq");
@@ -678,6 +678,20 @@ TEST_F(FinetuneTest, AQuantizedStudentFallsBackToRoundToNearestWhenPermutedAndKe
   ASSERT_TRUE(b.ok());
   EXPECT_NE(b->metadata.at("sparq.finetune").find("channel-permuted"), std::string::npos)
       << b->metadata.at("sparq.finetune");
+
+  // A permuted slot of numbers (PruneLlama refuses any permuted layer) does the same.
+  const std::string q2 = TempPath("quant_student5.sparq");
+  WriteTinySparq(q2, 1, [](int64_t l, int s) {
+    return l == 1 && s == 0 ? testing::TinyStore::kNm24PermF32 : testing::QuantStoreNoPerm(l, s);
+  });
+  FinetuneOptions o2 = o;
+  o2.student = q2;
+  o2.out = TempPath("quant_out5.sparq");
+  r = Run(o2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requant_gptq, 0);
+  EXPECT_GT(r->requant_rtn, 0);
+  for (const std::string& p : {q2, o2.out, o2.out + ".state"}) std::filesystem::remove(p);
 
   o.norms_only = true;
   r = Run(o);
