@@ -28,6 +28,7 @@ struct FinetuneCliOptions {
   train::SelfDistillOptions distill;
   std::string distill_cache;  // "": OUT.distill.txt
   std::string train = "all";  // --train all | norms
+  std::string requant = "gptq";  // --requant gptq | rtn
   int threads = 0;
   bool timings = false;
   train::TrainTimers timers;
@@ -154,6 +155,10 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
       static_cast<long long>(r.start_step + 1), static_cast<long long>(r.end_step),
       static_cast<long long>(r.steps), static_cast<long long>(r.trained_tokens),
       static_cast<long long>(r.data_tokens), r.first_loss, r.last_loss, r.seconds, wrote.c_str());
+  if (r.requant_gptq + r.requant_rtn > 0) {
+    std::printf("quantized matrices written back: %lld by GPTQ, %lld by round to nearest\n",
+                static_cast<long long>(r.requant_gptq), static_cast<long long>(r.requant_rtn));
+  }
   return Status::Ok();
 }
 
@@ -225,6 +230,12 @@ Registrar reg(
                      "What trains: all (every weight) | norms (only the RMSNorm gains)")
           ->capture_default_str()
           ->check(CLI::IsMember({"all", "norms"}));
+      sub.add_option("--requant", o->requant,
+                     "A quantized student's trained weights back into its value specs: gptq "
+                     "(masks fixed, calibrated on the training text; round to nearest where it "
+                     "would change a layer's structure) | rtn (round to nearest)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"gptq", "rtn"}));
       sub.add_option("--seed", l.seed, "Seed of the data order")->capture_default_str();
       sub.add_option("--threads", o->threads,
                      "Threads (the teacher's forward and the training step; same results for any)");
@@ -246,6 +257,7 @@ Registrar reg(
       sub.add_option("-o,--output", l.out, "Output .sparq")->required();
       return [o](const KernelConfig& cfg) {
         o->lib.norms_only = o->train == "norms";
+        o->lib.gptq = o->requant == "gptq";
         return RunFinetune(*o, cfg);
       };
     });

@@ -10,8 +10,12 @@
 // sparq/train_model.h: f32 BLAS tiles, attention and the per-row ops split over the pool), the
 // teacher's forward on the runtime's kernels; both on the pool passed in, with results that do
 // not depend on its size.
-// What it does not do yet: quantized students (int8 / int4 values) are refused; an untied output
-// head is refused (FromLlamaModel); a sparse slot's gradient is computed dense, then masked.
+// Quantized students (int8 / int4 values: dense, N:M, CSR) train through f32 masters (their
+// codes dequantized; a sparse slot's mask from its stored structure, so a kept weight whose code
+// means 0 still trains) and are written back in their own structure and value specs, by GPTQ
+// with the masks fixed (FinetuneOptions::gptq, `sparq quantize`'s path) or round to nearest.
+// What it does not do yet: an untied output head is refused (FromLlamaModel); a sparse slot's
+// gradient is computed dense, then masked.
 //
 // Determinism: a run is a function of (student, teacher, texts, options); a run stopped after k
 // steps and resumed from its state file ends with the same OUT, bit for bit.
@@ -24,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "sparq/checkpoint.h"
 #include "sparq/kernel_config.h"
 #include "sparq/status.h"
 #include "sparq/thread_pool.h"
@@ -57,6 +62,10 @@ struct FinetuneOptions {
   double hidden = 0.0;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
+  // A quantized student's trained matrices go back into their value specs by GPTQ with the masks
+  // fixed (`sparq quantize`'s path, calibrated on `texts`) where that keeps the stored structure
+  // bit for bit, else (and with gptq = false, `--requant rtn`) by round to nearest per group.
+  bool gptq = true;
   bool norms_only = false;  // train only the RMSNorm gains (`--train norms`): the matrices stay
   uint64_t seed = 0;
   int64_t checkpoint_every = 0;  // 0: the state is saved at the end only
@@ -75,27 +84,39 @@ struct FinetuneResult {
   double first_loss = 0.0, last_loss = 0.0;  // of this call's first / last step (0 if none)
   double seconds = 0.0;
   bool wrote_out = false;  // false when stopped by stop_at
+  // Trained quantized block matrices written back by GPTQ / by round to nearest.
+  int64_t requant_gptq = 0, requant_rtn = 0;
   std::string ToJson() const;
 };
 
 // The whole run: loads the student (LlamaModel::Load) and the teacher, tokenizes the texts with
 // the student's tokenizer, trains (TrainLoop, saving the state to state_path every
 // checkpoint_every steps and at the end) and writes out (WriteFinetunedCheckpoint).
-// Errors (kInvalidInput unless said): a student that is not a .sparq model checkpoint, a quantized
-// student (kUnsupported, naming the tensor), a teacher whose vocabulary differs (naming both
-// files), texts with fewer than seq_len + 1 tokens, a non-finite loss (the run stops; the state
-// file holds the last good step), a --resume state from another student, data or options.
+// Errors (kInvalidInput unless said): a student that is not a .sparq model checkpoint, a teacher
+// whose vocabulary differs (naming both files), texts with fewer than seq_len + 1 tokens, a
+// non-finite loss (the run stops; the state file holds the last good step), a --resume state from
+// another student, data or options.
 Result<FinetuneResult> Finetune(const FinetuneOptions& opt, const KernelConfig& cfg,
                                 ThreadPool* pool);
 
 // Writes `w` as a copy of the .sparq checkpoint at student_path: every matrix keeps its format,
 // structure (indices, metadata), pattern and value dtype, its values replaced by w's (rounded to
 // bf16 / f16 where stored so; channel-permuted slots stored permuted again, `.perm` tensors
-// kept); plain tensors (embedding, norms) keep their dtypes. `metadata` entries are added to the
-// student's. Errors: a quantized matrix (kUnsupported: "finetune: quantized students are not
-// supported yet (tensor X)"), a shape that differs, a weight of w that is nonzero where the
-// student's matrix holds no value or an explicit 0 (naming the tensor and entry: the mask must be
-// fixed). Written atomically.
+// kept); plain tensors (embedding, norms) keep their dtypes. A quantized matrix keeps its
+// structure and value spec (same int8 / int4, group, sym / min): every stored slot takes w's value
+// and each group is re-fitted by round to nearest (NmMatrix / CsrMatrix / DenseMatrix::Quantize).
+// `metadata` entries are added to the student's. Errors: a shape that differs, a weight of w that
+// is nonzero where the student's matrix holds no value or (numbers, sparse format) an explicit 0
+// (naming the tensor and entry: the mask must be fixed), a group whose scale does not fit f16.
+// Written atomically.
+// The student's quantized block slots in tm (from FromLlamaModel of the student loaded from ck)
+// re-read from the checkpoint: masters = the codes dequantized (ToDense; channel permutations
+// undone), and for a sparse format the kept positions = every stored slot (N:M metadata, CSR
+// indices), not the nonzero values: a kept weight whose code means exactly 0 (symmetric int4 code
+// 8, int8 code 0) stays kept and trains. Slots with numbers are left as FromLlamaModel read them.
+// Errors: a matrix or `.perm` whose shape differs from c's.
+Status StudentQuantizedMasters(const Checkpoint& ck, const LlamaConfig& c, TrainableModel* tm);
+
 Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
                                 const ModelWeights& w, const std::string& out_path,
                                 const std::map<std::string, std::string>& metadata = {});

@@ -189,7 +189,8 @@ struct TrainableModel {
 // type (bf16, f16, quantized codes) comes out as the f32 numbers the runtime multiplies with.
 // Channel permutations (LlamaBlock::perm) are undone: W[r, perm[j]] = W_p[r, j]. A sparse slot's
 // kept list is its nonzero values: a kept weight stored as exactly 0 (a quantization code of 0)
-// is treated as pruned, which keeps the pattern. Dense f32 slots are copied (dense_f32()).
+// is treated as pruned, which keeps the pattern (Finetune re-reads quantized slots from the
+// checkpoint: StudentQuantizedMasters, sparq/finetune.h). Dense f32 slots are copied.
 // Errors: an untied output head (the training model's head is tied) is kUnsupported.
 Result<TrainableModel> FromLlamaModel(const LlamaModel& model, ThreadPool* pool);
 

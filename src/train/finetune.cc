@@ -14,13 +14,14 @@
 
 #include "sparq/checkpoint.h"
 #include "sparq/model.h"
+#include "src/train/stored_slots.h"
 
 namespace sparq::train {
 namespace {
 
 // The student must be a .sparq model: OUT is written in its formats (a GGUF or an HF folder has
-// no sparse structure to keep). Quantized values are refused before any training time is spent.
-Status CheckStudentFile(const std::string& path) {
+// no sparse structure to keep). Returns its checkpoint: the stored structure of quantized slots.
+Result<Checkpoint> ReadStudentFile(const std::string& path) {
   auto ck = ReadCheckpoint(path);
   if (!ck.ok()) {
     return ck.status().WithContext("finetune: the student must be a .sparq checkpoint");
@@ -30,13 +31,7 @@ Status CheckStudentFile(const std::string& path) {
                         " has no model configuration ('sparq.model' "
                         "metadata): the student must be a model checkpoint made by `sparq prune`");
   }
-  for (const CheckpointTensor& ct : ck->matrices) {
-    if (IsQuantized(ct.matrix)) {
-      return Unsupported("finetune: quantized students are not supported yet (tensor " + ct.name +
-                         " of " + path + ")");
-    }
-  }
-  return Status::Ok();
+  return std::move(*ck);
 }
 
 // Distillation compares logits token by token: the teacher must number the tokens the same way.
@@ -140,7 +135,9 @@ std::string FinetuneResult::ToJson() const {
                       {"first_loss", first_loss},
                       {"last_loss", last_loss},
                       {"seconds", seconds},
-                      {"wrote_out", wrote_out}};
+                      {"wrote_out", wrote_out},
+                      {"requant_gptq", requant_gptq},
+                      {"requant_rtn", requant_rtn}};
   return j.dump(2);
 }
 
@@ -157,7 +154,7 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     return InvalidInput("finetune: --hidden must be finite and >= 0, got " +
                         std::to_string(o.hidden));
   }
-  SPARQ_RETURN_IF_ERROR(CheckStudentFile(o.student));
+  SPARQ_ASSIGN_OR_RETURN(Checkpoint student_ck, ReadStudentFile(o.student));
   SPARQ_ASSIGN_OR_RETURN(LlamaModel student, LlamaModel::Load(o.student, cfg));
   const LlamaConfig c = student.config();
 
@@ -222,6 +219,11 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   const std::string state_path = o.state_path.empty() ? o.out + ".state" : o.state_path;
   SPARQ_ASSIGN_OR_RETURN(TrainableModel tm, FromLlamaModel(student, pool));
   student = LlamaModel();  // the f32 masters replace it
+  SPARQ_RETURN_IF_ERROR(StudentQuantizedMasters(student_ck, c, &tm).WithContext(o.student));
+  bool quantized = false;
+  for (const CheckpointTensor& ct : student_ck.matrices)
+    quantized = quantized || IsQuantized(ct.matrix);
+  if (!quantized) student_ck = Checkpoint();  // kept for GPTQ's re-quantization only
   TrainState state;
   if (o.resume) {
     SPARQ_ASSIGN_OR_RETURN(state, LoadTrainState(state_path));
@@ -290,8 +292,26 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
                           {"seed", o.seed},
                           {"data_tokens", r.data_tokens},
                           {"train", o.norms_only ? "norms" : "all"}};
-    SPARQ_RETURN_IF_ERROR(WriteFinetunedCheckpoint(o.student, c, state.weights, o.out,
-                                                   {{"sparq.finetune", how.dump()}}));
+    SPARQ_ASSIGN_OR_RETURN(Checkpoint out, FinetunedCheckpoint(o.student, c, state.weights, false));
+    if (quantized && o.gptq) {
+      std::string calib;
+      for (const FinetuneText& t : o.texts) calib += (calib.empty() ? "" : "\n\n") + t.text;
+      // CalibrationTokens needs calib_len + 1 tokens of the text (encoded without BOS).
+      const int64_t len = std::max<int64_t>(
+          1, std::min<int64_t>({o.seq_len, 512, static_cast<int64_t>(tokens.size()) - 2}));
+      SPARQ_ASSIGN_OR_RETURN(GptqRequantReport g,
+                             RequantizeWithGptq(student_ck, o.student, c, state.weights, calib, len,
+                                                o.seed, o.out, cfg, pool, &out));
+      r.requant_gptq = g.gptq;
+      r.requant_rtn = g.rtn;
+      how["requant"] = {{"method", "gptq"}, {"gptq", g.gptq}, {"rtn", g.rtn}, {"calib_len", len}};
+      if (!g.note.empty()) how["requant"]["note"] = g.note;
+    } else if (quantized) {
+      r.requant_rtn = static_cast<int64_t>(TrainedQuantizedBlockMatrices(student_ck, out).size());
+      how["requant"] = {{"method", "rtn"}, {"rtn", r.requant_rtn}};
+    }
+    out.metadata["sparq.finetune"] = how.dump();
+    SPARQ_RETURN_IF_ERROR(WriteCheckpoint(o.out, out));
     r.wrote_out = true;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

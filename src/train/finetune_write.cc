@@ -1,10 +1,10 @@
 // Writes trained f32 masters back into the student's .sparq (sparq/finetune.h): the student's file
 // is the template, so every matrix keeps its format, indices, pattern and value dtype and only its
 // values change.
-// Route: the value slots of a matrix are mapped to dense positions by decoding a probe copy whose
-// values are their own slot numbers (ToDense, in 12-bit digits so that each probe value is an
-// exact f32 integer). This works for every format through its own decoder, so no format's layout
-// is repeated here, and the stored structure is kept bit for bit.
+// Route: the value slots of a matrix are mapped to dense positions through its own decoder
+// (SlotPositions, stored_slots.h), so no format's layout is repeated here and the stored
+// structure is kept bit for bit. Quantized values are re-quantized into the student's own spec
+// by round to nearest (NmMatrix / CsrMatrix / DenseMatrix::Quantize), every stored slot kept.
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -17,53 +17,16 @@
 #include "sparq/finetune.h"
 #include "sparq/format.h"
 #include "sparq/prune.h"
+#include "src/train/stored_slots.h"
 
 namespace sparq::train {
 namespace {
-
-// Bits of the slot number each probe decodes: digit + 1 <= 4096 is exact in f32 (and never 0, so
-// a decoded 0 means "no slot here").
-constexpr int kDigitBits = 12;
 
 const Tensor& ValuesOf(const SparseMatrix& s) {
   return std::visit([](const auto& x) -> const Tensor& { return x.values; }, s);
 }
 Tensor& MutableValuesOf(SparseMatrix& s) {
   return std::visit([](auto& x) -> Tensor& { return x.values; }, s);
-}
-
-// The dense flat position (r * cols + c) of every value slot of sm; -1 for a padding slot.
-std::vector<int64_t> SlotPositions(const SparseMatrix& sm) {
-  const Tensor& vals = ValuesOf(sm);
-  const auto nv = static_cast<int64_t>(vals.numel());
-  std::vector<int64_t> pos(nv, -1);
-  if (KindOf(sm) == FormatKind::kDense) {
-    for (int64_t i = 0; i < nv; ++i) pos[i] = i;
-    return pos;
-  }
-  const int64_t n_dense = Rows(sm) * Cols(sm);
-  std::vector<int64_t> slot(n_dense, 0);
-  std::vector<bool> hit(n_dense, false);
-  SparseMatrix probe = sm;  // shares the structure's buffers; its values are replaced below
-  for (int shift = 0; shift == 0 || (nv - 1) >> shift > 0; shift += kDigitBits) {
-    Tensor pv = Tensor::Alloc(DType::kF32, vals.shape());
-    float* p = pv.mutable_data_as<float>();
-    for (int64_t i = 0; i < nv; ++i) {
-      p[i] = static_cast<float>(((i >> shift) & ((1 << kDigitBits) - 1)) + 1);
-    }
-    MutableValuesOf(probe) = std::move(pv);
-    const Tensor d = ToDense(probe);
-    const float* dp = d.data_as<float>();
-    for (int64_t j = 0; j < n_dense; ++j) {
-      if (dp[j] == 0.0f) continue;
-      hit[j] = true;
-      slot[j] |= (static_cast<int64_t>(dp[j]) - 1) << shift;
-    }
-  }
-  for (int64_t j = 0; j < n_dense; ++j) {
-    if (hit[j]) pos[slot[j]] = j;
-  }
-  return pos;
 }
 
 Status StoreValues(Tensor* t, std::span<const float> v, const std::string& name) {
@@ -88,8 +51,47 @@ Status StoreValues(Tensor* t, std::span<const float> v, const std::string& name)
   }
 }
 
+// A quantized ct.matrix: every stored slot is a kept weight (finetune_structure.cc trained it,
+// whatever its code), its value w at the slot's position, re-quantized into the stored spec.
+// Weights equal to the student's dequantized values keep their codes bit for bit (`--train norms`).
+// numbers_only: the trained numbers in the same structure, not quantized (GPTQ's input).
+Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w, bool numbers_only) {
+  const std::string& name = ct->name;
+  const ValueSpec spec = QuantOf(ct->matrix)->spec;
+  const std::vector<int64_t> pos = SlotPositions(ct->matrix);
+  if (!numbers_only) {
+    const Tensor d = ToDense(ct->matrix);
+    if (std::memcmp(d.data(), w.data(), w.size_bytes()) == 0) return Status::Ok();
+  }
+  const int64_t k = Cols(ct->matrix);
+  std::vector<bool> covered(w.size(), false);
+  Tensor nt = Tensor::Alloc(DType::kF32, NumberShape(ct->matrix));
+  float* nv = nt.mutable_data_as<float>();
+  for (size_t i = 0; i < pos.size(); ++i) {
+    nv[i] = 0.0f;
+    if (pos[i] < 0) continue;  // padding: stays +0
+    covered[pos[i]] = true;
+    nv[i] = w[pos[i]];
+  }
+  for (size_t j = 0; j < w.size(); ++j) {
+    if (!covered[j] && w[j] != 0.0f) {
+      return InvalidInput("finetune: tensor '" + name + "' weight (" + std::to_string(j / k) +
+                          ", " + std::to_string(j % k) + ") is pruned in the student but " +
+                          std::to_string(w[j]) + " after training: the mask must stay fixed");
+    }
+  }
+  SparseMatrix plain = WithNumbers(ct->matrix, std::move(nt));  // the trained numbers
+  if (numbers_only) {
+    ct->matrix = std::move(plain);
+    return Validate(ct->matrix, name);
+  }
+  SPARQ_ASSIGN_OR_RETURN(ct->matrix, QuantizeNumbers(plain, spec, {}, name));
+  return Validate(ct->matrix, name);
+}
+
 // Replaces the values of ct.matrix with w [m, k] (in the stored column order).
-Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w) {
+Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w, bool numbers_only) {
+  if (IsQuantized(ct->matrix)) return WriteQuantizedMatrix(ct, w, numbers_only);
   const std::string& name = ct->name;
   const Tensor& old = ValuesOf(ct->matrix);
   SPARQ_ASSIGN_OR_RETURN(Tensor old_f32, ToF32(old));
@@ -138,18 +140,11 @@ Status WritePlain(Checkpoint* ck, const std::string& name, std::span<const float
 
 }  // namespace
 
-Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
-                                const ModelWeights& w, const std::string& out_path,
-                                const std::map<std::string, std::string>& metadata) {
+Result<Checkpoint> FinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
+                                       const ModelWeights& w, bool numbers_only) {
   SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(student_path));
   if (!c.tied_output) {
     return Unsupported("finetune: " + student_path + " has an untied output head");
-  }
-  for (const CheckpointTensor& ct : ck.matrices) {
-    if (IsQuantized(ct.matrix)) {
-      return Unsupported("finetune: quantized students are not supported yet (tensor " + ct.name +
-                         ")");
-    }
   }
   SPARQ_RETURN_IF_ERROR(CheckModel(c, w));
   // name -> (trained values in the original column order, the slot's k)
@@ -199,13 +194,20 @@ Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConf
         for (int64_t j = 0; j < k; ++j) stored[r * k + j] = src[r * k + perm[j]];
       wp = stored;
     }
-    SPARQ_RETURN_IF_ERROR(WriteMatrix(&ct, wp));
+    SPARQ_RETURN_IF_ERROR(WriteMatrix(&ct, wp, numbers_only));
     matrices.erase(it);
   }
   if (!matrices.empty()) {
     return InvalidInput("finetune: " + student_path + " has no matrix '" + matrices.begin()->first +
                         "'");
   }
+  return ck;
+}
+
+Status WriteFinetunedCheckpoint(const std::string& student_path, const LlamaConfig& c,
+                                const ModelWeights& w, const std::string& out_path,
+                                const std::map<std::string, std::string>& metadata) {
+  SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, FinetunedCheckpoint(student_path, c, w, false));
   for (const auto& [key, value] : metadata) ck.metadata[key] = value;
   return WriteCheckpoint(out_path, ck);
 }

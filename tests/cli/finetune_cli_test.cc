@@ -110,5 +110,45 @@ TEST_F(FinetuneCliTest, HiddenTrainsAndAResumeWithAnotherWeightIsRefused) {
   EXPECT_THAT(err, HasSubstr("--hidden 0.5, this run asks for 1")) << err;
 }
 
+// A quantized student (int8 / int4 on N:M, CSR and dense, tests/train/finetune_testutil.h):
+// --requant gptq (the default) re-quantizes every trained block matrix by GPTQ, --requant rtn by
+// round to nearest, both into the student's formats and value specs; OUT runs (`sparq generate`).
+TEST_F(FinetuneCliTest, AQuantizedStudentTrainsWithGptqOrRoundToNearest) {
+  const std::string q = *dir_ + "/quant.sparq";
+  train::testing::WriteTinySparq(q, 1, train::testing::QuantStoreNoPerm, 11, 2, "int8:g32");
+  auto args = [&](const std::string& out) {
+    return "finetune " + q + " --teacher " + *dir_ + "/teacher.sparq --text " + *dir_ +
+           "/text.txt --tokens 64 --seq-len 8 --accum 2 --ce 1 --seed 3 --threads 1 --lr 5e-3 "
+           "--warmup 1 --json -o " +
+           *dir_ + "/" + out;
+  };
+  std::string out, err;
+  ASSERT_EQ(RunSplit(args("qg.sparq"), &out, &err), 0) << err;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["requant_gptq"], 12) << out;
+  EXPECT_EQ(j["requant_rtn"], 0) << out;
+  ASSERT_EQ(RunSplit(args("qr.sparq") + " --requant rtn", &out, &err), 0) << err;
+  j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["requant_gptq"], 0) << out;
+  EXPECT_EQ(j["requant_rtn"], 12) << out;
+  ASSERT_EQ(RunSplit(args("qs.sparq").substr(0, args("qs.sparq").find(" --json")) + " -o " + *dir_ +
+                         "/qs.sparq",
+                     &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("quantized matrices written back: 12 by GPTQ, 0 by round to nearest"))
+      << out;
+  for (const char* f : {"qg.sparq", "qr.sparq"}) {
+    ASSERT_EQ(RunSplit(std::string("inspect ") + *dir_ + "/" + f, &out, &err), 0) << err;
+    EXPECT_THAT(out, HasSubstr("int4:g32:sym")) << out;
+    ASSERT_EQ(RunSplit(std::string("generate ") + *dir_ + "/" + f +
+                           " --prompt abc --raw --max-new 3 --threads 1",
+                       &out, &err),
+              0)
+        << err;
+  }
+  EXPECT_NE(RunSplit(args("qx.sparq") + " --requant nearest", &out, &err), 0);
+}
+
 }  // namespace
 }  // namespace sparq

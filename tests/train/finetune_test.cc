@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "sparq/kernel_config.h"
 #include "sparq/model.h"
 #include "sparq/train_loop.h"
+#include "src/train/stored_slots.h"
 #include "tests/train/finetune_testutil.h"
 
 namespace sparq::train {
@@ -444,18 +446,298 @@ TEST_F(FinetuneTest, AStudentThatIsNotASparqModelIsRefused) {
   std::filesystem::remove(bad);
 }
 
-TEST_F(FinetuneTest, AQuantizedStudentIsRefusedNamingTheTensor) {
-  const std::string q = TempPath("int8.sparq");
-  WriteTinySparq(q, 1, testing::MixedWithInt8);
-  FinetuneOptions o = Options(TempPath("never.sparq"));
+// The slot (l, s) of a block matrix's name "blk.L.SLOT.weight".
+std::pair<int64_t, int> SlotOfName(const std::string& name) {
+  const int64_t l = name[4] - '0';
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (name == "blk." + std::to_string(l) + "." +
+                    std::string(SlotName(static_cast<LinearSlot>(s))) + ".weight") {
+      return {l, s};
+    }
+  }
+  return {l, -1};
+}
+
+// The largest scale of row r of a quantized matrix (f16 [rows, groups]).
+float MaxRowScale(const SparseMatrix& sm, int64_t r) {
+  const QuantParts* q = QuantOf(sm);
+  const int64_t g = q->scales.dim(1);
+  const auto* p = q->scales.data_as<uint16_t>();
+  float mx = 0.0f;
+  for (int64_t j = 0; j < g; ++j) mx = std::max(mx, std::fabs(F16ToF32(p[r * g + j])));
+  return mx;
+}
+
+// A quantized student (int4:g32:sym and int8:g32 2:4, permuted 2:4 int4, int8:g32 CSR, int4:g32
+// dense, an int8 embedding, one f32 2:4 slot) trains: OUT has the same formats, value specs,
+// structure (N:M metadata, CSR indices, permutations) bit for bit, every stored value is the
+// trained weight rounded to nearest in its group (within half a step; --requant rtn), nothing is
+// stored outside the structure, a kept weight whose code meant 0 is kept and trains, and OUT
+// loads and runs.
+TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
+  const std::string q = TempPath("quant_student.sparq"), out = TempPath("quant_out.sparq");
+  WriteTinySparq(q, 1, testing::QuantStore, 11, 2, "int8:g32");
+  FinetuneOptions o = Options(out);
   o.student = q;
+  o.gptq = false;
+  std::vector<double> losses;
+  o.progress = [&](const TrainProgress& p) { losses.push_back(p.loss); };
   auto r = Run(o);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(r.status().message().find("finetune: quantized students are not supported yet "
-                                      "(tensor blk.1.ffn_up.weight"),
-            std::string::npos)
-      << r.status().ToString();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->wrote_out);
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), losses.front());
+  auto a = ReadCheckpoint(q);
+  auto b = ReadCheckpoint(out);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  auto state = LoadTrainState(out + ".state");
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  ASSERT_EQ(a->matrices.size(), b->matrices.size());
+  int quantized = 0, kept_zeros_trained = 0, changed = 0;
+  for (size_t i = 0; i < a->matrices.size(); ++i) {
+    const CheckpointTensor& x = a->matrices[i];
+    const CheckpointTensor& y = b->matrices[i];
+    SCOPED_TRACE(x.name);
+    ASSERT_EQ(x.name, y.name);
+    EXPECT_EQ(KindOf(x.matrix), KindOf(y.matrix));
+    EXPECT_EQ(ValuesName(x.matrix), ValuesName(y.matrix));
+    EXPECT_EQ(x.pattern.ToString(), y.pattern.ToString());
+    ASSERT_TRUE(Validate(y.matrix, y.name).ok());
+    if (const auto* nx = std::get_if<NmMatrix>(&x.matrix)) {
+      const Tensor& my = std::get<NmMatrix>(y.matrix).meta;
+      ASSERT_EQ(nx->meta.nbytes(), my.nbytes());
+      EXPECT_EQ(std::memcmp(nx->meta.data(), my.data(), my.nbytes()), 0);
+    }
+    if (const auto* cx = std::get_if<CsrMatrix>(&x.matrix)) {
+      const auto& cy = std::get<CsrMatrix>(y.matrix);
+      ASSERT_EQ(cx->col_idx.nbytes(), cy.col_idx.nbytes());
+      EXPECT_EQ(std::memcmp(cx->col_idx.data(), cy.col_idx.data(), cx->col_idx.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(cx->row_ptr.data(), cy.row_ptr.data(), cx->row_ptr.nbytes()), 0);
+    }
+    if (!IsQuantized(x.matrix)) continue;  // the f32 slot: LossFalls... checks numbers
+    ++quantized;
+    const bool embd = x.name == "token_embd.weight";
+    const int64_t m = Rows(x.matrix), k = Cols(x.matrix);
+    const NamedTensor* perm = a->FindTensor(x.name + ".perm");
+    const NamedTensor* perm_out = b->FindTensor(x.name + ".perm");
+    ASSERT_EQ(perm == nullptr, perm_out == nullptr);
+    if (perm) {
+      EXPECT_EQ(std::memcmp(perm->tensor.data(), perm_out->tensor.data(), perm->tensor.nbytes()),
+                0);
+    }
+    const auto [l, slot] = embd ? std::pair<int64_t, int>{0, 0} : SlotOfName(x.name);
+    const std::vector<float>& tw =
+        embd ? state->weights.token_embd : state->weights.blocks[l].linear[slot];
+    // Which stored positions hold a slot (the structure), and the kept-zero position.
+    std::vector<bool> stored(m * k, false);
+    const std::vector<int64_t> pos = SlotPositions(x.matrix);
+    for (int64_t p : pos) {
+      if (p >= 0) stored[p] = true;
+    }
+    const Tensor dx = ToDense(x.matrix), dy = ToDense(y.matrix);
+    const float* px = dx.data_as<float>();
+    const float* py = dy.data_as<float>();
+    for (int64_t rr = 0; rr < m; ++rr) {
+      // Half a step, plus the clamp an f16-rounded scale may add at a group's ends.
+      const float tol = 0.52f * MaxRowScale(y.matrix, rr) + 1e-6f;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t src = perm ? perm->tensor.data_as<int32_t>()[j] : j;
+        const float want = tw[rr * k + src];
+        if (!stored[rr * k + j]) {
+          ASSERT_EQ(py[rr * k + j], 0.0f) << "pruned (" << rr << ", " << j << ")";
+          ASSERT_EQ(want, 0.0f) << "pruned master (" << rr << ", " << j << ")";
+          continue;
+        }
+        ASSERT_LE(std::fabs(py[rr * k + j] - want), tol) << "(" << rr << ", " << j << ")";
+        changed += py[rr * k + j] != px[rr * k + j];
+      }
+    }
+    // Row 1's first stored value of a sparse slot was a code meaning 0: still kept, trained.
+    if (KindOf(x.matrix) != FormatKind::kDense) {
+      int64_t p0 = -1;
+      for (int64_t p : pos) {
+        if (p >= k) {
+          p0 = p;
+          break;
+        }
+      }
+      ASSERT_GE(p0, k);
+      ASSERT_LT(p0, 2 * k);
+      EXPECT_EQ(px[p0], 0.0f);
+      const int64_t model_pos =
+          (p0 / k) * k + (perm ? perm->tensor.data_as<int32_t>()[p0 % k] : p0 % k);
+      const std::vector<int64_t>& kept = state->masks[l].kept[slot];
+      EXPECT_TRUE(std::find(kept.begin(), kept.end(), model_pos) != kept.end());
+      EXPECT_NE(tw[model_pos], 0.0f) << "the kept zero trained";
+      kept_zeros_trained += tw[model_pos] != 0.0f;
+    }
+  }
+  EXPECT_EQ(quantized, 13);           // 12 of the 14 block slots, and the embedding
+  EXPECT_EQ(kept_zeros_trained, 10);  // the N:M and CSR quantized slots
+  EXPECT_GT(changed, 100);
+  // OUT loads and runs.
+  auto model = LlamaModel::Load(out, cfg_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto kv = KvCache::Create(model->config(), 4);
+  ASSERT_TRUE(kv.ok());
+  std::vector<float> logits(4 * model->config().n_vocab);
+  const std::vector<int32_t> in = {1, 4, 2, 7};
+  ASSERT_TRUE(model->Forward(in, &*kv, logits.data(), true, &pool_).ok());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  for (const std::string& p : {q, out, out + ".state"}) std::filesystem::remove(p);
+}
+
+// GPTQ re-quantization (the default): a stopped and resumed run ends with the same OUT, bit for
+// bit; OUT keeps every matrix's format, value spec and structure (kept weights GPTQ rounds to 0
+// included: int4:g32:sym 2:4 has many); GPTQ wrote every trained block matrix, and its matrices
+// differ from round to nearest's; OUT loads.
+TEST_F(FinetuneTest, AQuantizedStudentStoppedAndResumedEqualsAnUninterruptedRunBitForBit) {
+  const std::string q = TempPath("quant_student2.sparq");
+  WriteTinySparq(q, 3, testing::QuantStoreNoPerm, 11, 2, "int8:g32");
+  const std::string full = TempPath("qfull.sparq"), part = TempPath("qpart.sparq");
+  FinetuneOptions o = Options(full);
+  o.student = q;
+  o.tokens = 10 * 16;
+  o.checkpoint_every = 3;
+  auto whole = Run(o);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  std::printf("  requantized: %lld by GPTQ, %lld by round to nearest\n",
+              static_cast<long long>(whole->requant_gptq),
+              static_cast<long long>(whole->requant_rtn));
+  EXPECT_EQ(whole->requant_gptq + whole->requant_rtn, 12);  // the trained quantized block slots
+  EXPECT_EQ(whole->requant_gptq, 12);  // every one in the student's structure (none fell back)
+  {
+    auto a = ReadCheckpoint(q);
+    auto b = ReadCheckpoint(full);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->matrices.size(), b->matrices.size());
+    for (size_t i = 0; i < a->matrices.size(); ++i) {
+      const SparseMatrix& x = a->matrices[i].matrix;
+      const SparseMatrix& y = b->matrices[i].matrix;
+      SCOPED_TRACE(a->matrices[i].name);
+      EXPECT_EQ(KindOf(x), KindOf(y));
+      EXPECT_EQ(ValuesName(x), ValuesName(y));
+      ASSERT_TRUE(Validate(y, "y").ok());
+      if (const auto* nx = std::get_if<NmMatrix>(&x)) {
+        const Tensor& my = std::get<NmMatrix>(y).meta;
+        EXPECT_EQ(std::memcmp(nx->meta.data(), my.data(), my.nbytes()), 0);
+      }
+      if (const auto* cx = std::get_if<CsrMatrix>(&x)) {
+        const auto& cy = std::get<CsrMatrix>(y);
+        ASSERT_EQ(cx->col_idx.nbytes(), cy.col_idx.nbytes());
+        EXPECT_EQ(std::memcmp(cx->col_idx.data(), cy.col_idx.data(), cx->col_idx.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(cx->row_ptr.data(), cy.row_ptr.data(), cx->row_ptr.nbytes()), 0);
+      }
+    }
+    EXPECT_NE(b->metadata.at("sparq.finetune").find("\"gptq\""), std::string::npos);
+    ASSERT_TRUE(LlamaModel::Load(full, cfg_).ok());
+    // Round to nearest on the same training writes other values.
+    FinetuneOptions ro = o;
+    ro.out = TempPath("qrtn.sparq");
+    ro.gptq = false;
+    ASSERT_TRUE(Run(ro).ok());
+    EXPECT_FALSE(ReadAll(ro.out) == ReadAll(full));
+    std::filesystem::remove(ro.out);
+    std::filesystem::remove(ro.out + ".state");
+    EXPECT_FALSE(std::filesystem::exists(full + ".gptq-in.sparq"));
+    EXPECT_FALSE(std::filesystem::exists(full + ".gptq-out.sparq"));
+  }
+  o.out = part;
+  o.stop_at = 4;
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->wrote_out);
+  o.stop_at = -1;
+  o.resume = true;
+  r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->start_step, 4);
+  const std::string x = ReadAll(full), y = ReadAll(part);
+  ASSERT_FALSE(x.empty());
+  EXPECT_TRUE(x == y) << "resumed OUT differs from the uninterrupted run's";
+  for (const std::string& p : {q, full, part, full + ".state", part + ".state"}) {
+    std::filesystem::remove(p);
+  }
+}
+
+// A quantized student with a channel-permuted slot, quantized or not (PruneLlama refuses
+// permuted inputs), falls back to round to nearest under GPTQ, saying so in OUT's metadata; --train norms leaves every quantized
+// matrix bit for bit (unchanged weights keep their codes) and re-quantizes none.
+TEST_F(FinetuneTest, AQuantizedStudentFallsBackToRoundToNearestWhenPermutedAndKeepsCodesForNorms) {
+  const std::string q = TempPath("quant_student4.sparq"), out = TempPath("quant_out4.sparq");
+  WriteTinySparq(q, 1, testing::QuantStore, 11, 2, "int8:g32");
+  FinetuneOptions o = Options(out);
+  o.student = q;
+  o.tokens = 3 * 16;
+  o.warmup = 1;
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requant_gptq, 0);
+  EXPECT_EQ(r->requant_rtn, 12);
+  auto b = ReadCheckpoint(out);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(b->metadata.at("sparq.finetune").find("channel-permuted"), std::string::npos)
+      << b->metadata.at("sparq.finetune");
+
+  // A permuted slot of numbers (PruneLlama refuses any permuted layer) does the same.
+  const std::string q2 = TempPath("quant_student5.sparq");
+  WriteTinySparq(q2, 1, [](int64_t l, int s) {
+    return l == 1 && s == 0 ? testing::TinyStore::kNm24PermF32 : testing::QuantStoreNoPerm(l, s);
+  });
+  FinetuneOptions o2 = o;
+  o2.student = q2;
+  o2.out = TempPath("quant_out5.sparq");
+  r = Run(o2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requant_gptq, 0);
+  EXPECT_GT(r->requant_rtn, 0);
+  for (const std::string& p : {q2, o2.out, o2.out + ".state"}) std::filesystem::remove(p);
+
+  o.norms_only = true;
+  r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requant_gptq + r->requant_rtn, 0);
+  auto a = ReadCheckpoint(q);
+  b = ReadCheckpoint(out);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < a->matrices.size(); ++i) {
+    const SparseMatrix& x = a->matrices[i].matrix;
+    const SparseMatrix& y = b->matrices[i].matrix;
+    if (!IsQuantized(x)) continue;
+    SCOPED_TRACE(a->matrices[i].name);
+    const Tensor& vx = std::visit([](const auto& m) -> const Tensor& { return m.values; }, x);
+    const Tensor& vy = std::visit([](const auto& m) -> const Tensor& { return m.values; }, y);
+    ASSERT_EQ(vx.nbytes(), vy.nbytes());
+    EXPECT_EQ(std::memcmp(vx.data(), vy.data(), vx.nbytes()), 0);
+    const Tensor& sx = QuantOf(x)->scales;
+    const Tensor& sy = QuantOf(y)->scales;
+    EXPECT_EQ(std::memcmp(sx.data(), sy.data(), sx.nbytes()), 0);
+  }
+  for (const std::string& p : {q, out, out + ".state"}) std::filesystem::remove(p);
+}
+
+// A quantized sparse slot's mask is fixed too: a trained weight outside its structure is refused.
+TEST_F(FinetuneTest, WritingANonzeroPrunedWeightOfAQuantizedSlotNamesTheTensor) {
+  const std::string q = TempPath("quant_student3.sparq");
+  WriteTinySparq(q, 1, testing::QuantStore);
+  LlamaConfig c = testing::TinyConfig();
+  auto ck = ReadCheckpoint(q);
+  ASSERT_TRUE(ck.ok());
+  auto model = LlamaModel::Load(q, cfg_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto tm = FromLlamaModel(*model, &pool_);
+  ASSERT_TRUE(tm.ok());
+  ASSERT_TRUE(StudentQuantizedMasters(*ck, c, &*tm).ok());
+  // blk.0.attn_q (slot 0) is 2:4 int4:g32:sym: a position outside its kept list.
+  const std::vector<int64_t>& kept = tm->masks[0].kept[0];
+  ASSERT_FALSE(kept.empty());
+  int64_t pruned = 0;
+  while (std::find(kept.begin(), kept.end(), pruned) != kept.end()) ++pruned;
+  tm->weights.blocks[0].linear[0][pruned] = 0.5f;
+  const Status st = WriteFinetunedCheckpoint(q, c, tm->weights, TempPath("never.sparq"));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("blk.0.attn_q.weight"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("pruned"), std::string::npos) << st.ToString();
   std::filesystem::remove(q);
 }
 

@@ -22,7 +22,37 @@
 namespace sparq::train::testing {
 
 // How each slot of a tiny student is stored.
-enum class TinyStore { kDenseF32, kNm24F32, kNm24Bf16, kCsrF32, kNm24PermF32, kNm24Int8 };
+// The quantized kinds (int8:g32, int4:g32:sym, int4:g32 with a min) store one kept weight as a
+// code that means exactly 0 (N:M and CSR: row 1's first stored value; row 0 of ffn_up feeds a
+// pruned column of a CSR ffn_down, so its gradient is 0), to check that it trains.
+enum class TinyStore {
+  kDenseF32,
+  kNm24F32,
+  kNm24Bf16,
+  kCsrF32,
+  kNm24PermF32,
+  kNm24Int8,
+  kNm24Int4Sym,
+  kNm24PermInt4Sym,
+  kCsrInt8,
+  kDenseInt4
+};
+
+// The value spec of a quantized kind, else "".
+inline const char* TinyQuantSpec(TinyStore st) {
+  switch (st) {
+    case TinyStore::kNm24Int8:
+    case TinyStore::kCsrInt8:
+      return "int8:g32";
+    case TinyStore::kNm24Int4Sym:
+    case TinyStore::kNm24PermInt4Sym:
+      return "int4:g32:sym";
+    case TinyStore::kDenseInt4:
+      return "int4:g32";
+    default:
+      return "";
+  }
+}
 
 // The slot storages of the mixed student: every kind at least once over 2 blocks x 7 slots.
 inline TinyStore MixedStore(int64_t l, int s) {
@@ -41,15 +71,26 @@ inline Tensor F32Tensor(const std::vector<float>& v, std::vector<int64_t> shape)
 // Writes the tiny model with weights from `seed` (pruned where the storage says so) to path;
 // store(l, s) picks each slot's storage. n_vocab: the config's (the tokenizer follows it);
 // n_layer: the config's (a teacher of another depth).
+// embd_values: "" stores token_embd as a plain f32 tensor, a quantized spec as a dense quantized
+// matrix of that spec.
 inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*store)(int64_t, int),
-                           int64_t n_vocab = 11, int64_t n_layer = 2) {
+                           int64_t n_vocab = 11, int64_t n_layer = 2,
+                           const std::string& embd_values = "") {
   LlamaConfig c = TinyConfig();
   c.n_vocab = n_vocab;
   c.n_layer = n_layer;
   std::mt19937_64 gen(seed);
   ModelWeights w = TinyWeights(c, &gen);
   Checkpoint ck;
-  ck.tensors.push_back({"token_embd.weight", F32Tensor(w.token_embd, {c.n_vocab, c.n_embd})});
+  if (embd_values.empty()) {
+    ck.tensors.push_back({"token_embd.weight", F32Tensor(w.token_embd, {c.n_vocab, c.n_embd})});
+  } else {
+    auto e = DenseMatrix::FromDense(w.token_embd, c.n_vocab, c.n_embd);
+    ASSERT_TRUE(e.ok());
+    auto q = DenseMatrix::Quantize(*e, ValueSpec::Parse(embd_values).value());
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    ck.matrices.push_back({"token_embd.weight", std::move(*q), Pattern::Dense()});
+  }
   ck.tensors.push_back({"output_norm.weight", F32Tensor(w.output_norm, {c.n_embd})});
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string blk = "blk." + std::to_string(l) + ".";
@@ -64,17 +105,18 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
       FormatKind fmt = FormatKind::kNM;
       Pattern pat = Pattern::Parse("2:4").value();
       DType dt = DType::kF32;
-      if (st == TinyStore::kDenseF32) {
+      const std::string spec = TinyQuantSpec(st);
+      if (st == TinyStore::kDenseF32 || st == TinyStore::kDenseInt4) {
         fmt = FormatKind::kDense;
         pat = Pattern::Dense();
         wv[1] = 0.0f;  // an exact 0 of a dense slot trains (dequantized GGUF weights have them)
-      } else if (st == TinyStore::kCsrF32) {
+      } else if (st == TinyStore::kCsrF32 || st == TinyStore::kCsrInt8) {
         fmt = FormatKind::kCsr;
         pat = Pattern::Parse("unstructured:0.5").value();
         for (int64_t i = 0; i < m * k; i += 2) wv[i] = 0.0f;  // every other weight pruned
       } else {
         if (st == TinyStore::kNm24Bf16) dt = DType::kBF16;
-        if (st == TinyStore::kNm24PermF32) {
+        if (st == TinyStore::kNm24PermF32 || st == TinyStore::kNm24PermInt4Sym) {
           std::vector<int32_t> perm(k);
           for (int64_t j = 0; j < k; ++j) perm[j] = static_cast<int32_t>(j);
           std::shuffle(perm.begin(), perm.end(), gen);
@@ -86,10 +128,23 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
       }
       auto sm = Encode(wv, m, k, fmt, pat, dt);
       ASSERT_TRUE(sm.ok()) << name << ": " << sm.status().ToString();
-      if (st == TinyStore::kNm24Int8) {
-        auto q = NmMatrix::Quantize(std::get<NmMatrix>(*sm), ValueSpec::Parse("int8:g32").value());
-        ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
-        sm = SparseMatrix(std::move(*q));
+      if (!spec.empty()) {
+        const ValueSpec vs = ValueSpec::Parse(spec).value();
+        if (auto* nm = std::get_if<NmMatrix>(&*sm)) {
+          nm->values.mutable_data_as<float>()[nm->groups() * nm->n] = 0.0f;  // a kept 0 in row 1
+          auto q = NmMatrix::Quantize(*nm, vs);
+          ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
+          sm = SparseMatrix(std::move(*q));
+        } else if (auto* cm = std::get_if<CsrMatrix>(&*sm)) {
+          cm->values.mutable_data_as<float>()[cm->row_ptr.data_as<int64_t>()[1]] = 0.0f;
+          auto q = CsrMatrix::Quantize(*cm, vs);
+          ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
+          sm = SparseMatrix(std::move(*q));
+        } else {
+          auto q = DenseMatrix::Quantize(std::get<DenseMatrix>(*sm), vs);
+          ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
+          sm = SparseMatrix(std::move(*q));
+        }
       }
       ck.matrices.push_back({name, std::move(*sm), pat});
     }
@@ -103,9 +158,18 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
 }
 
 inline TinyStore AllDense(int64_t, int) { return TinyStore::kDenseF32; }
-// Mixed, with blk.1.ffn_up stored int8 (refused for now).
-inline TinyStore MixedWithInt8(int64_t l, int s) {
-  return l == 1 && s == static_cast<int>(LinearSlot::kUp) ? TinyStore::kNm24Int8 : MixedStore(l, s);
+// A quantized student: every quantized kind at least once over 2 blocks x 7 slots, and one slot of
+// numbers (f32 2:4).
+inline TinyStore QuantStore(int64_t l, int s) {
+  static constexpr TinyStore kKinds[] = {TinyStore::kNm24Int4Sym, TinyStore::kCsrInt8,
+                                         TinyStore::kDenseInt4,   TinyStore::kNm24PermInt4Sym,
+                                         TinyStore::kNm24Int8,    TinyStore::kNm24F32};
+  return kKinds[(l * kNumSlots + s) % 6];
+}
+// The same without channel permutations (GPTQ's re-quantization refuses permuted layers).
+inline TinyStore QuantStoreNoPerm(int64_t l, int s) {
+  const TinyStore st = QuantStore(l, s);
+  return st == TinyStore::kNm24PermInt4Sym ? TinyStore::kNm24Int4Sym : st;
 }
 
 // A learnable letter text over 'a'..'a'+vocab-1: mostly the bigram t -> (3 t + 1) mod V.
