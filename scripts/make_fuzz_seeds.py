@@ -165,7 +165,7 @@ def main():
 
     # Quantized CSR checkpoints: row_ptr, col_idx and codes of every other column (row r starts
     # at column r % 2), f16 scales (and mins) per group of G dense columns of a row.
-    def csr_quant(spec, rows, cols, scale=0x2E66, min_=0xBC00):
+    def csr_quant(spec, rows, cols, scale=0x2E66, min_=0xBC00, mask=False):
         g = int(spec.split(":")[1][1:])
         i8, groups = spec.startswith("int8"), (cols + g - 1) // g
         col_idx = [c for r in range(rows) for c in range(r % 2, cols, 2)]
@@ -180,19 +180,32 @@ def main():
             lo = 1 if spec.endswith(":sym") else 0
             nib = [lo + (i * 7 + 1) % (16 - lo) for i in range(nnz)] + [0]
             codes = bytes(nib[2 * i] | (nib[2 * i + 1] << 4) for i in range((nnz + 1) // 2))
-        parts = {"w.row_ptr": ("I64", [rows + 1], struct.pack(f"<{rows + 1}q", *row_ptr)),
-                 "w.col_idx": ("U16", [nnz], struct.pack(f"<{nnz}H", *col_idx)),
-                 "w.values": ("I8" if i8 else "U8", [len(codes)], codes),
+        if mask:  # format version 3: the index as a bit mask, LSB first, u8 [rows, ceil(cols/8)]
+            rb = (cols + 7) // 8
+            bits = bytearray(rows * rb)
+            for r in range(rows):
+                for c in range(r % 2, cols, 2):
+                    bits[r * rb + c // 8] |= 1 << (c % 8)
+            parts = {"w.mask": ("U8", [rows, rb], bytes(bits))}
+        else:
+            parts = {"w.row_ptr": ("I64", [rows + 1], struct.pack(f"<{rows + 1}q", *row_ptr)),
+                     "w.col_idx": ("U16", [nnz], struct.pack(f"<{nnz}H", *col_idx))}
+        parts |= {"w.values": ("I8" if i8 else "U8", [len(codes)], codes),
                  "w.scales": ("F16", [rows, groups], struct.pack("<H", scale) * (rows * groups))}
         if spec == "int4:g32":
             parts["w.mins"] = ("F16", [rows, groups], struct.pack("<H", min_) * (rows * groups))
         entry = {"format": "csr", "pattern": "unstructured:0.5", "shape": [rows, cols],
                  "dtype": "i8" if i8 else "u8", "values": spec}
-        return st(parts, {"sparq": json.dumps({"format_version": 2, "tensors": {"w": entry}})})
+        if mask:
+            entry["index"] = "mask"
+        version = 3 if mask else 2
+        return st(parts, {"sparq": json.dumps({"format_version": version, "tensors": {"w": entry}})})
     write("checkpoint", "csr_int8_g32.sparq", csr_quant("int8:g32", 3, 40))
     write("checkpoint", "csr_int4_g32.sparq", csr_quant("int4:g32", 4, 41))
     write("checkpoint", "csr_int4_g64_sym.sparq", csr_quant("int4:g64:sym", 2, 64))
     write("checkpoint", "broken_csr_nan_scale.sparq", csr_quant("int8:g32", 2, 32, scale=0x7E00))
+    write("checkpoint", "csr_int4_g32_mask.sparq", csr_quant("int4:g32", 4, 41, mask=True))
+    write("checkpoint", "csr_int8_g32_mask.sparq", csr_quant("int8:g32", 3, 40, mask=True))
 
     if len(sys.argv) > 1:
         cli, tmp = sys.argv[1], os.path.join(ROOT, "..", "..", "build", "seed_tmp")

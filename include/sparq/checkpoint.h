@@ -20,6 +20,12 @@
 //     ("format": "csr", "values": "int4:g64": parts `<name>.row_ptr`, `.col_idx`, `.values` (codes
 //     i8 [nnz] or u8 [ceil(nnz/2)]), `.scales` and `.mins` f16 [rows, ceil(cols/G)], a group being
 //     G dense columns of a row: format.h); a reader that predates it refuses "values" on csr.
+//     Version 3 adds a second index encoding for csr, written whenever it is the smaller one
+//     (density above ~1/16 with u16 indices: e.g. 50% unstructured, where u16 column indices
+//     would cost 8 bits per dense weight against the mask's 1): "index": "mask" and the part
+//     `<name>.mask`, u8 [rows, ceil(cols / 8)], bit (c % 8) of byte c / 8 of a row (LSB first)
+//     set when column c holds a stored value, in place of `.row_ptr` and `.col_idx` (which the
+//     reader rebuilds); bits past cols must be 0. Version 1 and 2 files read unchanged.
 // A tensor that is not listed under "sparq" is a plain tensor, so a plain safetensors file reads
 // as a checkpoint without matrices.
 //
@@ -42,7 +48,7 @@
 
 namespace sparq {
 
-inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kCheckpointFormatVersion = 3;
 inline constexpr char kCheckpointMetadataKey[] = "sparq";
 
 struct CheckpointTensor {
@@ -60,13 +66,26 @@ struct Checkpoint {
   const NamedTensor* FindTensor(const std::string& name) const;
 };
 
+// How matrices are written. csr_mask_index: a csr matrix's indices as a bit mask when that is
+// smaller (above); false writes row_ptr / col_idx always (what a version-2 reader needs).
+struct CheckpointWriteOptions {
+  bool csr_mask_index = true;
+};
+
+// The bytes a checkpoint spends on the matrix's parts (the index as written under `opt`):
+// what `inspect` and the reports call stored.
+uint64_t StoredByteSize(const SparseMatrix& s, const CheckpointWriteOptions& opt = {});
+
 // The safetensors tensors (parts and plain tensors) and __metadata__ a checkpoint is stored as.
 // Errors: duplicate names (a part colliding with a plain tensor too), the reserved metadata key.
 Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tensors,
-                         std::map<std::string, std::string>* metadata);
+                         std::map<std::string, std::string>* metadata,
+                         const CheckpointWriteOptions& opt = {});
 
-Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
-Result<std::vector<uint8_t>> SerializeCheckpoint(const Checkpoint& ckpt);
+Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt,
+                       const CheckpointWriteOptions& opt = {});
+Result<std::vector<uint8_t>> SerializeCheckpoint(const Checkpoint& ckpt,
+                                                 const CheckpointWriteOptions& opt = {});
 
 Result<Checkpoint> ReadCheckpoint(const std::string& path);
 // From a parsed safetensors file (views stay valid as long as the file's mapping, which they hold).

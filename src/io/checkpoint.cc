@@ -1,6 +1,8 @@
 // The sparq checkpoint (see include/sparq/checkpoint.h for the layout).
 #include "sparq/checkpoint.h"
 
+#include <algorithm>
+#include <bit>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <variant>
@@ -56,11 +58,76 @@ std::vector<std::pair<std::string, const Tensor*>> PartsOf(const SparseMatrix& s
   return std::visit(V{}, s);
 }
 
+// ---- the csr bit-mask index (format version 3) ----------------------------------------------
+
+int64_t MaskRowBytes(int64_t cols) { return (cols + 7) / 8; }
+
+// Whether the mask is the smaller index of c (row_ptr i64 + col_idx against the mask's bytes).
+bool UseCsrMask(const CsrMatrix& c, const CheckpointWriteOptions& opt) {
+  if (!opt.csr_mask_index) return false;
+  const uint64_t index = c.row_ptr.nbytes() + c.col_idx.nbytes();
+  return static_cast<uint64_t>(c.rows * MaskRowBytes(c.cols)) < index;
+}
+
+Tensor CsrMask(const CsrMatrix& c) {
+  const int64_t rb = MaskRowBytes(c.cols);
+  Tensor mask = Tensor::Alloc(DType::kU8, {c.rows, rb});
+  uint8_t* m = mask.mutable_data_as<uint8_t>();
+  std::fill(m, m + c.rows * rb, uint8_t{0});
+  const auto* rp = c.row_ptr.data_as<int64_t>();
+  const bool u16 = c.col_idx.dtype() == DType::kU16;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+      const int64_t col = u16 ? c.col_idx.data_as<uint16_t>()[p] : c.col_idx.data_as<uint32_t>()[p];
+      m[r * rb + col / 8] |= static_cast<uint8_t>(1u << (col % 8));
+    }
+  }
+  return mask;
+}
+
+// row_ptr and col_idx of the mask (the dtypes CsrMatrix::FromDense picks); errors name the part.
+Status CsrIndexFromMask(const Tensor& mask, const std::string& part, CsrMatrix* c) {
+  const int64_t rb = MaskRowBytes(c->cols);
+  if (mask.dtype() != DType::kU8 || mask.shape() != std::vector<int64_t>{c->rows, rb}) {
+    return InvalidInput(part + ": expected u8[" + std::to_string(c->rows) + ", " +
+                        std::to_string(rb) + "], got " + std::string(DTypeName(mask.dtype())) +
+                        mask.ShapeString());
+  }
+  const uint8_t* m = mask.data_as<uint8_t>();
+  int64_t nnz = 0;
+  for (int64_t i = 0; i < c->rows * rb; ++i) nnz += std::popcount(static_cast<unsigned>(m[i]));
+  const int tail = static_cast<int>(c->cols % 8);
+  const bool u16 = c->cols <= 65536;
+  c->row_ptr = Tensor::Alloc(DType::kI64, {c->rows + 1});
+  c->col_idx = Tensor::Alloc(u16 ? DType::kU16 : DType::kU32, {nnz});
+  auto* rp = c->row_ptr.mutable_data_as<int64_t>();
+  int64_t p = 0;
+  rp[0] = 0;
+  for (int64_t r = 0; r < c->rows; ++r) {
+    const uint8_t* row = m + r * rb;
+    if (tail != 0 && (row[rb - 1] >> tail) != 0) {
+      return InvalidInput(part + ": row " + std::to_string(r) + " has bits set past column " +
+                          std::to_string(c->cols - 1));
+    }
+    for (int64_t col = 0; col < c->cols; ++col) {
+      if ((row[col / 8] >> (col % 8)) & 1) {
+        if (u16) {
+          c->col_idx.mutable_data_as<uint16_t>()[p++] = static_cast<uint16_t>(col);
+        } else {
+          c->col_idx.mutable_data_as<uint32_t>()[p++] = static_cast<uint32_t>(col);
+        }
+      }
+    }
+    rp[r + 1] = p;
+  }
+  return Status::Ok();
+}
+
 std::string PartName(const std::string& name, const std::string& suffix) {
   return suffix.empty() ? name : name + "." + suffix;
 }
 
-json MatrixJson(const CheckpointTensor& t) {
+json MatrixJson(const CheckpointTensor& t, const CheckpointWriteOptions& opt) {
   json j = json::object();
   j["format"] = std::string(FormatName(KindOf(t.matrix)));
   j["pattern"] = t.pattern.ToString();
@@ -70,6 +137,8 @@ json MatrixJson(const CheckpointTensor& t) {
   if (const auto* b = std::get_if<BsrMatrix>(&t.matrix)) {
     j["bh"] = b->bh;
     j["bw"] = b->bw;
+  } else if (const auto* c = std::get_if<CsrMatrix>(&t.matrix); c && UseCsrMask(*c, opt)) {
+    j["index"] = "mask";
   } else if (const auto* nm = std::get_if<NmMatrix>(&t.matrix)) {
     j["n"] = nm->n;
     j["m"] = nm->m;
@@ -109,8 +178,16 @@ const NamedTensor* Checkpoint::FindTensor(const std::string& name) const {
   return nullptr;
 }
 
+uint64_t StoredByteSize(const SparseMatrix& s, const CheckpointWriteOptions& opt) {
+  const auto* c = std::get_if<CsrMatrix>(&s);
+  if (c == nullptr || !UseCsrMask(*c, opt)) return ByteSize(s);
+  return ByteSize(s) - c->row_ptr.nbytes() - c->col_idx.nbytes() +
+         static_cast<uint64_t>(c->rows * MaskRowBytes(c->cols));
+}
+
 Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tensors,
-                         std::map<std::string, std::string>* metadata) {
+                         std::map<std::string, std::string>* metadata,
+                         const CheckpointWriteOptions& opt) {
   tensors->clear();
   *metadata = ckpt.metadata;
   if (metadata->count(kCheckpointMetadataKey)) {
@@ -119,15 +196,26 @@ Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tenso
   }
   json entries = json::object();
   std::set<std::string> names;
+  // The oldest version that reads the file: 3 only when a csr index is a mask.
+  int version = 2;
   for (const auto& m : ckpt.matrices) {
     if (m.name.empty()) return InvalidInput("checkpoint: matrix with an empty name");
     if (entries.contains(m.name)) return InvalidInput("checkpoint: duplicate matrix " + Quote(m.name));
     SPARQ_RETURN_IF_ERROR(Validate(m.matrix, m.name));
-    entries[m.name] = MatrixJson(m);
+    entries[m.name] = MatrixJson(m, opt);
+    const auto* csr = std::get_if<CsrMatrix>(&m.matrix);
+    const bool mask = csr != nullptr && UseCsrMask(*csr, opt);
+    version = std::max(version, mask ? 3 : 2);
     for (const auto& [suffix, part] : PartsOf(m.matrix)) {
+      if (mask && (suffix == "row_ptr" || suffix == "col_idx")) continue;
       const std::string pn = PartName(m.name, suffix);
       if (!names.insert(pn).second) return InvalidInput("checkpoint: duplicate tensor name " + Quote(pn));
       tensors->push_back({pn, *part});
+    }
+    if (mask) {
+      const std::string pn = PartName(m.name, "mask");
+      if (!names.insert(pn).second) return InvalidInput("checkpoint: duplicate tensor name " + Quote(pn));
+      tensors->push_back({pn, CsrMask(*csr)});
     }
   }
   for (const auto& t : ckpt.tensors) {
@@ -135,24 +223,26 @@ Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tenso
     tensors->push_back(t);
   }
   json doc = json::object();
-  doc["format_version"] = kCheckpointFormatVersion;
+  doc["format_version"] = version;
   doc["tensors"] = std::move(entries);
   (*metadata)[kCheckpointMetadataKey] = doc.dump();
   return Status::Ok();
 }
 
-Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt) {
+Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt,
+                       const CheckpointWriteOptions& opt) {
   std::vector<NamedTensor> tensors;
   std::map<std::string, std::string> metadata;
-  Status st = FlattenCheckpoint(ckpt, &tensors, &metadata);
+  Status st = FlattenCheckpoint(ckpt, &tensors, &metadata, opt);
   if (!st.ok()) return st.WithContext(path);
   return WriteSafetensors(path, tensors, metadata);
 }
 
-Result<std::vector<uint8_t>> SerializeCheckpoint(const Checkpoint& ckpt) {
+Result<std::vector<uint8_t>> SerializeCheckpoint(const Checkpoint& ckpt,
+                                                 const CheckpointWriteOptions& opt) {
   std::vector<NamedTensor> tensors;
   std::map<std::string, std::string> metadata;
-  SPARQ_RETURN_IF_ERROR(FlattenCheckpoint(ckpt, &tensors, &metadata));
+  SPARQ_RETURN_IF_ERROR(FlattenCheckpoint(ckpt, &tensors, &metadata, opt));
   return SerializeSafetensors(tensors, metadata);
 }
 
@@ -281,9 +371,30 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
         case FormatKind::kCsr: {
           CsrMatrix c;
           c.rows = rows, c.cols = cols;
-          SPARQ_ASSIGN_OR_RETURN(c.row_ptr, part("row_ptr"));
-          SPARQ_ASSIGN_OR_RETURN(c.col_idx, part("col_idx"));
+          if (auto ix = e.find("index"); ix != e.end()) {
+            if (!ix->is_string() || ix->get<std::string>() != "mask") {
+              return InvalidInput(what + ": unknown csr \"index\" " + ix->dump() +
+                                  " (this sparq reads \"mask\")");
+            }
+            SPARQ_ASSIGN_OR_RETURN(Tensor mask, part("mask"));
+            SPARQ_RETURN_IF_ERROR(
+                CsrIndexFromMask(mask, PartName(matrix_name, "mask"), &c).WithContext(path));
+          } else {
+            SPARQ_ASSIGN_OR_RETURN(c.row_ptr, part("row_ptr"));
+            SPARQ_ASSIGN_OR_RETURN(c.col_idx, part("col_idx"));
+          }
           SPARQ_ASSIGN_OR_RETURN(c.values, part("values"));
+          if (e.contains("index")) {
+            // Named here: Validate would blame col_idx, a part the file does not hold.
+            const auto nnz = static_cast<uint64_t>(c.col_idx.numel());
+            const uint64_t want = qspec.dtype == DType::kI4 ? (nnz + 1) / 2 : nnz;
+            if (c.values.rank() != 1 || c.values.numel() != want) {
+              return InvalidInput(what + ": " + PartName(matrix_name, "mask") + " marks " +
+                                  std::to_string(nnz) + " values, " +
+                                  PartName(matrix_name, "values") + " holds " +
+                                  c.values.ShapeString());
+            }
+          }
           if (qspec.quantized()) {
             c.quant.spec = qspec;
             SPARQ_ASSIGN_OR_RETURN(c.quant.scales, part("scales"));

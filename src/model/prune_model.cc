@@ -8,6 +8,7 @@
 #include <random>
 #include <regex>
 
+#include "sparq/checkpoint.h"
 #include "sparq/gguf.h"
 #include "sparq/model_file.h"
 #include "sparq/progress.h"
@@ -332,7 +333,7 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   SPARQ_ASSIGN_OR_RETURN(out.linear, LinearWeight::FromMatrix(std::move(copy), job.name, cfg));
   out.result.name = job.name;
   out.result.format = std::string(FormatName(fmt));
-  out.result.stored_bytes = ByteSize(out.stored);
+  out.result.stored_bytes = StoredByteSize(out.stored);  // as the checkpoint writes it
   out.result.report = std::move(rep);
   return out;
 }

@@ -99,14 +99,17 @@ TEST(CheckpointTest, EveryFormatRoundTripsThroughAFile) {
       EXPECT_NE(st->Find(mtx.name + ".meta"), nullptr);
     }
     if (KindOf(mtx.matrix) == FormatKind::kCsr) {
-      EXPECT_NE(st->Find(mtx.name + ".row_ptr"), nullptr);
+      // 26 x 42: the bit mask (6 bytes a row) beats row_ptr (8 bytes a row) + col_idx.
+      EXPECT_NE(st->Find(mtx.name + ".mask"), nullptr) << mtx.name;
+      EXPECT_EQ(st->Find(mtx.name + ".row_ptr"), nullptr) << mtx.name;
+      EXPECT_EQ(st->Find(mtx.name + ".col_idx"), nullptr) << mtx.name;
     }
     if (KindOf(mtx.matrix) == FormatKind::kCoo) {
       EXPECT_NE(st->Find(mtx.name + ".row_idx"), nullptr);
     }
   }
   auto doc = nlohmann::json::parse(st->metadata().at("sparq"));
-  EXPECT_EQ(doc["format_version"], kCheckpointFormatVersion);
+  EXPECT_EQ(doc["format_version"], kCheckpointFormatVersion);  // 3: csr mask indices
   const auto& e = doc["tensors"]["layer2.nm"];
   EXPECT_EQ(e["format"], "nm");
   EXPECT_EQ(e["pattern"], "2:4");
@@ -225,9 +228,11 @@ struct Flat {
   nlohmann::json doc;
 };
 
-Flat FlatOf(const Checkpoint& ck) {
+// The malformed tests below edit row_ptr / col_idx: csr indices written as such (the mask
+// encoding has its own tests).
+Flat FlatOf(const Checkpoint& ck, CheckpointWriteOptions opt = {.csr_mask_index = false}) {
   Flat f;
-  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta).ok());
+  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta, opt).ok());
   f.doc = nlohmann::json::parse(f.meta["sparq"]);
   return f;
 }
@@ -248,6 +253,101 @@ Checkpoint OneNm() {
   EXPECT_TRUE(enc.ok());
   ck.matrices.push_back({"w", std::move(*enc), Pattern::NM(2, 4)});
   return ck;
+}
+
+// 50% unstructured at k = 1000 (not a multiple of 8: a partial last mask byte), f32 and int4:
+// the index is written as a mask (1 bit per weight against 16 per kept one), read back to the same
+// row_ptr / col_idx / values bytes; StoredByteSize is what the file holds; a 97%-sparse matrix
+// keeps its col_idx (the smaller index) and a file of only such matrices stays version 2.
+TEST(CheckpointTest, CsrIndexIsWrittenAsAMaskWhenSmaller) {
+  const int64_t m = 9, k = 1000;
+  Checkpoint ck;
+  auto w = MaskedWeights(Pattern::Unstructured(0.5), m, k, 3);
+  auto f32 = Encode(w, m, k, FormatKind::kCsr, Pattern::Unstructured(0.5), DType::kF32);
+  ASSERT_TRUE(f32.ok());
+  auto spec = ValueSpec::Parse("int4:g64");
+  ASSERT_TRUE(spec.ok());
+  auto q = CsrMatrix::Quantize(std::get<CsrMatrix>(*f32), *spec);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  auto sparse_w = MaskedWeights(Pattern::Unstructured(0.97), m, k, 4);
+  auto sparse = Encode(sparse_w, m, k, FormatKind::kCsr, Pattern::Unstructured(0.97), DType::kF32);
+  ASSERT_TRUE(sparse.ok());
+  ck.matrices.push_back({"half", *f32, Pattern::Unstructured(0.5)});
+  ck.matrices.push_back({"half4", SparseMatrix(*q), Pattern::Unstructured(0.5)});
+  ck.matrices.push_back({"thin", *sparse, Pattern::Unstructured(0.97)});
+  auto bytes = SerializeCheckpoint(ck);
+  ASSERT_TRUE(bytes.ok());
+  auto st = SafetensorsFile::FromMemory(bytes->data(), bytes->size(), "c.sparq");
+  ASSERT_TRUE(st.ok());
+  for (const char* name : {"half", "half4"}) {
+    SCOPED_TRACE(name);
+    const SafetensorsEntry* mask = st->Find(std::string(name) + ".mask");
+    ASSERT_NE(mask, nullptr);
+    EXPECT_EQ(mask->tensor.shape(), (std::vector<int64_t>{m, 125}));
+    EXPECT_EQ(st->Find(std::string(name) + ".col_idx"), nullptr);
+    EXPECT_EQ(st->Find(std::string(name) + ".row_ptr"), nullptr);
+  }
+  EXPECT_NE(st->Find("thin.col_idx"), nullptr);
+  auto doc = nlohmann::json::parse(st->metadata().at("sparq"));
+  EXPECT_EQ(doc["format_version"], 3);
+  EXPECT_EQ(doc["tensors"]["half"]["index"], "mask");
+  EXPECT_FALSE(doc["tensors"]["thin"].contains("index"));
+  uint64_t parts = 0;
+  for (const SafetensorsEntry& e : st->tensors()) parts += e.tensor.nbytes();
+  uint64_t stored = 0;
+  for (const auto& mtx : ck.matrices) stored += StoredByteSize(mtx.matrix);
+  EXPECT_EQ(parts, stored);
+  // 50% int4:g64 as stored: 4 bits a kept value + 1 mask bit + f16 scale and min per 64 columns.
+  EXPECT_LT(8.0 * StoredByteSize(ck.matrices[1].matrix) / double(m * k), 3.6);
+
+  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& want : ck.matrices) {
+    SCOPED_TRACE(want.name);
+    const auto& a = std::get<CsrMatrix>(want.matrix);
+    const auto& b = std::get<CsrMatrix>(r->FindMatrix(want.name)->matrix);
+    for (auto [x, y] : {std::pair{&a.row_ptr, &b.row_ptr}, {&a.col_idx, &b.col_idx},
+                        {&a.values, &b.values}}) {
+      ASSERT_EQ(x->dtype(), y->dtype());
+      ASSERT_EQ(x->nbytes(), y->nbytes());
+      EXPECT_EQ(std::memcmp(x->data(), y->data(), x->nbytes()), 0);
+    }
+    EXPECT_EQ(ValuesName(want.matrix), ValuesName(r->FindMatrix(want.name)->matrix));
+  }
+  Checkpoint thin_only;
+  thin_only.matrices.push_back(ck.matrices[2]);
+  Flat f = FlatOf(thin_only, {});
+  EXPECT_EQ(f.doc["format_version"], 2);
+}
+
+TEST(CheckpointMalformedTest, BadCsrMask) {
+  Checkpoint ck;
+  auto w = MaskedWeights(Pattern::Unstructured(0.5), 3, 12, 5);  // 2 mask bytes a row
+  auto enc = Encode(w, 3, 12, FormatKind::kCsr, Pattern::Unstructured(0.5), DType::kF32);
+  ASSERT_TRUE(enc.ok());
+  ck.matrices.push_back({"c", std::move(*enc), Pattern::Unstructured(0.5)});
+  auto edit_mask = [&](auto fn) {
+    Flat f = FlatOf(ck, {});
+    for (auto& t : f.tensors) {
+      if (t.name == "c.mask") {
+        t.tensor = t.tensor.Clone();
+        fn(&t.tensor);
+      }
+    }
+    return f;
+  };
+  Flat f = edit_mask([](Tensor* t) { t->mutable_data_as<uint8_t>()[3] |= 0x80; });  // column 15
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.mask: row 1 has bits set past column 11"));
+  f = edit_mask([](Tensor* t) { t->mutable_data_as<uint8_t>()[0] ^= 0x01; });  // one more or less
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.mask marks 19 values, c.values holds f32[18]"));
+  f = edit_mask([](Tensor* t) { *t = Tensor::Alloc(DType::kU8, {3, 1}); });
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.mask: expected u8[3, 2]"));
+  f = FlatOf(ck, {});
+  f.doc["tensors"]["c"]["index"] = "zip";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("unknown csr \"index\" \"zip\""));
+  f = FlatOf(ck, {});
+  std::erase_if(f.tensors, [](const NamedTensor& t) { return t.name == "c.mask"; });
+  EXPECT_THAT(ErrorOf(f), HasSubstr("part 'c.mask' is missing"));
 }
 
 TEST(CheckpointMalformedTest, MissingPart) {
