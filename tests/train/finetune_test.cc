@@ -24,6 +24,7 @@
 #include "sparq/train_loop.h"
 #include "src/train/stored_slots.h"
 #include "tests/train/finetune_testutil.h"
+#include "tests/train/train_testutil.h"
 
 namespace sparq::train {
 namespace {
@@ -93,11 +94,7 @@ TEST_F(FinetuneTest, LossFallsAndOutKeepsFormatsPatternsAndMasks) {
   EXPECT_EQ(r->steps, 30);
   EXPECT_TRUE(r->wrote_out);
   ASSERT_EQ(losses.size(), 30u);
-  double head = 0, tail = 0;
-  for (int i = 0; i < 5; ++i) {
-    head += losses[i] / 5;
-    tail += losses[losses.size() - 1 - i] / 5;
-  }
+  const auto [head, tail] = testing::HeadTailMeans(losses);
   std::printf("  loss: first 5 steps %.4f, last 5 steps %.4f\n", head, tail);
   EXPECT_LT(tail, 0.8 * head);
 
@@ -297,11 +294,7 @@ TEST_F(FinetuneTest, SquareHeadTrainsAndAResumeWithAnotherHiddenIsRefused) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->wrote_out);
   ASSERT_EQ(losses.size(), 30u);
-  double head = 0, tail = 0;
-  for (int i = 0; i < 5; ++i) {
-    head += losses[i] / 5;
-    tail += losses[losses.size() - 1 - i] / 5;
-  }
+  const auto [head, tail] = testing::HeadTailMeans(losses);
   std::printf("  with --hidden 0.5: loss first 5 steps %.4f, last 5 steps %.4f\n", head, tail);
   EXPECT_LT(tail, 0.8 * head);
   auto state = LoadTrainState(out + ".state");

@@ -26,6 +26,7 @@
 #include <functional>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace sparq::train::testing {
@@ -88,6 +89,16 @@ inline double Project(std::span<const double> y, std::span<const float> r) {
 }
 
 // A generator seeded with `seed`, printed so that a failure can be rerun.
+// The means of the first and the last `k` entries of a loss curve (k <= size).
+inline std::pair<double, double> HeadTailMeans(std::span<const double> v, size_t k = 5) {
+  double head = 0, tail = 0;
+  for (size_t i = 0; i < k; ++i) {
+    head += v[i] / static_cast<double>(k);
+    tail += v[v.size() - 1 - i] / static_cast<double>(k);
+  }
+  return {head, tail};
+}
+
 inline std::mt19937_64 Seeded(uint64_t seed) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   return std::mt19937_64(seed);
