@@ -51,6 +51,20 @@ Status StoreValues(Tensor* t, std::span<const float> v, const std::string& name)
   }
 }
 
+// The mask is fixed: a weight with no stored value (covered[j] false) must have stayed exactly 0,
+// or writing would silently drop what was trained.
+Status CheckMaskKept(const std::string& name, std::span<const float> w,
+                     const std::vector<bool>& covered, int64_t k) {
+  for (size_t j = 0; j < w.size(); ++j) {
+    if (!covered[j] && w[j] != 0.0f) {
+      return InvalidInput("finetune: tensor '" + name + "' weight (" + std::to_string(j / k) +
+                          ", " + std::to_string(j % k) + ") is pruned in the student but " +
+                          std::to_string(w[j]) + " after training: the mask must stay fixed");
+    }
+  }
+  return Status::Ok();
+}
+
 // A quantized ct.matrix: every stored slot is a kept weight (finetune_structure.cc trained it,
 // whatever its code), its value w at the slot's position, re-quantized into the stored spec.
 // Weights equal to the student's dequantized values keep their codes bit for bit (`--train norms`).
@@ -73,13 +87,7 @@ Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w, bool
     covered[pos[i]] = true;
     nv[i] = w[pos[i]];
   }
-  for (size_t j = 0; j < w.size(); ++j) {
-    if (!covered[j] && w[j] != 0.0f) {
-      return InvalidInput("finetune: tensor '" + name + "' weight (" + std::to_string(j / k) +
-                          ", " + std::to_string(j % k) + ") is pruned in the student but " +
-                          std::to_string(w[j]) + " after training: the mask must stay fixed");
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(CheckMaskKept(name, w, covered, k));
   SparseMatrix plain = WithNumbers(ct->matrix, std::move(nt));  // the trained numbers
   if (numbers_only) {
     ct->matrix = std::move(plain);
@@ -108,15 +116,7 @@ Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w, bool numbers_
     covered[pos[i]] = dense || ov[i] != 0.0f;
     nv[i] = w[pos[i]];
   }
-  // The mask is fixed: a weight with no stored value (or a stored 0 of a sparse format) must have
-  // stayed exactly 0, or writing would silently drop what was trained.
-  for (size_t j = 0; j < w.size(); ++j) {
-    if (!covered[j] && w[j] != 0.0f) {
-      return InvalidInput("finetune: tensor '" + name + "' weight (" + std::to_string(j / k) +
-                          ", " + std::to_string(j % k) + ") is pruned in the student but " +
-                          std::to_string(w[j]) + " after training: the mask must stay fixed");
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(CheckMaskKept(name, w, covered, k));  // a stored 0 is not covered
   Tensor t = Tensor::Alloc(old.dtype(), old.shape());
   SPARQ_RETURN_IF_ERROR(StoreValues(&t, nv, name));
   MutableValuesOf(ct->matrix) = std::move(t);

@@ -139,25 +139,8 @@ void CheckGradient(const TrainExec& exec, const char* path) {
   EXPECT_GT(r.hidden, 0.1);  // independent models: far apart
 
   std::mt19937_64 pick(502);
-  for (const TensorRef& t : Tensors(&m, grads)) {
-    std::vector<size_t> idx(t.param->size());
-    std::iota(idx.begin(), idx.end(), size_t{0});
-    std::shuffle(idx.begin(), idx.end(), pick);
-    idx.resize(std::min<size_t>(idx.size(), kSamplesPerTensor));
-    std::vector<float> got;
-    Vec64 fd;
-    for (size_t i : idx) {
-      const double x0 = (*t.param)[i];
-      (*t.param)[i] = x0 + kModelFdStep;
-      const double lp = loss64();
-      (*t.param)[i] = x0 - kModelFdStep;
-      const double lm = loss64();
-      (*t.param)[i] = x0;
-      fd.push_back((lp - lm) / (2 * kModelFdStep));
-      got.push_back((*t.grad)[i]);
-    }
-    ExpectGradNear(t.name.c_str(), got, fd, kModelGradTol);
-  }
+  testing::ExpectFdGradients(Tensors(&m, grads), loss64, kModelFdStep, kSamplesPerTensor,
+                             kModelGradTol, &pick);
   // The head is not on SquareHead's path (CE and KL weigh 0): the output norm gets exactly 0.
   for (float g : grads.output_norm) EXPECT_EQ(g, 0.0f);
 }

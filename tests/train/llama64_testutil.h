@@ -7,12 +7,15 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "sparq/model.h"
 #include "sparq/train_model.h"
+#include "tests/train/train_testutil.h"
 
 namespace sparq::train::testing {
 
@@ -176,4 +179,29 @@ inline std::vector<TensorRef> Tensors(Model64* m, const ModelWeights& g) {
   return t;
 }
 
+// Central differences of loss64 at up to `samples` entries of each tensor (picked by `pick`)
+// against the f32 gradients, within `tol` (ExpectGradNear).
+template <class Loss>
+void ExpectFdGradients(std::span<const TensorRef> tensors, Loss loss64, double step, int samples,
+                       double tol, std::mt19937_64* pick) {
+  for (const TensorRef& t : tensors) {
+    std::vector<size_t> idx(t.param->size());
+    std::iota(idx.begin(), idx.end(), size_t{0});
+    std::shuffle(idx.begin(), idx.end(), *pick);
+    idx.resize(std::min<size_t>(idx.size(), static_cast<size_t>(samples)));
+    std::vector<float> got;
+    Vec64 fd;
+    for (size_t i : idx) {
+      const double x0 = (*t.param)[i];
+      (*t.param)[i] = x0 + step;
+      const double lp = loss64();
+      (*t.param)[i] = x0 - step;
+      const double lm = loss64();
+      (*t.param)[i] = x0;
+      fd.push_back((lp - lm) / (2 * step));
+      got.push_back((*t.grad)[i]);
+    }
+    ExpectGradNear(t.name.c_str(), got, fd, tol);
+  }
+}
 }  // namespace sparq::train::testing
