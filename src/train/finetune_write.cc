@@ -22,13 +22,6 @@
 namespace sparq::train {
 namespace {
 
-const Tensor& ValuesOf(const SparseMatrix& s) {
-  return std::visit([](const auto& x) -> const Tensor& { return x.values; }, s);
-}
-Tensor& MutableValuesOf(SparseMatrix& s) {
-  return std::visit([](auto& x) -> Tensor& { return x.values; }, s);
-}
-
 Status StoreValues(Tensor* t, std::span<const float> v, const std::string& name) {
   switch (t->dtype()) {
     case DType::kF32:
@@ -101,7 +94,7 @@ Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w, bool
 Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w, bool numbers_only) {
   if (IsQuantized(ct->matrix)) return WriteQuantizedMatrix(ct, w, numbers_only);
   const std::string& name = ct->name;
-  const Tensor& old = ValuesOf(ct->matrix);
+  const Tensor& old = StoredValues(ct->matrix);
   SPARQ_ASSIGN_OR_RETURN(Tensor old_f32, ToF32(old));
   const float* ov = old_f32.data_as<float>();
   const std::vector<int64_t> pos = SlotPositions(ct->matrix);
@@ -119,7 +112,7 @@ Status WriteMatrix(CheckpointTensor* ct, std::span<const float> w, bool numbers_
   SPARQ_RETURN_IF_ERROR(CheckMaskKept(name, w, covered, k));  // a stored 0 is not covered
   Tensor t = Tensor::Alloc(old.dtype(), old.shape());
   SPARQ_RETURN_IF_ERROR(StoreValues(&t, nv, name));
-  MutableValuesOf(ct->matrix) = std::move(t);
+  MutableStoredValues(ct->matrix) = std::move(t);
   return Validate(ct->matrix, name);
 }
 

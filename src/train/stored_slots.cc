@@ -14,14 +14,13 @@ namespace {
 // a decoded 0 means "no slot here").
 constexpr int kDigitBits = 12;
 
-Tensor& MutableValuesOf(SparseMatrix& s) {
-  return std::visit([](auto& x) -> Tensor& { return x.values; }, s);
-}
-
 }  // namespace
 
 const Tensor& StoredValues(const SparseMatrix& s) {
   return std::visit([](const auto& x) -> const Tensor& { return x.values; }, s);
+}
+Tensor& MutableStoredValues(SparseMatrix& s) {
+  return std::visit([](auto& x) -> Tensor& { return x.values; }, s);
 }
 
 const QuantParts* QuantOf(const SparseMatrix& s) {
@@ -53,7 +52,7 @@ SparseMatrix WithNumbers(const SparseMatrix& s, Tensor numbers) {
         if constexpr (requires { x.quant; }) x.quant = QuantParts{};
       },
       plain);
-  MutableValuesOf(plain) = std::move(numbers);
+  MutableStoredValues(plain) = std::move(numbers);
   return plain;
 }
 
@@ -94,7 +93,7 @@ std::vector<int64_t> SlotPositions(const SparseMatrix& sm) {
     for (int64_t i = 0; i < nv; ++i) {
       p[i] = static_cast<float>(((i >> shift) & ((1 << kDigitBits) - 1)) + 1);
     }
-    MutableValuesOf(probe) = std::move(pv);
+    MutableStoredValues(probe) = std::move(pv);
     const Tensor d = ToDense(probe);
     const float* dp = d.data_as<float>();
     for (int64_t j = 0; j < n_dense; ++j) {

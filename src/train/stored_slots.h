@@ -31,6 +31,7 @@ std::vector<int64_t> SlotPositions(const SparseMatrix& s);
 
 // The `values` tensor of s (numbers or codes).
 const Tensor& StoredValues(const SparseMatrix& s);
+Tensor& MutableStoredValues(SparseMatrix& s);
 
 // s's structure holding `numbers` (f32, NumberShape(s)) instead of its values, unquantized.
 SparseMatrix WithNumbers(const SparseMatrix& s, Tensor numbers);
