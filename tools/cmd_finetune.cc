@@ -24,6 +24,7 @@ namespace {
 struct FinetuneCliOptions {
   train::FinetuneOptions lib;
   std::vector<std::string> text_files;
+  std::vector<std::string> eval_files;
   bool self_distill = false;
   train::SelfDistillOptions distill;
   std::string distill_cache;  // "": OUT.distill.txt
@@ -99,6 +100,13 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
     SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(f));
     o.lib.texts.push_back({f, std::move(text)});
   }
+  for (const std::string& f : o.eval_files) {
+    SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(f));
+    o.lib.eval_texts.push_back({f, std::move(text)});
+  }
+  if (!o.eval_files.empty() && o.lib.eval_every == 0) {
+    return InvalidInput("finetune: --eval-text needs --eval-every N (steps between points)");
+  }
   if (o.self_distill) {
     SPARQ_ASSIGN_OR_RETURN(train::FinetuneText t, SelfDistillData(o, cfg, &pool));
     o.lib.texts.push_back(std::move(t));
@@ -119,6 +127,11 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
                  Clock(per * static_cast<double>(p.total_steps - p.step)).c_str(),
                  tty ? "   " : "\n");
     if (tty && p.step == p.total_steps) std::fprintf(stderr, "\n");
+  };
+  o.lib.on_eval = [&](const train::FinetuneCurvePoint& p) {
+    std::fprintf(stderr, "%seval step %lld (%lld tokens trained): perplexity %.4f\n",
+                 tty ? "\r" : "", static_cast<long long>(p.step),
+                 static_cast<long long>(p.tokens), p.perplexity);
   };
   if (o.timings) o.lib.timers = &o.timers;
   SPARQ_ASSIGN_OR_RETURN(train::FinetuneResult r, train::Finetune(o.lib, cfg, &pool));
@@ -171,8 +184,10 @@ Registrar reg(
           "Trains every weight of the student (embedding, norms, the kept weights of sparse "
           "layers, all of dense ones) in f32 with AdamW, warmup + cosine; pruned weights stay 0. "
           "OUT keeps the student's formats, patterns and value types (bf16 rounded from the f32 "
-          "masters). --train norms trains only the RMSNorm gains (a cheap first lever: no dW). "
-          "Not yet: quantized (int8 / int4) students, untied output heads.");
+          "masters; int8 / int4 students re-quantized, see --requant). --train norms trains only "
+          "the RMSNorm gains (a cheap first lever: no dW). --eval-text with --eval-every gives "
+          "the curve: the student's perplexity on held-out text as training goes (`sparq eval`'s "
+          "windows, on the f32 masters). Not yet: untied output heads.");
       sub.add_option("student", l.student, "Pruned student (.sparq)")->required();
       sub.add_option("--teacher", l.teacher,
                      "Teacher (.gguf / .sparq / HF folder; same vocabulary); needed with --kl or "
@@ -246,6 +261,16 @@ Registrar reg(
                      "Save the train state every N steps (0: at the end only)")
           ->capture_default_str()
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      sub.add_option("--eval-text", o->eval_files,
+                     "Held-out text for the curve (UTF-8; repeatable): perplexity before the "
+                     "first step, every --eval-every steps and at the end");
+      sub.add_option("--eval-every", l.eval_every, "Steps between the curve's points (0: none)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      sub.add_option("--eval-tokens", l.eval_tokens,
+                     "Tokens of --eval-text scored (its first; windows of --seq-len)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
       sub.add_option("--state", l.state_path, "Train state file (default: OUT.state)");
       sub.add_flag("--resume", l.resume,
                    "Continue from the train state (same student, data, "

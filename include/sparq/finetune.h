@@ -43,6 +43,13 @@ struct FinetuneText {
   std::string text;
 };
 
+// A point of the curve (FinetuneOptions::eval_every).
+struct FinetuneCurvePoint {
+  int64_t step = 0;         // completed steps (0: the student as given)
+  int64_t tokens = 0;       // trained tokens at that step
+  double perplexity = 0.0;  // on FinetuneOptions::eval_texts
+};
+
 struct FinetuneOptions {
   std::string student;  // a .sparq checkpoint (the output keeps its formats)
   std::string teacher;  // .gguf / .sparq / HF folder; needed when kl > 0
@@ -71,6 +78,15 @@ struct FinetuneOptions {
   int64_t checkpoint_every = 0;  // 0: the state is saved at the end only
   bool resume = false;           // continue from state_path
   int64_t stop_at = -1;          // stop after this step without writing out (tests: interrupt)
+  // The curve: the student's perplexity on eval_texts (tokenized as `sparq eval` does, the first
+  // eval_tokens of them, windows of seq_len tokens) before the first step, every eval_every
+  // steps and after the last; computed on the f32 masters by the training forward (a bf16 or
+  // quantized OUT rounds them afterwards), so it costs no change to the run: a resumed run
+  // gives the same points. eval_every 0: no curve.
+  std::vector<FinetuneText> eval_texts;
+  int64_t eval_every = 0;
+  int64_t eval_tokens = 16384;
+  std::function<void(const FinetuneCurvePoint&)> on_eval;  // may be empty
   std::function<void(const TrainProgress&)> progress;  // may be empty
   TrainTimers* timers = nullptr;  // null, or accumulates where the steps' time went
 };
@@ -86,6 +102,8 @@ struct FinetuneResult {
   bool wrote_out = false;  // false when stopped by stop_at
   // Trained quantized block matrices written back by GPTQ / by round to nearest.
   int64_t requant_gptq = 0, requant_rtn = 0;
+  std::vector<FinetuneCurvePoint> curve;  // this call's points (FinetuneOptions::eval_every)
+  int64_t eval_predicted = 0;             // tokens each point predicts
   std::string ToJson() const;
 };
 

@@ -124,6 +124,28 @@ Status CheckResume(const std::string& path, const TrainState& s, const LlamaConf
   return Status::Ok();
 }
 
+// `sparq eval`'s protocol on the training forward: non-overlapping windows of ctx tokens (the
+// last, shorter one too when it has >= 2), each token after a window's first predicted from those
+// before it. The masters hold exact zeros where pruned, so no masks are needed.
+Result<double> WindowPerplexity(const LlamaConfig& c, const ModelWeights& w,
+                                std::span<const int32_t> tokens, int64_t ctx, ThreadPool* pool,
+                                int64_t* predicted) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  double nll = 0.0;
+  int64_t count = 0;
+  const TrainExec exec{.fast = true, .pool = pool};
+  for (int64_t at = 0; at + 2 <= n; at += ctx) {
+    const int64_t len = std::min(ctx, n - at);
+    LossResult r;
+    SPARQ_RETURN_IF_ERROR(
+        ModelLossAndGrad(c, w, {}, tokens.subspan(at, len), LossSpec{}, &r, nullptr, exec));
+    nll += r.ce * static_cast<double>(len - 1);
+    count += len - 1;
+  }
+  *predicted = count;
+  return std::exp(nll / static_cast<double>(count));
+}
+
 }  // namespace
 
 std::string FinetuneResult::ToJson() const {
@@ -138,6 +160,14 @@ std::string FinetuneResult::ToJson() const {
                       {"wrote_out", wrote_out},
                       {"requant_gptq", requant_gptq},
                       {"requant_rtn", requant_rtn}};
+  if (!curve.empty()) {
+    nlohmann::json pts = nlohmann::json::array();
+    for (const FinetuneCurvePoint& p : curve) {
+      pts.push_back({{"step", p.step}, {"tokens", p.tokens}, {"perplexity", p.perplexity}});
+    }
+    j["curve"] = pts;
+    j["eval_predicted"] = eval_predicted;
+  }
   return j.dump(2);
 }
 
@@ -150,6 +180,13 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     return InvalidInput("finetune: --seq-len and --accum must be >= 1");
   }
   if (o.texts.empty()) return InvalidInput("finetune: no training text (--text)");
+  if (o.eval_every < 0) return InvalidInput("finetune: --eval-every must be >= 0");
+  if (o.eval_every > 0 && o.eval_texts.empty()) {
+    return InvalidInput("finetune: --eval-every needs an evaluation text (--eval-text)");
+  }
+  if (o.eval_every > 0 && o.eval_tokens < 2) {
+    return InvalidInput("finetune: --eval-tokens must be >= 2");
+  }
   if (!std::isfinite(o.hidden) || o.hidden < 0) {
     return InvalidInput("finetune: --hidden must be finite and >= 0, got " +
                         std::to_string(o.hidden));
@@ -165,6 +202,17 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     if (!ids.ok()) return ids.status().WithContext("finetune: " + t.name);
     tokens.insert(tokens.end(), ids->begin(), ids->end());
     names += (names.empty() ? "" : ", ") + t.name;
+  }
+  std::vector<int32_t> eval_ids;  // as `sparq eval` reads its text: no BOS, the first eval_tokens
+  for (const FinetuneText& t : o.eval_texts) {
+    if (o.eval_every == 0) break;
+    auto ids = student.tokenizer().Encode(t.text);
+    if (!ids.ok()) return ids.status().WithContext("finetune: --eval-text " + t.name);
+    eval_ids.insert(eval_ids.end(), ids->begin(), ids->end());
+  }
+  if (static_cast<int64_t>(eval_ids.size()) > o.eval_tokens) eval_ids.resize(o.eval_tokens);
+  if (o.eval_every > 0 && eval_ids.size() < 2) {
+    return InvalidInput("finetune: the evaluation text holds fewer than 2 tokens");
   }
   if (static_cast<int64_t>(tokens.size()) < o.seq_len + 1) {
     return InvalidInput("finetune: the texts (" + names + ") hold " +
@@ -239,7 +287,6 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   r.start_step = state.step();
   r.data_tokens = static_cast<int64_t>(tokens.size());
   TrainLoopOptions lo;
-  lo.stop_at = o.stop_at;
   lo.checkpoint_path = state_path;
   lo.exec = {.fast = true, .pool = pool, .timers = o.timers};
   lo.progress = [&](const TrainProgress& p) {
@@ -265,7 +312,33 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
       return teacher->Forward(in, &*cache, logits.data(), /*all_logits=*/true, pool);
     };
   }
-  const Status st = TrainLoop(&state, tokens, lo);
+  auto evaluate = [&]() -> Status {
+    FinetuneCurvePoint p{state.step(), state.step() * per_step, 0.0};
+    auto ppl = WindowPerplexity(c, state.weights, eval_ids, o.seq_len, pool, &r.eval_predicted);
+    if (!ppl.ok()) return ppl.status().WithContext("finetune: --eval-text");
+    p.perplexity = *ppl;
+    r.curve.push_back(p);
+    if (o.on_eval) o.on_eval(p);
+    return Status::Ok();
+  };
+  // The run goes in pieces that end at the curve's steps; TrainLoop continues a state exactly
+  // (that is what --resume relies on), so the pieces train as one call would.
+  const int64_t last = o.stop_at >= 0 ? std::min(o.stop_at, steps) : steps;
+  if (o.eval_every > 0 && state.step() == 0) SPARQ_RETURN_IF_ERROR(evaluate());
+  Status st = Status::Ok();
+  while (st.ok()) {
+    int64_t until = last;
+    if (o.eval_every > 0) until = std::min(last, (state.step() / o.eval_every + 1) * o.eval_every);
+    lo.stop_at = until;
+    const int64_t before = state.step();
+    st = TrainLoop(&state, tokens, lo);
+    if (!st.ok()) break;
+    if (o.eval_every > 0 && state.step() > before &&
+        (state.step() % o.eval_every == 0 || state.step() == steps)) {
+      SPARQ_RETURN_IF_ERROR(evaluate());
+    }
+    if (state.step() >= last) break;
+  }
   if (!st.ok()) {
     // *state holds the last completed step: keep it, so that the run is not lost.
     if (state.step() > r.start_step && SaveTrainState(state_path, state).ok()) {

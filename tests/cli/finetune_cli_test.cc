@@ -97,6 +97,26 @@ TEST_F(FinetuneCliTest, ErrorsExitOneWithOneLine) {
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/z.sparq"));
 }
 
+// --eval-text / --eval-every: a line per point of the curve and the points in --json; an
+// evaluation text without --eval-every is refused.
+TEST_F(FinetuneCliTest, EvalEveryPrintsTheCurveAndWritesItToJson) {
+  std::string out, err;
+  std::ofstream(*dir_ + "/eval.txt") << train::testing::LetterText(200, 9);
+  ASSERT_EQ(RunSplit(Args("curve.sparq") + " --eval-text " + *dir_ + "/eval.txt --eval-every 3 " +
+                         "--json",
+                     &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(err, HasSubstr("eval step 0 (0 tokens trained): perplexity ")) << err;
+  EXPECT_THAT(err, HasSubstr("eval step 6 (96 tokens trained): perplexity ")) << err;
+  const auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["curve"].size(), 4u);  // steps 0, 3, 6, 8
+  EXPECT_EQ(j["curve"][3]["step"], 8);
+  EXPECT_LT(j["curve"][3]["perplexity"].get<double>(), j["curve"][0]["perplexity"].get<double>());
+  EXPECT_EQ(RunSplit(Args("curve2.sparq") + " --eval-text " + *dir_ + "/eval.txt", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("--eval-every")) << err;
+}
+
 // --hidden W (SquareHead) trains and is recorded in OUT's metadata; a resume with another weight
 // is refused naming the flag.
 TEST_F(FinetuneCliTest, HiddenTrainsAndAResumeWithAnotherWeightIsRefused) {

@@ -32,6 +32,7 @@ namespace {
 using testing::AllDense;
 using testing::LetterText;
 using testing::MixedStore;
+using testing::TinyStore;
 using testing::WriteTinySparq;
 
 std::string TempPath(const std::string& name) {
@@ -229,6 +230,81 @@ TEST_F(FinetuneTest, StoppedAndResumedEqualsAnUninterruptedRunBitForBit) {
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "resumed OUT differs from the uninterrupted run's";
   for (const std::string& p : {full, part, full + ".state", part + ".state"}) {
+    std::filesystem::remove(p);
+  }
+}
+
+// --eval-every (the curve): its points are the runtime's perplexity (`sparq eval`'s windows) of
+// the student before the first step and of OUT after the last (an all-f32 student, so OUT holds
+// the masters unrounded); a run stopped between points and resumed gives the same points, bit
+// for bit; eval_every without an eval text is refused.
+TinyStore F32Store(int64_t l, int s) {
+  static constexpr TinyStore kKinds[] = {TinyStore::kNm24F32, TinyStore::kCsrF32,
+                                         TinyStore::kNm24PermF32, TinyStore::kDenseF32};
+  return kKinds[(l * kNumSlots + s) % 4];
+}
+
+double RuntimePerplexity(const std::string& model_path, const std::string& text, int64_t ctx) {
+  auto m = LlamaModel::Load(model_path, KernelConfig::FromMachine().value());
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  auto ids = m->tokenizer().Encode(text);
+  EXPECT_TRUE(ids.ok());
+  auto p = Perplexity(*m, *ids, ctx, nullptr);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p->perplexity;
+}
+
+TEST_F(FinetuneTest, TheCurveIsTheRuntimesPerplexityAndAResumeGivesTheSamePoints) {
+  const std::string student = TempPath("f32_student.sparq");
+  WriteTinySparq(student, 6, F32Store);
+  const std::string full = TempPath("curve_full.sparq"), part = TempPath("curve_part.sparq");
+  const std::string eval_text = LetterText(300, 9);
+  FinetuneOptions o = Options(full);
+  o.student = student;
+  o.tokens = 10 * 16;  // 10 steps: points at 0, 4, 8 and 10
+  o.eval_every = 4;
+  o.eval_texts = {{"eval.txt", eval_text}};
+  std::vector<int64_t> seen;
+  o.on_eval = [&](const FinetuneCurvePoint& p) { seen.push_back(p.step); };
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->curve.size(), 4u);
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 4, 8, 10}));
+  EXPECT_EQ(r->curve[1].tokens, 4 * 16);
+  // Two f32 forwards rounding differently: logits within 1e-5 of their largest
+  // (from_model_test), a log-softmax moves by at most twice the largest logit change, and this
+  // model's logits stay below ~5 in size: ln(perplexity) within 1e-4.
+  const double at0 = RuntimePerplexity(student, eval_text, o.seq_len);
+  const double atN = RuntimePerplexity(full, eval_text, o.seq_len);
+  std::printf("  curve %.5f %.5f %.5f %.5f; runtime before %.5f, OUT %.5f\n",
+              r->curve[0].perplexity, r->curve[1].perplexity, r->curve[2].perplexity,
+              r->curve[3].perplexity, at0, atN);
+  EXPECT_NEAR(std::log(r->curve[0].perplexity), std::log(at0), 1e-4);
+  EXPECT_NEAR(std::log(r->curve[3].perplexity), std::log(atN), 1e-4);
+  EXPECT_LT(r->curve[3].perplexity, r->curve[0].perplexity);
+  EXPECT_EQ(r->eval_predicted, 37 * 7 + 3);  // 300 letters: 37 windows of 8, then 4 tokens
+
+  o.out = part;
+  o.stop_at = 6;
+  auto a = Run(o);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->curve.size(), 2u);  // 0 and 4
+  o.stop_at = -1;
+  o.resume = true;
+  auto b = Run(o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_EQ(b->curve.size(), 2u);  // 8 and 10
+  EXPECT_EQ(a->curve[0].perplexity, r->curve[0].perplexity);
+  EXPECT_EQ(a->curve[1].perplexity, r->curve[1].perplexity);
+  EXPECT_EQ(b->curve[0].perplexity, r->curve[2].perplexity);
+  EXPECT_EQ(b->curve[1].perplexity, r->curve[3].perplexity);
+
+  FinetuneOptions bad = Options(full);
+  bad.eval_every = 4;
+  auto e = Run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--eval-text"), std::string::npos) << e.status().ToString();
+  for (const std::string& p : {student, full, part, full + ".state", part + ".state"}) {
     std::filesystem::remove(p);
   }
 }
