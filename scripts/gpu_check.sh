@@ -2,12 +2,12 @@
 # The one device run of issue 30 (docs/cuda.md): on a machine with an NVIDIA GPU (sm_80 or later),
 # from a clean checkout, in well under 8 minutes:
 #   1. prints and records the GPU model, driver and CUDA versions (nvidia-smi, nvcc);
-#   2. configures build/cuda with SPARQ_CUDA=ON and builds only the CUDA room's two test
-#      executables (the host-side layout tests and the gpu-labelled kernel tests: core, quant,
-#      formats and cuda; no command line, no model);
+#   2. configures build/cuda with SPARQ_CUDA=ON and builds only the CUDA room's executables (the
+#      host-side layout tests, the gpu-labelled kernel tests, the benchmark: core, quant, formats
+#      and cuda; no command line, no model);
 #   3. runs the host-side layout tests (ctest -R MmaSpPack) and every test labelled gpu;
-#   4. runs the benchmark grid, when there is a CUDA benchmark to run (none yet: said so in the
-#      JSON, with the cuBLAS / cuSPARSELt peers it will need);
+#   4. runs the benchmark grid (sparq_cuda_bench: 2:4 decode and GEMM beside cuBLAS dense bf16;
+#      the peers still missing, cuSPARSELt and cuSPARSE, are named in the JSON);
 #   5. writes $OUT/gpu_check.json (and the logs and JUnit XML beside it).
 # It downloads nothing. Exit status: 0 when every step that ran passed.
 #
@@ -74,7 +74,7 @@ if [ "$SKIP_BUILD" = 0 ]; then
           "downloads nothing; build on a machine that has them and rerun with --skip-build"
     exit 1
   fi
-  if ! cmake --build "$BUILD" -j "$JOBS" --target sparq_cuda_tests sparq_cuda_gputests \
+  if ! cmake --build "$BUILD" -j "$JOBS" --target sparq_cuda_tests sparq_cuda_gputests sparq_cuda_bench \
         >"$OUT/build.log" 2>&1; then
     tail -n 40 "$OUT/build.log"
     stamp "build failed (log: $OUT/build.log)"
@@ -125,8 +125,29 @@ else
 fi
 
 # ---- 4. benchmark grid -----------------------------------------------------------------------------
-bench_json='"bench": {"ran": false, "why": "no CUDA benchmark yet: sparq bench kernels --device cuda (issue 30) is still to come; peers it will need: cuBLAS/cuBLASLt bf16 dense (in the toolkit), cuSPARSELt 2:4 (nvidia-cusparselt-cu13 wheel, to travel with the checkout), cuSPARSE CSR/BSR"}'
-stamp "benchmark grid: not run (no CUDA benchmark executable yet)"
+# sparq_cuda_bench: decode 8192x8192 and 28672x8192 (1, 8, 16 tokens; weights rotating past L2) and
+# the 8192^3 GEMM, each beside cuBLAS dense bf16; one JSON object a line.
+missing='"cusparselt: the nvidia-cusparselt-cu13 wheel does not travel with the checkout yet", "cusparse csr/bsr: no sparq CSR/BSR CUDA kernel yet"'
+if [ "$NO_GPU" = 0 ]; then
+  stamp "benchmark grid (sparq_cuda_bench, at most 300 s)"
+  bench_rc=0
+  timeout 300 "$BUILD/sparq_cuda_bench" >"$OUT/bench.jsonl" 2>"$OUT/bench.err" || bench_rc=$?
+  cat "$OUT/bench.jsonl"
+  rows=$(paste -sd, "$OUT/bench.jsonl")
+  bench_json="\"bench\": {\"ran\": true, \"rc\": $bench_rc, \"peers_missing\": [$missing], \"rows\": [$rows]}"
+  [ "$bench_rc" = 0 ] || { stamp "benchmark grid failed (rc $bench_rc; $OUT/bench.err)"; status=1; }
+else
+  # No GPU: the benchmark must be built and must say plainly that it found no device.
+  bench_rc=0
+  "$BUILD/sparq_cuda_bench" --quick >"$OUT/bench.jsonl" 2>&1 || bench_rc=$?
+  if [ "$bench_rc" = 1 ] && grep -q '"error": "no CUDA device' "$OUT/bench.jsonl"; then
+    stamp "benchmark grid: built; not run (no GPU): $(cat "$OUT/bench.jsonl")"
+  else
+    stamp "benchmark grid: expected a 'no CUDA device' error, got rc $bench_rc: $(cat "$OUT/bench.jsonl")"
+    status=1
+  fi
+  bench_json="\"bench\": {\"ran\": false, \"why\": \"no GPU (--no-gpu)\", \"peers_missing\": [$missing]}"
+fi
 
 # ---- 5. JSON ---------------------------------------------------------------------------------------
 total_s=$(( $(date +%s) - start ))
