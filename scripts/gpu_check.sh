@@ -5,7 +5,8 @@
 #   2. configures build/cuda with SPARQ_CUDA=ON and builds only the CUDA room's executables (the
 #      host-side layout tests, the gpu-labelled kernel tests, the benchmark: rooms core, quant,
 #      formats and cuda; no command line, no model) -- or takes them ready-built (--prebuilt);
-#   3. runs the host-side layout tests (MmaSpPack.*) and every gpu-labelled test (ctest -L gpu;
+#   3. runs the room's host-side tests (sparq_cuda_tests: the mma.sp layout, the decode kernel's
+#      step emulated on the CPU) and every gpu-labelled test (ctest -L gpu;
 #      with --prebuilt, the sparq_*_gputests executables, which hold exactly those tests);
 #   4. runs the benchmark grid (sparq_cuda_bench: 2:4 decode and GEMM beside cuBLAS dense bf16;
 #      the peers still missing, cuSPARSELt and cuSPARSE, are named in the JSON);
@@ -138,11 +139,8 @@ run_gtest() {  # name, executable, gtest args...
   failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n1)
   record "$name" "${passed:-0}" "${failed:-0}" "${skipped:-0}" "$log" "$rc"
 }
-if [ -n "$PREBUILT" ]; then
-  run_gtest host "$BIN/sparq_cuda_tests" --gtest_filter='MmaSpPack.*'
-else
-  run_ctest host -R '^MmaSpPack\.'
-fi
+# The room's host tests (the mma.sp layout, the decode step emulated on the CPU): one executable.
+run_gtest host "$BIN/sparq_cuda_tests"
 host_json=$last_json
 gpu_name_tests=gpu
 [ "$NO_GPU" = 0 ] || gpu_name_tests=gpu_without_device

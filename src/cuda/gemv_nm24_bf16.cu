@@ -9,21 +9,14 @@
 #include <utility>
 
 #include "src/cuda/cuda_check.h"
+#include "src/cuda/gemv_nm24_step.h"
 #include "src/cuda/kernels.h"
 
 namespace sparq::cuda {
 namespace {
 
-constexpr int kColsPerLaneStep = 16;  // one uint4 of values (8 kept = 16 columns) + a u16 of meta
-constexpr int kWarpsPerBlock = 8;     // 256 threads: one output row per warp
-
-__device__ __forceinline__ float Bf16Lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float Bf16Hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
-// Activation i (0..3) of a group of four bf16 held in an 8-byte load.
-__device__ __forceinline__ float Pick(uint2 x4, uint32_t i) {
-  const uint32_t w = i < 2 ? x4.x : x4.y;
-  return (i & 1) ? Bf16Hi(w) : Bf16Lo(w);
-}
+constexpr int kColsPerLaneStep = kGemvNm24StepCols;
+constexpr int kWarpsPerBlock = 8;  // 256 threads: one output row per warp
 
 template <int N>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -39,23 +32,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   float acc[N];
 #pragma unroll
   for (int t = 0; t < N; ++t) acc[t] = 0.0f;
+  auto load_x4 = [&](int t, int64_t c, uint32_t* lo, uint32_t* hi) {
+    const uint2 x4 = __ldg(reinterpret_cast<const uint2*>(x + t * cols + c));
+    *lo = x4.x;
+    *hi = x4.y;
+  };
   // Lanes take consecutive 16-column steps, so a warp's loads of W are 512 contiguous bytes.
   for (int64_t s = lane; s < steps; s += 32) {
     const uint4 vv = __ldg(v + s);
-    const uint32_t m = __ldg(e + s);
     const uint32_t w[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint32_t i0 = (m >> (4 * q)) & 3, i1 = (m >> (4 * q + 2)) & 3;
-      const float w0 = Bf16Lo(w[q]), w1 = Bf16Hi(w[q]);
-      const int64_t col = s * kColsPerLaneStep + 4 * q;
-#pragma unroll
-      for (int t = 0; t < N; ++t) {
-        const uint2 x4 = __ldg(reinterpret_cast<const uint2*>(x + t * cols + col));
-        acc[t] = fmaf(w0, Pick(x4, i0), acc[t]);
-        acc[t] = fmaf(w1, Pick(x4, i1), acc[t]);
-      }
-    }
+    GemvNm24Step<N>(w, __ldg(e + s), s * kColsPerLaneStep, load_x4, acc);
   }
 #pragma unroll
   for (int t = 0; t < N; ++t) {
