@@ -14,13 +14,13 @@
 
 #include "src/cuda/cuda_check.h"
 #include "src/cuda/kernels.h"
+#include "src/cuda/mma_frag.h"
 
 namespace sparq::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;  // four 16-row tiles of W per block share a token tile
 constexpr int kTileN = 8;          // tokens per mma (the n of m16n8k32)
-constexpr int kTileK = 32;
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     SpmmNm24Bf16MmaSpKernel(const uint4* __restrict__ a, const uint32_t* __restrict__ meta,
@@ -30,37 +30,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int64_t tm = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (tm >= tiles_m) return;  // whole warps leave together: mma.sp needs all 32 lanes
   const int64_t tn = blockIdx.y;
-  // B fragment (PTX ISA, sparse m16n8k32 .bf16): register r of lane (g, t) holds B[k][n] for
-  // k = 8 r + 2 t and 8 r + 2 t + 1, n = g. B = X^T, so that is one 4-byte pair of X's row n.
+  // B = X^T: each B register is two consecutive bf16 of one token's row (mma_frag.h).
   const int64_t tok = tn * kTileN + g;
   const uint32_t* xrow = reinterpret_cast<const uint32_t*>(x + (tok < n ? tok : 0) * cols);
-  float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t tk = 0; tk < tiles_k; ++tk) {
     const int64_t tile = tm * tiles_k + tk;
     const uint4 av = __ldg(a + tile * 32 + lane);
-    // Selector 0 reads the words of threads 0 and 1 of each group; 2 and 3 load a copy.
-    const uint32_t e = __ldg(meta + tile * 16 + g * 2 + (t & 1));
+    const uint32_t e = __ldg(meta + MmaSpMetaWord(tile, g, t));
     uint32_t b[4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      b[r] = tok < n ? __ldg(xrow + (tk * kTileK + 8 * r + 2 * t) / 2) : 0u;
-    }
+    for (int r = 0; r < 4; ++r) b[r] = tok < n ? __ldg(xrow + MmaSpBWord(tk, r, t)) : 0u;
     asm volatile(
         "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x0;\n"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(av.x), "r"(av.y), "r"(av.z), "r"(av.w), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]),
           "r"(e));
   }
-  // D fragment (m16n8, f32): d0, d1 at row g, columns 2t, 2t + 1; d2, d3 at row g + 8. D = Y^T.
-  const int64_t row = tm * 16 + g, c0 = tn * kTileN + 2 * t;
-  if (c0 < n) {
-    y[c0 * rows + row] = d0;
-    y[c0 * rows + row + 8] = d2;
-  }
-  if (c0 + 1 < n) {
-    y[(c0 + 1) * rows + row] = d1;
-    y[(c0 + 1) * rows + row + 8] = d3;
+  // D = Y^T: register i holds W row MmaDRow, token MmaDCol of this tile.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = tm * 16 + MmaDRow(i, g), token = tn * kTileN + MmaDCol(i, t);
+    if (token < n) y[token * rows + row] = d[i];
   }
 }
 
