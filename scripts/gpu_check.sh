@@ -76,8 +76,15 @@ if [ -n "$PREBUILT" ]; then
   for e in "${EXES[@]}"; do
     [ -x "$BIN/$e" ] || { stamp "--prebuilt $PREBUILT: no executable $e (make it with --pack)"; exit 1; }
   done
-  # The carried libraries first, then the machine's CUDA runtime and cuBLAS.
-  export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  # The carried libraries (Highway), then the machine's CUDA runtime and cuBLAS; the carried C++
+  # runtime only where the machine's own is too old to start the executables (it would shadow a
+  # newer one that CUDA's libraries may need).
+  ld_rest=${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64$ld_rest"
+  if ! "$BIN/sparq_cuda_tests" --gtest_list_tests >/dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$BIN/lib:$BIN/lib/cxx:/usr/local/cuda/lib64$ld_rest"
+    stamp "the machine's C++ runtime cannot start the executables: using the carried one"
+  fi
   stamp "prebuilt executables from $BIN ($(cat "$BIN/commit.txt" 2>/dev/null || echo 'commit unknown'))"
 else
   BIN=$BUILD
@@ -200,14 +207,20 @@ stamp "wrote $OUT/gpu_check.json (${total_s}s in all)"
 
 if [ -n "$PACK" ] && [ "$status" = 0 ]; then
   rm -rf "$PACK"
-  mkdir -p "$PACK/lib"
+  mkdir -p "$PACK/lib/cxx"
   for e in "${EXES[@]}"; do cp "$BUILD/$e" "$PACK/"; done
   # Every shared library the executables load except glibc's own and CUDA's (the GPU machine has
-  # its driver's runtime): Highway, and the C++ runtime this compiler built against.
+  # its driver's runtime): Highway in lib/, the C++ runtime this compiler built against in lib/cxx/
+  # (used there only if the machine's own cannot start the executables).
   ldd "${EXES[@]/#/$BUILD/}" | awk '/=> \// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so|/libcu(da|dart|blas|blasLt)[.]' |
-    while read -r lib; do cp -L "$lib" "$PACK/lib/"; done
+    while read -r lib; do
+      case "$(basename "$lib")" in
+        libstdc++*|libgcc_s*) cp -L "$lib" "$PACK/lib/cxx/" ;;
+        *) cp -L "$lib" "$PACK/lib/" ;;
+      esac
+    done
   git rev-parse HEAD >"$PACK/commit.txt" 2>/dev/null || true
-  stamp "packed into $PACK: $(cd "$PACK" && ls | tr '\n' ' ')lib/: $(ls "$PACK/lib" | tr '\n' ' ')($(du -sh "$PACK" | cut -f1))"
+  stamp "packed into $PACK: $(cd "$PACK" && find . -type f | sort | tr '\n' ' ')($(du -sh "$PACK" | cut -f1))"
 fi
 exit "$status"
