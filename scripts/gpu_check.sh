@@ -94,8 +94,10 @@ else
   if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   fi
+  # No precompiled headers: the tests' shared one is owned by another room's target, which would
+  # pull that room (the CPU kernels) into this build.
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARQ_CUDA=ON \
-        -DCMAKE_CUDA_COMPILER="$NVCC" -DSPARQ_BUILD_PYTHON=OFF -DSPARQ_BUILD_BENCH=OFF \
+        -DCMAKE_CUDA_COMPILER="$NVCC" -DSPARQ_BUILD_PYTHON=OFF -DSPARQ_BUILD_BENCH=OFF -DSPARQ_PCH=OFF \
         "${launcher[@]}" >"$OUT/configure.log" 2>&1; then
     tail -n 30 "$OUT/configure.log"
     stamp "configure failed (log: $OUT/configure.log): a missing package above? This script" \
