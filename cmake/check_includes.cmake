@@ -4,7 +4,7 @@
 # path, or an absolute one. Repo-root-relative paths ("src/formats/nm_codec.h", "sparq/format.h")
 # and names beside the including file ("nm_codec.h") are the only spellings.
 file(GLOB_RECURSE files
-     ${SPARQ_ROOT}/src/*.cc ${SPARQ_ROOT}/src/*.h ${SPARQ_ROOT}/include/*.h
+     ${SPARQ_ROOT}/src/*.cc ${SPARQ_ROOT}/src/*.h ${SPARQ_ROOT}/src/*.cu ${SPARQ_ROOT}/include/*.h
      ${SPARQ_ROOT}/tools/*.cc ${SPARQ_ROOT}/tools/*.h ${SPARQ_ROOT}/tests/*.cc ${SPARQ_ROOT}/tests/*.h
      ${SPARQ_ROOT}/bench/*.cc ${SPARQ_ROOT}/bench/*.h ${SPARQ_ROOT}/fuzz/*.cc ${SPARQ_ROOT}/fuzz/*.h
      ${SPARQ_ROOT}/python/*.cc)

@@ -13,8 +13,9 @@
 #                       "-LE gpu|torch" adds the slow tier; "-L gpu|torch" runs only the tests
 #                       that need a GPU or PyTorch (files *_gputest.cc / *_torchtest.cc, labels
 #                       gpu / torch), which a CI machine without them leaves out.
-#   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 / SPARQ_SKIP_PYTHON=1 skip those stages (for quick
-#                       local runs). The Python stage runs pytest tests/python on the module the
+#   SPARQ_SKIP_ASAN=1 / SPARQ_SKIP_FUZZ=1 / SPARQ_SKIP_PYTHON=1 / SPARQ_SKIP_CUDA=1 skip those
+#                       stages (for quick local runs; the CUDA stage also skips itself where nvcc
+#                       is missing). The Python stage runs pytest tests/python on the module the
 #                       release tree builds (SPARQ_BUILD_PYTHON=ON there, unless skipped).
 #   JOBS (default: the number of cores), FUZZ_SECONDS.
 # Writes only build/, .venv/ and ${SPARQ_CACHE:-~/.cache/sparq} (the model, pip's cache, and this
@@ -144,6 +145,23 @@ if [ "${SPARQ_SKIP_PYTHON:-0}" != 1 ]; then
   else
     stamp "python: pytest printed no summary (crashed?): counted as a failure"
     total_fail=$((total_fail + 1)); status=1
+  fi
+fi
+
+# The CUDA kernels (docs/cuda.md), where the CUDA toolkit is installed: scripts/gpu_check.sh
+# --no-gpu builds them (SPARQ_CUDA=ON, the cuda room's tests only, in build/cuda), reruns the
+# mma.sp layout tests and checks that the gpu tests start and skip without a device. One count.
+if [ "${SPARQ_SKIP_CUDA:-0}" != 1 ]; then
+  nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  if [ -x "$nvcc_bin" ]; then
+    stamp "cuda build (SPARQ_CUDA=ON) and its no-GPU checks (scripts/gpu_check.sh --no-gpu)"
+    if NVCC=$nvcc_bin JOBS=$JOBS bash scripts/gpu_check.sh --no-gpu --out "$RUN_TMP/gpu_check"; then
+      total_pass=$((total_pass + 1))
+    else
+      total_fail=$((total_fail + 1)); status=1
+    fi
+  else
+    stamp "cuda: no nvcc (PATH, /usr/local/cuda/bin): the CUDA kernels are not built here"
   fi
 fi
 
