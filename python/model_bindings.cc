@@ -71,21 +71,17 @@ Model Load(const std::string& path, int threads, const std::string& gguf_values)
   return Model{Take(std::move(r)), std::make_unique<ThreadPool>(threads)};
 }
 
-// The ids of `text`, truncated to max_tokens (0: all), as `sparq eval` counts them.
-std::vector<int32_t> EvalIds(const Model& model, const std::string& text, int64_t max_tokens) {
-  auto ids = Take(model.m.tokenizer().Encode(text));
-  if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(max_tokens);
-  return ids;
-}
-
 // `sparq eval --json`'s object, less "model" (the Python side adds the path it was given).
 nb::dict Eval(const Model& model, const std::string& text, int64_t ctx, int64_t max_tokens) {
   if (ctx < 2 || ctx > (int64_t{1} << 16)) {
     Raise(InvalidInput("ctx must be in [2, 65536], got " + std::to_string(ctx)));
   }
-  const std::vector<int32_t> ids = EvalIds(model, text, max_tokens);
-  const PerplexityResult r =
-      Locked(model, [&] { return Perplexity(model.m, ids, ctx, model.pool.get()); });
+  // Tokenizing a book takes a while too: inside the released section, as `sparq eval` does it.
+  const PerplexityResult r = Locked(model, [&]() -> Result<PerplexityResult> {
+    SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.m.tokenizer().Encode(text));
+    if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(max_tokens);
+    return Perplexity(model.m, ids, ctx, model.pool.get());
+  });
   nb::dict d;
   d["perplexity"] = r.perplexity;
   d["tokens"] = r.tokens;
