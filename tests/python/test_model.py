@@ -13,7 +13,7 @@ import pytest
 
 import sparq
 from conftest import require_file, smollm2_path
-from tiny_model import CONFIG, read_safetensors
+from tiny_model import CONFIG, read_safetensors, write_tiny_model
 
 THREADS = 2
 # Calibration small enough for a sub-second prune of the tiny model.
@@ -100,6 +100,56 @@ def test_generate_equals_the_cli_greedy_and_sampled(model, tiny_model_dir, sparq
     assert model.generate(prompt, max_new=24, temperature=0.9, seed=8) != \
         model.generate(prompt, max_new=24, temperature=0.9, seed=7)
     assert model.generate(prompt, max_new=0) == ""
+
+
+def _chat_reference():
+    """SmolLM2's chat template and its jinja2 rendering of one user message (repo data)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "model", "data", "chat_reference.json")
+    with open(path, encoding="utf-8") as f:
+        t = next(t for t in json.load(f)["templates"] if t["name"] == "smollm2")
+    case = next(c for c in t["cases"] if len(c["messages"]) == 1 and c["add_generation_prompt"])
+    return t["template"], case["messages"][0]["content"], case["text"]
+
+
+def _ids_of(text):
+    """The tiny vocabulary's ids of a rendered chat text: markers are their special ids, the rest
+    its UTF-8 bytes."""
+    specials = {"<|im_start|>": 257, "<|im_end|>": 258}
+    ids, i = [], 0
+    while i < len(text):
+        hit = next((s for s in specials if text.startswith(s, i)), None)
+        if hit:
+            ids.append(specials[hit])
+            i += len(hit)
+        else:
+            ids.extend(text[i].encode())
+            i += 1
+    return ids
+
+
+def test_generate_applies_the_chat_template_as_the_cli(tmp_path, sparq_cli):
+    template, prompt, rendered = _chat_reference()
+    folder = write_tiny_model(str(tmp_path / "chat"), chat_template=template)
+    m = sparq.load(folder, threads=THREADS)
+    for raw in (False, True):
+        flags = ["--raw"] if raw else []
+        ref = run_cli(sparq_cli, "generate", folder, "--prompt", prompt, "--max-new", 12,
+                      "--threads", THREADS, *flags)
+        text, prompt_ids, _ = m._m.generate(prompt, 12, 0.0, 40, 1.0, 42, raw)
+        assert text == ref[:-1]
+        # jinja2's rendering (the reference file), tokenized with the markers as special ids.
+        assert prompt_ids == (list(prompt.encode()) if raw else _ids_of(rendered))
+    # A template sparq does not recognise: the raw prompt, and the command's warning as a
+    # UserWarning.
+    odd = write_tiny_model(str(tmp_path / "odd"), chat_template="{% set x = 1 %}{{ x }}")
+    r = subprocess.run([sparq_cli, "generate", odd, "--prompt", prompt, "--max-new", "4"],
+                       capture_output=True)
+    assert r.returncode == 0
+    warning = r.stderr.decode().split("sparq: warning: ")[1].splitlines()[0]
+    with pytest.warns(UserWarning) as w:
+        got = sparq.load(odd).generate(prompt, max_new=4)
+    assert str(w[0].message) == warning
+    assert got == r.stdout[:-1].decode("utf-8", errors="replace")
 
 
 def test_bench_gives_the_cli_row_keys(model, tiny_model_dir, sparq_cli):

@@ -131,9 +131,13 @@ def read_safetensors(path):
     return out
 
 
-def write_tiny_model(folder, seed=29):
-    """Writes the tiny model's Hugging Face folder into `folder` (created) and returns it."""
+def write_tiny_model(folder, seed=29, chat_template=None):
+    """Writes the tiny model's Hugging Face folder into `folder` (created) and returns it; with
+    `chat_template` (Jinja text), a tokenizer_config.json that carries it."""
     os.makedirs(folder, exist_ok=True)
+    if chat_template is not None:
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": chat_template}, f)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(CONFIG, f)
     with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
