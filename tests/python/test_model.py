@@ -176,6 +176,30 @@ def test_logits_are_the_models_next_token_scores(model):
     np.testing.assert_allclose(model.logits(ids[:10]), logits[:10], rtol=1e-5, atol=1e-5)
 
 
+def test_eval_releases_the_gil(model, sherlock):
+    """While one thread evaluates, another keeps running Python: the longest pause the main loop
+    sees is a small part of the eval (holding the GIL, it would be the whole eval)."""
+    import threading
+    import time
+    with open(sherlock, "rb") as f:
+        book = f.read().decode("utf-8")
+    # Long enough to time (>= 0.3 s) on a fast machine too.
+    n = 20_000
+    while n < len(book) and model.eval(book[:n], ctx=128)["seconds"] < 0.3:
+        n *= 2
+    text = book[:n]
+    took = []
+    t = threading.Thread(target=lambda: took.append(model.eval(text, ctx=128)["seconds"]))
+    last, longest = time.perf_counter(), 0.0
+    t.start()
+    while t.is_alive():
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    t.join()
+    assert took and took[0] > 0.2, f"eval too short to tell ({took})"
+    assert longest < 0.5 * took[0], f"main thread stalled {longest:.3f} s of {took[0]:.3f} s"
+
+
 def _check_nm(w, n, m, name):
     rows, k = w.shape
     nonzeros = (w.reshape(rows, k // m, m) != 0).sum(axis=2)
