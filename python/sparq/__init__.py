@@ -410,9 +410,11 @@ class Model:
         unrecognised template: the raw prompt and a UserWarning, as the command warns)."""
         if not isinstance(prompt, str):
             raise ValueError(f"prompt must be a str, got {type(prompt).__name__}")
+        seed = operator.index(seed)
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
         text, _, _ = self._m.generate(prompt, operator.index(max_new), float(temperature),
-                                      operator.index(top_k), float(top_p), operator.index(seed),
-                                      bool(raw))
+                                      operator.index(top_k), float(top_p), seed, bool(raw))
         return text.decode("utf-8", errors="replace")
 
     def bench(self, prompt: int = 512, decode: int = 32, repeats: int = 3) -> dict:

@@ -314,6 +314,10 @@ def test_errors_name_the_file_and_the_problem(model, tiny_model_dir, tmp_path):
         model.generate("hi", temperature=-1)
     with pytest.raises(ValueError, match="max_new"):
         model.generate("hi", max_new=-1)
+    with pytest.raises(ValueError, match="seed"):
+        model.generate("hi", seed=-1)
+    with pytest.raises(ValueError, match="top-p"):
+        model.generate("hi", temperature=0.5, top_p=0.0)
     with pytest.raises(ValueError, match="token"):
         model.logits([model.vocab])  # out of range
     with pytest.raises(ValueError, match="str"):
