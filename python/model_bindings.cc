@@ -286,7 +286,14 @@ void BindModel(nb::module_& mod) {
       .def("logits", &Logits, nb::arg("tokens"))
       .def(
           "tokenize",
-          [](const Model& m, const std::string& text) { return Take(m.m.tokenizer().Encode(text)); },
+          [](const Model& m, const std::string& text) {
+            Result<std::vector<int32_t>> ids = Status();
+            {
+              nb::gil_scoped_release release;  // the tokenizer is immutable: no lock needed
+              ids = m.m.tokenizer().Encode(text);
+            }
+            return Take(std::move(ids));
+          },
           nb::arg("text"))
       .def("save", &Save, nb::arg("path"))
       .def_prop_ro("layers", &Layers)
