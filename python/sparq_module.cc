@@ -34,6 +34,7 @@
 #include "sparq/status.h"
 #include "sparq/tensor.h"
 #include "sparq/thread_pool.h"
+#include "bindings_common.h"
 
 namespace nb = nanobind;
 
@@ -48,43 +49,6 @@ using CMatrixU8 = nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::devi
 using CMatrixF64 = nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::numpy, float>;
 using OutMask = nb::ndarray<nb::numpy, uint8_t>;
-
-[[noreturn]] void Raise(const Status& st) {
-  switch (st.code()) {
-    case StatusCode::kIoError:
-      PyErr_SetString(PyExc_OSError, st.message().c_str());
-      throw nb::python_error();
-    case StatusCode::kInternal:
-      throw std::runtime_error(st.message());
-    default:  // invalid input, unsupported: the caller's to fix
-      throw nb::value_error(st.message().c_str());
-  }
-}
-void Check(const Status& st) {
-  if (!st.ok()) Raise(st);
-}
-template <typename T>
-T Take(Result<T> r) {
-  if (!r.ok()) Raise(r.status());
-  return std::move(r).value();
-}
-
-// The machine's configuration for each ISA cap asked for ("" = the best target), built once per
-// process and cap (the library has no global default: whoever packs a weight passes one).
-// Called with the GIL held, which guards the map.
-const KernelConfig& Config(const std::string& max_isa) {
-  static std::map<std::string, std::unique_ptr<KernelConfig>> configs;
-  auto& cfg = configs[max_isa];
-  if (!cfg) {
-    Result<KernelConfig> r = KernelConfig::FromMachine(max_isa);
-    if (!r.ok()) {
-      configs.erase(max_isa);
-      Raise(r.status());
-    }
-    cfg = std::make_unique<KernelConfig>(std::move(r).value());
-  }
-  return *cfg;
-}
 
 // An owned f32 Tensor [rows, cols] handed to NumPy without a copy: the capsule owns it.
 template <typename T>
@@ -307,6 +271,7 @@ NB_MODULE(_sparq, mod) {
   using namespace sparq;
   using namespace sparq::python;
   mod.doc() = "sparq's C++ core (use the `sparq` package, not this module)";
+  BindModel(mod);
 
   nb::class_<Pattern>(mod, "Pattern",
                       "A sparsity pattern: dense | unstructured:0.9 | unstructured-row:0.9 | "

@@ -128,8 +128,12 @@ if [ "${SPARQ_SKIP_PYTHON:-0}" != 1 ]; then
   stamp "python tests (pytest tests/python on build/release/python)"
   py_log="$RUN_TMP/pytest.log"
   set +e
+  # pyproject.toml deselects pytest's slow tier (-m 'not slow'); a label filter that keeps
+  # ctest's slow tier keeps it here too (an empty -m selects every test).
+  py_marks=(-m "not slow")
+  [[ $LABELS == *slow* || $LABELS == -L\ * ]] || py_marks=(-m "")
   PYTHONPATH="$PWD/build/release/python" PYTHONDONTWRITEBYTECODE=1 \
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$py_log"
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${py_marks[@]}" tests/python 2>&1 | tee "$py_log"
   py_rc=$?  # pytest's status (pipefail: tee's is 0)
   set -e
   summary=$(grep -E "^[0-9]+ (passed|failed|skipped|error)|(passed|failed|error).* in [0-9.]+s" \

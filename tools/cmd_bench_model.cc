@@ -70,18 +70,6 @@ uint64_t FileBytes(const std::string& path) {
   return total;
 }
 
-// Parameters of the model: every linear layer's rows x cols (the head only when untied), the
-// embedding and the norms. The denominator of bits per weight, the same for every row of a model.
-double ParamCount(const LlamaModel& m) {
-  const LlamaConfig& c = m.config();
-  double n = double(c.n_vocab) * double(c.n_embd) * (c.tied_output ? 1 : 2) +
-             double(c.n_embd) * double(2 * c.n_layer + 1);
-  for (const LlamaBlock& b : m.weights().blocks) {
-    for (const LinearWeight& lw : b.linear) n += double(lw.rows()) * double(lw.cols());
-  }
-  return n;
-}
-
 // What llama.cpp reads per decoded token of a GGUF: every tensor, except that an untied model
 // reads one row of its embedding; and the file's weight types by bytes ("Q4_1+Q6_K").
 struct GgufSummary {
@@ -255,7 +243,7 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
     peer_dec.push_back((*row)["decode_tok_s"].get<double>());
   }
   if (!ids_file.empty()) std::remove(ids_file.c_str());
-  const double params = ParamCount(models[0]);
+  const double params = ParameterCount(models[0]);
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < models.size(); ++i) {
     nlohmann::json row = {{"model", names[i].name},
@@ -278,7 +266,7 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
     if (!names[i].path.empty()) {
       const uint64_t fb = FileBytes(names[i].path);
       row["file_bytes"] = fb;
-      row["bits_per_weight"] = 8.0 * double(fb) / ParamCount(models[i]);
+      row["bits_per_weight"] = 8.0 * double(fb) / ParameterCount(models[i]);
     }
     row["perplexity"] = ppl_ids.empty() ? nlohmann::json(nullptr) : nlohmann::json(ppl[i]);
     rows.push_back(std::move(row));

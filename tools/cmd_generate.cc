@@ -28,42 +28,13 @@ struct GenOptions {
   GgufValues gguf_values = GgufValues::kAsStored;
 };
 
-struct PromptIds {
-  std::vector<int32_t> ids;
-  std::string template_line;  // "template: ..." for stderr
-};
-
-Result<PromptIds> PromptTokens(const GenOptions& o, const Tokenizer& tok) {
-  const TokenizerData& d = tok.data();
-  PromptIds p;
-  if (!o.raw && !d.chat_template.empty()) {
-    const std::string bos = d.bos_id >= 0 ? d.tokens[d.bos_id] : std::string();
-    auto ct = ChatTemplate::Recognize(d.chat_template, bos);
-    if (ct.ok()) {
-      const ChatMessage user{"user", o.prompt};
-      const std::string text = ct->Render(std::span(&user, 1), /*add_generation_prompt=*/true);
-      SPARQ_ASSIGN_OR_RETURN(p.ids, tok.Encode(text, d.add_bos && !ct->emits_bos(),
-                                               /*parse_special=*/true));
-      p.template_line = "template: " + ct->Describe() + " (the model's chat template)";
-      return p;
-    }
-    std::fprintf(stderr, "sparq: warning: %s; the prompt is used raw (--raw: no warning)\n",
-                 ct.status().message().c_str());
-    p.template_line = "template: none (the model's chat template is not recognised; raw prompt)";
-  } else {
-    p.template_line = o.raw ? "template: none (--raw)"
-                            : "template: none (the model carries no chat template; raw prompt)";
-  }
-  SPARQ_ASSIGN_OR_RETURN(p.ids, tok.Encode(o.prompt, d.add_bos, /*parse_special=*/false));
-  return p;
-}
-
 Status RunGenerate(const GenOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg, {o.gguf_values}));
   const Tokenizer& tok = model.tokenizer();
-  SPARQ_ASSIGN_OR_RETURN(PromptIds prompt, PromptTokens(o, tok));
+  SPARQ_ASSIGN_OR_RETURN(ChatPrompt prompt, EncodeChatPrompt(tok, o.prompt, o.raw));
+  if (!prompt.warning.empty()) std::fprintf(stderr, "sparq: warning: %s\n", prompt.warning.c_str());
   GenerateOptions g;
   g.max_new = o.max_new;
   g.temperature = o.temperature;

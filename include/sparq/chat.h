@@ -19,11 +19,14 @@
 //           first message is not a system one, and {{ bos_token }} first.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sparq/status.h"
+#include "sparq/tokenizer.h"
 
 namespace sparq {
 
@@ -56,5 +59,16 @@ class ChatTemplate {
   std::string family_, default_system_, bos_token_;
   bool emits_bos_ = false;
 };
+
+// The token ids `sparq generate` feeds a model for `prompt`: unless `raw`, a model that carries a
+// chat template sparq recognises gets the prompt as one user message in it (special markers
+// parsed, BOS as the template says); otherwise the prompt as it is (BOS if the vocabulary adds
+// one). Shared by the command line and the Python module, so both give the same ids.
+struct ChatPrompt {
+  std::vector<int32_t> ids;
+  std::string template_line;  // "template: ..." (which layout was applied, and why)
+  std::string warning;        // a template was present but not recognised ("" otherwise)
+};
+Result<ChatPrompt> EncodeChatPrompt(const Tokenizer& tok, std::string_view prompt, bool raw);
 
 }  // namespace sparq

@@ -191,6 +191,10 @@ class LlamaModel {
   std::unique_ptr<Impl> impl_;
 };
 
+// Parameters of the model: every linear layer's rows x cols (the head only when untied), the
+// embedding and the norms; the denominator of bits per weight (`sparq bench model`).
+double ParameterCount(const LlamaModel& m);
+
 // ---- perplexity --------------------------------------------------------------------------------
 
 struct PerplexityResult {

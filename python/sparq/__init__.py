@@ -14,7 +14,10 @@ See docs/python.md for an example.
 from __future__ import annotations
 
 import json
+import os
 import operator
+import tempfile
+import weakref
 from typing import Optional, Union
 
 import numpy as np
@@ -22,7 +25,8 @@ import numpy as np
 from . import _sparq
 from ._sparq import Pattern, supported_isas
 
-__all__ = ["Pattern", "SparseMatrix", "Linear", "prune", "PruneResult", "supported_isas"]
+__all__ = ["Pattern", "SparseMatrix", "Linear", "prune", "PruneResult", "supported_isas", "Model",
+           "load", "prune_model"]
 __version__ = "0.1.0"
 
 PatternLike = Union[Pattern, str]
@@ -269,3 +273,254 @@ def prune(
     pw, mask, report = _sparq.prune(w, _pattern(pattern), method, inputs, hessian, float(damp),
                                     int(blocksize), _threads(threads))
     return PruneResult(pw, mask.view(np.bool_), json.loads(report))
+
+
+# ---- whole models ----------------------------------------------------------------------------
+
+TextLike = Union[str, "os.PathLike[str]"]
+
+
+def _text(text, name: str) -> str:
+    """A str is the text itself; a path object (pathlib.Path) names a UTF-8 file, read and checked
+    as the command line reads --text / --calib (an empty or non-UTF-8 file raises, naming it)."""
+    if isinstance(text, os.PathLike):
+        return _sparq.read_text_file(os.fspath(text)).decode("utf-8")
+    if isinstance(text, str):
+        return text
+    raise ValueError(f"{name} must be a str (the text) or a path object (a text file), "
+                     f"got {type(text).__name__}")
+
+
+def _cpu_model() -> str:
+    """/proc/cpuinfo's "model name", as `sparq bench model` reports it ("" if unknown)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _file_bytes(path: str) -> int:
+    """Bytes of a model file, or of the files directly in a model folder (as `sparq bench`)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+
+
+class Model:
+    """A Llama-architecture model loaded by :func:`load` (GGUF, Hugging Face folder or .sparq).
+
+    Every linear layer is packed once for this machine's best kernels. Methods run with the GIL
+    released; calls on one model from several Python threads run one at a time.
+    """
+
+    __slots__ = ("_m", "_path", "_tmpdir", "prune_report", "__weakref__")
+
+    def __init__(self, _m, path: str, _tmpdir=None, prune_report=None):
+        self._m = _m
+        self._path = path
+        self._tmpdir = _tmpdir  # a prune_model result's temporary folder, removed with the model
+        #: prune_model's report (``sparq prune --json``), None for a loaded model.
+        self.prune_report = prune_report
+
+    @property
+    def path(self) -> str:
+        """The file or folder the model was loaded from."""
+        return self._path
+
+    @property
+    def config(self) -> dict:
+        """The architecture: n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, ..."""
+        return self._m.config
+
+    @property
+    def n_layers(self) -> int:
+        return self._m.config["n_layer"]
+
+    @property
+    def hidden(self) -> int:
+        return self._m.config["n_embd"]
+
+    @property
+    def vocab(self) -> int:
+        return self._m.config["n_vocab"]
+
+    @property
+    def n_params(self) -> int:
+        """Parameters: linear layers, the head when untied, embedding, norms (as `sparq bench`)."""
+        return int(self._m.n_params)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of all weights as stored for compute (layers packed, head, embedding, norms)."""
+        return self._m.weight_bytes
+
+    @property
+    def values(self) -> str:
+        """What the blocks' linear layers store: "f32", "bf16", "int4:g64", "bf16+f32", ..."""
+        return self._m.values
+
+    @property
+    def layers(self) -> dict:
+        """{name: {"format", "values", "shape", "nbytes"}} for every linear layer as stored for
+        compute, in GGUF names ("blk.0.attn_q.weight", ..., "output.weight")."""
+        return self._m.layers
+
+    @property
+    def threads(self) -> int:
+        return self._m.threads
+
+    @property
+    def isa(self) -> str:
+        """The SIMD target the kernels run (Highway's name: "AVX3", "AVX2", ...)."""
+        return self._m.isa
+
+    def tokenize(self, text: str) -> list:
+        """Token ids of ``text`` (no BOS), as `sparq eval` tokenizes its text."""
+        return self._m.tokenize(_text(text, "text"))
+
+    def logits(self, tokens) -> np.ndarray:
+        """float32 [len(tokens), vocab]: the next-token logits at every position of ``tokens``
+        (ids), run from an empty context."""
+        return self._m.logits([operator.index(t) for t in tokens])
+
+    def eval(self, text: TextLike, ctx: int = 512, max_tokens: Optional[int] = None) -> dict:
+        """Perplexity over non-overlapping windows of ``ctx`` tokens, as ``sparq eval MODEL
+        --text FILE --ctx CTX --max-tokens N --json`` computes it (the same library call).
+
+        text: the text (str) or a path object naming a UTF-8 file. max_tokens: use only the
+        first N tokens (None: all). Returns the command's JSON object: perplexity, tokens (the
+        predicted ones), ctx, windows, seconds, model, threads, isa, attention_isa.
+        """
+        max_tokens = 0 if max_tokens is None else operator.index(max_tokens)
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0 or None, got {max_tokens}")
+        r = self._m.eval(_text(text, "text"), operator.index(ctx), max_tokens)
+        r["model"] = self._path
+        return r
+
+    def generate(self, prompt: str, max_new: int = 64, temperature: float = 0.0,
+                 top_k: int = 40, top_p: float = 1.0, seed: int = 42, raw: bool = False) -> str:
+        """The text ``sparq generate MODEL --prompt PROMPT`` prints with the same options (without
+        its final newline): greedy at temperature 0, else sampled from the top_k / top_p
+        tokens with ``seed``. The prompt goes in the model's chat template unless ``raw`` (an
+        unrecognised template: the raw prompt and a UserWarning, as the command warns)."""
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a str, got {type(prompt).__name__}")
+        seed = operator.index(seed)
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+        text, _, _ = self._m.generate(prompt, operator.index(max_new), float(temperature),
+                                      operator.index(top_k), float(top_p), seed, bool(raw))
+        return text.decode("utf-8", errors="replace")
+
+    def bench(self, prompt: int = 512, decode: int = 32, repeats: int = 3) -> dict:
+        """Prefill and decode speed as ``sparq bench model MODEL --json --threads T`` measures it
+        (medians of ``repeats`` runs: a ``prompt``-token prefill, then ``decode`` greedy steps),
+        as a dict with that command's row keys (docs/bench-json.md), variant "as_stored".
+        The prompt is the command's synthetic id sequence (taken modulo a vocabulary smaller than
+        20,100 ids); perplexity is None (use :meth:`eval`)."""
+        prompt, decode, repeats = (operator.index(v) for v in (prompt, decode, repeats))
+        pre, dec = self._m.bench(prompt, decode, repeats)
+        fb = _file_bytes(self._path)
+        return {
+            "model": os.path.basename(os.path.normpath(self._path)),
+            "variant": "as_stored",
+            "runtime": "sparq",
+            "decode_tok_s": dec,
+            "prefill_tok_s": pre,
+            "weight_bytes": self._m.weight_bytes,
+            "block_linear_bytes": self._m.block_linear_bytes,
+            "weight_bytes_per_token": self._m.weight_bytes_per_token,
+            "values": self._m.values,
+            "file_bytes": fb,
+            "bits_per_weight": 8.0 * fb / self._m.n_params,
+            "perplexity": None,
+            "threads": self._m.threads,
+            "prompt_tokens": prompt,
+            "decode_tokens": decode,
+            "cpu_model": _cpu_model(),
+            "isa": self._m.isa,
+        }
+
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Writes the model as a .sparq checkpoint the command line reads (atomically). Models
+        from :func:`prune_model` or loaded from a .sparq file only: their checkpoint is copied
+        byte for byte. A GGUF / Hugging Face model raises ValueError (prune_model with
+        pattern="dense" and out=PATH writes one)."""
+        self._m.save(os.fspath(path))
+
+    def __repr__(self) -> str:
+        c = self._m.config
+        return (f"Model('{self._path}', layers={c['n_layer']}, hidden={c['n_embd']}, "
+                f"vocab={c['n_vocab']}, values='{self._m.values}', "
+                f"weight_bytes={self._m.weight_bytes})")
+
+
+def load(path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None,
+         gguf_values: str = "as-stored") -> Model:
+    """Loads a model: a .gguf file, a .sparq checkpoint or a Hugging Face Llama folder.
+
+    threads: None uses every hardware thread. gguf_values: "as-stored" (the command line's
+    default: a GGUF's Q4_0 / Q4_1 / Q8_0 linear layers run as stored) or "f32" (dequantized).
+    A missing file raises OSError, a malformed one ValueError, with the command line's message.
+    """
+    path = os.fspath(path)
+    return Model(_sparq._Model.load(path, _threads(threads), gguf_values), path)
+
+
+def prune_model(
+    model: Union[Model, str, "os.PathLike[str]"],
+    pattern: PatternLike = "2:4",
+    method: str = "sparsegpt",
+    calib: TextLike = None,
+    values: str = "f32",
+    out: Union[str, "os.PathLike[str]", None] = None,
+    *,
+    calib_samples: int = 64,
+    calib_len: int = 512,
+    blocks: Optional[int] = None,
+    damp: float = 0.01,
+    seed: int = 0,
+    include: Optional[str] = None,
+    permute: bool = False,
+    embedding_values: Optional[str] = None,
+    quant_method: str = "gptq",
+    threads: Optional[int] = None,
+) -> Model:
+    """Calibrates and prunes a whole model, as ``sparq prune MODEL --pattern P --method M
+    --calib TEXT --values V -o OUT`` does (the same library call, byte-identical output).
+
+    model: a :class:`Model` (its file is pruned: a dense GGUF / Hugging Face model) or a path.
+    calib: the calibration text (str) or a path object naming a UTF-8 file; required.
+    out: where the .sparq goes; None writes it to a temporary file that lives as long as the
+    returned model (:meth:`Model.save` copies it). The other options are the command's flags
+    (``blocks``: prune only the first N blocks; ``include``: regex over layer names).
+    Returns the pruned model, loaded with the same threads; its ``prune_report`` is the
+    command's JSON report.
+    """
+    if isinstance(model, Model):
+        src = model.path
+        if threads is None:
+            threads = model.threads
+    else:
+        src = os.fspath(model)
+    if calib is None:
+        raise ValueError("prune_model: calib is required (a text, or a pathlib.Path to one)")
+    text = _text(calib, "calib")
+    tmpdir = None
+    if out is None:
+        tmpdir = tempfile.TemporaryDirectory(prefix="sparq-prune-")
+        out = os.path.join(tmpdir.name, "pruned.sparq")
+    out = os.fspath(out)
+    n = _threads(threads)
+    report = _sparq.prune_model(
+        src, text, out, str(_pattern(pattern)), method, values, embedding_values or "",
+        quant_method, operator.index(calib_samples), operator.index(calib_len),
+        -1 if blocks is None else operator.index(blocks), float(damp), operator.index(seed),
+        include or "", bool(permute), n)
+    pruned = Model(_sparq._Model.load(out, n, "as-stored"), out, tmpdir, json.loads(report))
+    return pruned

@@ -1,5 +1,6 @@
 # Type stubs of the sparq package (the runtime is __init__.py over the C++ module _sparq).
-from typing import Iterator, List, Optional, Tuple, Union
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -84,3 +85,64 @@ def prune(
     blocksize: int = 128,
     threads: Optional[int] = None,
 ) -> PruneResult: ...
+
+TextLike = Union[str, os.PathLike[str]]
+PathLike = Union[str, os.PathLike[str]]
+
+class Model:
+    """A Llama-architecture model (GGUF, Hugging Face folder or .sparq) loaded by sparq.load."""
+    prune_report: Optional[Dict[str, Any]]
+    @property
+    def path(self) -> str: ...
+    @property
+    def config(self) -> Dict[str, Any]: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def vocab(self) -> int: ...
+    @property
+    def n_params(self) -> int: ...
+    @property
+    def weight_bytes(self) -> int: ...
+    @property
+    def values(self) -> str: ...
+    @property
+    def layers(self) -> Dict[str, Dict[str, Any]]: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def isa(self) -> str: ...
+    def tokenize(self, text: str) -> List[int]: ...
+    def logits(self, tokens: Sequence[int]) -> F32Array: ...
+    def eval(self, text: TextLike, ctx: int = 512,
+             max_tokens: Optional[int] = None) -> Dict[str, Any]: ...
+    def generate(self, prompt: str, max_new: int = 64, temperature: float = 0.0, top_k: int = 40,
+                 top_p: float = 1.0, seed: int = 42, raw: bool = False) -> str: ...
+    def bench(self, prompt: int = 512, decode: int = 32, repeats: int = 3) -> Dict[str, Any]: ...
+    def save(self, path: PathLike) -> None: ...
+
+def load(path: PathLike, threads: Optional[int] = None, gguf_values: str = "as-stored") -> Model:
+    """A .gguf, a .sparq or a Hugging Face Llama folder; OSError / ValueError on bad files."""
+
+def prune_model(
+    model: Union[Model, PathLike],
+    pattern: PatternLike = "2:4",
+    method: str = "sparsegpt",
+    calib: Optional[TextLike] = None,
+    values: str = "f32",
+    out: Optional[PathLike] = None,
+    *,
+    calib_samples: int = 64,
+    calib_len: int = 512,
+    blocks: Optional[int] = None,
+    damp: float = 0.01,
+    seed: int = 0,
+    include: Optional[str] = None,
+    permute: bool = False,
+    embedding_values: Optional[str] = None,
+    quant_method: str = "gptq",
+    threads: Optional[int] = None,
+) -> Model:
+    """`sparq prune` from Python: the pruned model (its .sparq at `out`, or a temporary file)."""

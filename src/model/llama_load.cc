@@ -42,6 +42,16 @@ uint64_t LlamaModel::weight_bytes() const {
   return total;
 }
 
+double ParameterCount(const LlamaModel& m) {
+  const LlamaConfig& c = m.config();
+  double n = double(c.n_vocab) * double(c.n_embd) * (c.tied_output ? 1 : 2) +
+             double(c.n_embd) * double(2 * c.n_layer + 1);
+  for (const LlamaBlock& b : m.weights().blocks) {
+    for (const LinearWeight& lw : b.linear) n += double(lw.rows()) * double(lw.cols());
+  }
+  return n;
+}
+
 uint64_t LlamaModel::weight_bytes_per_token() const {
   const LlamaWeights& w = impl_->weights;
   const uint64_t embd = w.token_embd.nbytes();

@@ -1,0 +1,322 @@
+// sparq._sparq's model half: _Model (a loaded Llama-style model: perplexity, generation, speed,
+// logits) and prune_model (whole-model calibration and pruning into a .sparq). Each wraps the
+// library function the `sparq` command of the same name calls (Perplexity, EncodeChatPrompt +
+// Generate, MeasureSpeed, PruneLlama), so Python and the command line give the same numbers; only
+// argument handling lives here. The C++ runs with the GIL released; one call at a time per model.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <type_traits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings_common.h"
+#include "sparq/atomic_write.h"
+#include "sparq/chat.h"
+#include "sparq/model.h"
+#include "sparq/model_file.h"
+#include "sparq/thread_pool.h"
+
+namespace sparq::python {
+namespace {
+
+struct Model {
+  LlamaModel m;
+  std::unique_ptr<ThreadPool> pool;
+  // The ThreadPool runs one ParallelFor at a time, and Python threads may call one model at once
+  // with the GIL released.
+  std::unique_ptr<std::mutex> mu = std::make_unique<std::mutex>();
+};
+
+// Runs f() (returning Status or Result<T>) with the GIL released and the model's lock held; raises
+// its error with the GIL held again.
+template <typename F>
+auto Locked(const Model& model, F&& f) {
+  using R = decltype(f());
+  std::optional<R> r;
+  {
+    nb::gil_scoped_release release;  // before the lock: a waiting thread must not hold the GIL
+    std::lock_guard<std::mutex> lock(*model.mu);
+    r.emplace(f());
+  }
+  if constexpr (std::is_same_v<R, Status>) {
+    Check(*r);
+  } else {
+    return Take(std::move(*r));
+  }
+}
+
+Model Load(const std::string& path, int threads, const std::string& gguf_values) {
+  LoadOptions opt;
+  if (gguf_values == "as-stored") {
+    opt.gguf_values = GgufValues::kAsStored;
+  } else if (gguf_values == "f32") {
+    opt.gguf_values = GgufValues::kF32;
+  } else {
+    Raise(InvalidInput("gguf_values must be 'as-stored' or 'f32', not '" + gguf_values + "'"));
+  }
+  const KernelConfig& cfg = Config("");
+  Result<LlamaModel> r = Status();
+  {
+    nb::gil_scoped_release release;
+    r = LlamaModel::Load(path, cfg, opt);
+  }
+  return Model{Take(std::move(r)), std::make_unique<ThreadPool>(threads)};
+}
+
+// `sparq eval --json`'s object, less "model" (the Python side adds the path it was given).
+nb::dict Eval(const Model& model, const std::string& text, int64_t ctx, int64_t max_tokens) {
+  if (ctx < 2 || ctx > (int64_t{1} << 16)) {
+    Raise(InvalidInput("ctx must be in [2, 65536], got " + std::to_string(ctx)));
+  }
+  // Tokenizing a book takes a while too: inside the released section, as `sparq eval` does it.
+  const PerplexityResult r = Locked(model, [&]() -> Result<PerplexityResult> {
+    SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.m.tokenizer().Encode(text));
+    if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(max_tokens);
+    return Perplexity(model.m, ids, ctx, model.pool.get());
+  });
+  nb::dict d;
+  d["perplexity"] = r.perplexity;
+  d["tokens"] = r.tokens;
+  d["ctx"] = r.ctx;
+  d["windows"] = r.windows;
+  d["seconds"] = r.seconds;
+  d["threads"] = model.pool->num_threads();
+  d["isa"] = model.m.weights().output.config().target_name();
+  d["attention_isa"] = model.m.attention_target();
+  return d;
+}
+
+// (text, prompt ids, new ids) of `sparq generate`: the prompt in the model's chat template unless
+// raw; the text is each new token decoded and concatenated, as the command prints it.
+nb::tuple GenerateText(const Model& model, const std::string& prompt, int64_t max_new,
+                       double temperature, int64_t top_k, double top_p, uint64_t seed, bool raw) {
+  // The command line's ranges (CLI11 checks there; GenerateOptions' own checks cover the rest).
+  if (max_new < 0 || max_new > (int64_t{1} << 16)) {
+    Raise(InvalidInput("max_new must be in [0, 65536], got " + std::to_string(max_new)));
+  }
+  if (!(temperature >= 0.0 && temperature <= 100.0)) {
+    Raise(InvalidInput("temperature must be in [0, 100], got " + std::to_string(temperature)));
+  }
+  const Tokenizer& tok = model.m.tokenizer();
+  const ChatPrompt p = Take(EncodeChatPrompt(tok, prompt, raw));
+  if (!p.warning.empty()) {
+    // The command line's warning on stderr, as a Python warning (filterable).
+    if (PyErr_WarnEx(PyExc_UserWarning, p.warning.c_str(), 1) < 0) throw nb::python_error();
+  }
+  GenerateOptions g;
+  g.max_new = max_new;
+  g.temperature = temperature;
+  g.top_k = top_k;
+  g.top_p = top_p;
+  g.seed = seed;
+  std::string text;
+  const GenerateResult r = Locked(model, [&] {
+    return Generate(model.m, p.ids, g, model.pool.get(), [&](int32_t t) {
+      text += tok.Decode(std::span(&t, 1));
+    });
+  });
+  return nb::make_tuple(nb::bytes(text.data(), text.size()), p.ids, r.tokens);
+}
+
+// Medians over `repeats` runs of MeasureSpeed, as `sparq bench model` takes them.
+nb::tuple Bench(const Model& model, int64_t prompt, int64_t decode, int repeats) {
+  if (prompt < 1 || prompt > 8192) Raise(InvalidInput("prompt must be in [1, 8192]"));
+  if (decode < 1 || decode > 8192) Raise(InvalidInput("decode must be in [1, 8192]"));
+  if (repeats < 1 || repeats > 100) Raise(InvalidInput("repeats must be in [1, 100]"));
+  // The command's fixed synthetic prompt; taken modulo the vocabulary so that a small model has
+  // valid ids (the same ids for any vocabulary of 20,100 tokens or more).
+  const int64_t vocab = model.m.config().n_vocab;
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < prompt; ++i) ids.push_back(static_cast<int32_t>((100 + 37 * i % 20000) % vocab));
+  std::vector<double> pre, dec;
+  Locked(model, [&]() -> Status {
+    for (int r = 0; r < repeats; ++r) {
+      SPARQ_ASSIGN_OR_RETURN(ModelSpeed s, MeasureSpeed(model.m, ids, decode, model.pool.get()));
+      pre.push_back(s.prefill_tok_s());
+      dec.push_back(s.decode_tok_s());
+    }
+    return Status::Ok();
+  });
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return nb::make_tuple(median(pre), median(dec));
+}
+
+// Logits [n, n_vocab] of every position of `tokens`, run from an empty cache.
+nb::ndarray<nb::numpy, float> Logits(const Model& model, const std::vector<int32_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size()), v = model.m.config().n_vocab;
+  if (n == 0) Raise(InvalidInput("logits: no tokens"));
+  KvCache cache = Take(KvCache::Create(model.m.config(), n));
+  auto* out = new std::vector<float>(static_cast<size_t>(n * v));
+  nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  Locked(model, [&] { return model.m.Forward(tokens, &cache, out->data(), true, model.pool.get()); });
+  return nb::ndarray<nb::numpy, float>(out->data(), {static_cast<size_t>(n), static_cast<size_t>(v)},
+                                       owner);
+}
+
+// name -> {format, values, shape, nbytes} for every linear layer as stored for compute, in GGUF
+// names (what `sparq prune --include` matches).
+nb::dict Layers(const Model& model) {
+  nb::dict d;
+  auto add = [&](const std::string& name, const LinearWeight& lw) {
+    nb::dict e;
+    e["format"] = lw.format();
+    e["values"] = lw.values().Name();
+    e["shape"] = nb::make_tuple(lw.rows(), lw.cols());
+    e["nbytes"] = lw.weight_bytes();
+    d[name.c_str()] = e;
+  };
+  const auto& blocks = model.m.weights().blocks;
+  for (size_t l = 0; l < blocks.size(); ++l) {
+    for (int s = 0; s < kNumSlots; ++s) {
+      add("blk." + std::to_string(l) + "." + std::string(SlotName(static_cast<LinearSlot>(s))) +
+              ".weight",
+          blocks[l].linear[s]);
+    }
+  }
+  add("output.weight", model.m.weights().output);
+  return d;
+}
+
+nb::dict ConfigDict(const Model& model) {
+  const LlamaConfig& c = model.m.config();
+  nb::dict d;
+  d["n_vocab"] = c.n_vocab;
+  d["n_embd"] = c.n_embd;
+  d["n_layer"] = c.n_layer;
+  d["n_head"] = c.n_head;
+  d["n_head_kv"] = c.n_head_kv;
+  d["n_ff"] = c.n_ff;
+  d["n_ctx_train"] = c.n_ctx_train;
+  d["rope_dim"] = c.rope_dim;
+  d["rope_theta"] = c.rope_theta;
+  d["rms_eps"] = c.rms_eps;
+  d["tied_output"] = c.tied_output;
+  return d;
+}
+
+// A copy of the .sparq file the model was loaded from (a pruned model's), written atomically:
+// the checkpoint holds exactly what was loaded, so copying it is saving the model.
+void Save(const Model& model, const std::string& path) {
+  const std::string& src = model.m.source();
+  const ModelFileKind kind = Take(DetectModelFile(src));
+  if (kind != ModelFileKind::kSparq) {
+    Raise(InvalidInput("save: " + src + " is not a .sparq checkpoint; a model loaded from GGUF or "
+                       "a Hugging Face folder is saved by pruning it (sparq.prune_model(..., "
+                       "out=PATH); pattern 'dense' keeps every weight)"));
+  }
+  Status st;
+  {
+    nb::gil_scoped_release release;
+    st = [&]() -> Status {
+      std::ifstream in(src, std::ios::binary);
+      if (!in) return IoError(src + ": cannot open");
+      std::vector<char> buf(1 << 20);
+      io::AtomicWriter wr;
+      SPARQ_RETURN_IF_ERROR(wr.Open(path));
+      while (in) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        SPARQ_RETURN_IF_ERROR(wr.Write(buf.data(), static_cast<uint64_t>(in.gcount())));
+      }
+      if (in.bad()) return IoError(src + ": read failed");
+      return wr.Commit();
+    }();
+  }
+  Check(st);
+}
+
+// PruneLlama on the model at `path` with the command line's options; returns the report JSON
+// (with timings, as `sparq prune --json`).
+std::string PruneModel(const std::string& path, const std::string& calib_text,
+                       const std::string& out, const std::string& pattern,
+                       const std::string& method, const std::string& values,
+                       const std::string& embedding_values, const std::string& quant_method,
+                       int64_t calib_samples, int64_t calib_len, int64_t blocks, double damp,
+                       uint64_t seed, const std::string& include, bool permute, int threads) {
+  ModelPruneOptions opt;
+  opt.method = Take(ParsePruneMethod(method));
+  opt.pattern = Take(Pattern::Parse(pattern));
+  opt.values = Take(ValueSpec::Parse(values));
+  if (!embedding_values.empty()) opt.embedding_values = Take(ValueSpec::Parse(embedding_values));
+  if (quant_method == "rtn") {
+    opt.quant_method = ModelPruneOptions::QuantMethod::kRtn;
+  } else if (quant_method != "gptq") {
+    Raise(InvalidInput("quant_method must be gptq or rtn, not '" + quant_method + "'"));
+  }
+  if (calib_samples < 1 || calib_samples > 4096) Raise(InvalidInput("calib_samples must be in [1, 4096]"));
+  if (calib_len < 1 || calib_len > 8192) Raise(InvalidInput("calib_len must be in [1, 8192]"));
+  opt.calib_samples = calib_samples;
+  opt.calib_len = calib_len;
+  opt.max_blocks = blocks;
+  opt.damp = damp;
+  opt.seed = seed;
+  opt.permute = permute;
+  if (!include.empty()) opt.include = include;
+  opt.progress = false;  // no bar on the Python process's stderr
+  const KernelConfig& cfg = Config("");
+  Result<ModelPruneResult> r = Status();
+  {
+    nb::gil_scoped_release release;
+    ThreadPool pool(threads);
+    r = PruneLlama(path, calib_text, opt, out, cfg, &pool);
+  }
+  return Take(std::move(r)).ToJson(true);
+}
+
+}  // namespace
+
+void BindModel(nb::module_& mod) {
+  nb::class_<Model>(mod, "_Model")
+      .def_static("load", &Load, nb::arg("path"), nb::arg("threads"), nb::arg("gguf_values"))
+      .def("eval", &Eval, nb::arg("text"), nb::arg("ctx"), nb::arg("max_tokens"))
+      .def("generate", &GenerateText, nb::arg("prompt"), nb::arg("max_new"),
+           nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"), nb::arg("seed"),
+           nb::arg("raw"))
+      .def("bench", &Bench, nb::arg("prompt"), nb::arg("decode"), nb::arg("repeats"))
+      .def("logits", &Logits, nb::arg("tokens"))
+      .def(
+          "tokenize",
+          [](const Model& m, const std::string& text) {
+            Result<std::vector<int32_t>> ids = Status();
+            {
+              nb::gil_scoped_release release;  // the tokenizer is immutable: no lock needed
+              ids = m.m.tokenizer().Encode(text);
+            }
+            return Take(std::move(ids));
+          },
+          nb::arg("text"))
+      .def("save", &Save, nb::arg("path"))
+      .def_prop_ro("layers", &Layers)
+      .def_prop_ro("config", &ConfigDict)
+      .def_prop_ro("source", [](const Model& m) { return m.m.source(); })
+      .def_prop_ro("threads", [](const Model& m) { return m.pool->num_threads(); })
+      .def_prop_ro("isa", [](const Model& m) { return m.m.weights().output.config().target_name(); })
+      .def_prop_ro("n_params", [](const Model& m) { return ParameterCount(m.m); })
+      .def_prop_ro("weight_bytes", [](const Model& m) { return m.m.weight_bytes(); })
+      .def_prop_ro("block_linear_bytes", [](const Model& m) { return m.m.block_linear_bytes(); })
+      .def_prop_ro("weight_bytes_per_token",
+                   [](const Model& m) { return m.m.weight_bytes_per_token(); })
+      .def_prop_ro("values", [](const Model& m) { return m.m.block_linear_values(); });
+  mod.def("read_text_file", [](const std::string& path) {
+    Result<std::string> r = ReadTextFile(path);
+    const std::string s = Take(std::move(r));
+    return nb::bytes(s.data(), s.size());
+  });
+  mod.def("prune_model", &PruneModel, nb::arg("path"), nb::arg("calib_text"), nb::arg("out"),
+          nb::arg("pattern"), nb::arg("method"), nb::arg("values"), nb::arg("embedding_values"),
+          nb::arg("quant_method"), nb::arg("calib_samples"), nb::arg("calib_len"),
+          nb::arg("blocks"), nb::arg("damp"), nb::arg("seed"), nb::arg("include"),
+          nb::arg("permute"), nb::arg("threads"));
+}
+
+}  // namespace sparq::python
