@@ -132,9 +132,9 @@ struct MaskWeight {
   // Kept value p (row r, column c) as f32: stored, or its code dequantized (sparq/quant.h).
   float Value(int64_t r, int64_t c, int64_t p) const;
 };
-// Zero bytes after a quantized mask's codes: a 16-code load (9 bytes from an odd int4 start, 16
-// int8 bytes) may start at the last code.
-inline constexpr int64_t kMaskQuantTail = 32;
+// Zero bytes after a quantized mask's codes: a load may start at the last code (16 int8 bytes, 9
+// bytes from an odd int4 start, and the AVX3_DL int4 decode's 64 bytes per 64-column block).
+inline constexpr int64_t kMaskQuantTail = 64;
 // Why a quantized spec cannot keep its codes in the bit-mask layout (empty: it can).
 std::string MaskQuantDeclines(const ValueSpec& spec);
 

@@ -23,6 +23,9 @@ inline constexpr int64_t kTiledMinRows = 32;
 
 // Per-thread reusable buffer `slot` (0-5) of at least `floats` floats, 64-byte aligned.
 float* ThreadBuffer(int slot, size_t floats);
+// The slot of the int4 bit-mask decode's permuted copy of X (mask_quant-inl.h): decode tasks
+// hold slot 0 (staged X, on the calling thread) and 1 (raw sums); 5 is used by no other path.
+inline constexpr int kMaskPermutedXSlot = 5;
 
 // Splits [0, units) into tasks balanced by cost prefix `cum` (cum[i] = cost of units < i), each
 // of at least `min_units` units and cut at units u with u % align == offset % align.
