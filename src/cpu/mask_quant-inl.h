@@ -293,8 +293,13 @@ HWY_INLINE void MaskPermuteX(const float* xpad, int64_t n, int64_t kp, float* xp
 // MaskQuantDecodeRows over blocks of 64 columns (xp: MaskPermuteX's), then the chunks after the
 // last whole block as MaskQuantDecodeRows runs them.
 template <int kV, int R, int T, bool kStream>
-HWY_INLINE void MaskQuantDecodeBlocks(const MaskWeight& w, const float* xp, int64_t t0, int64_t r,
-                                      int64_t r0, int64_t r1, float* raw) {
+// no_sanitize("alignment"): kmovq from memory (_load_mask64) has no alignment requirement, but
+// the intrinsic takes an __mmask64*, which UBSan checks for 8-byte alignment; a row's mask bits
+// are u16-aligned. Loading them from memory keeps the k-register write off port 5, which the
+// loop's vpermb / vpermt2ps / vpexpandb already share.
+HWY_INLINE __attribute__((no_sanitize("alignment"))) void MaskQuantDecodeBlocks(
+    const MaskWeight& w, const float* xp, int64_t t0, int64_t r, int64_t r0, int64_t r1,
+    float* raw) {
   const DF df;
   const int64_t kp = w.k_pad();
   const uint8_t* base = w.values.data_as<uint8_t>();
