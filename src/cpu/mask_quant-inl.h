@@ -293,11 +293,7 @@ HWY_INLINE void MaskPermuteX(const float* xpad, int64_t n, int64_t kp, float* xp
 // MaskQuantDecodeRows over blocks of 64 columns (xp: MaskPermuteX's), then the chunks after the
 // last whole block as MaskQuantDecodeRows runs them.
 template <int kV, int R, int T, bool kStream>
-// no_sanitize("alignment"): kmovq from memory (_load_mask64) has no alignment requirement, but
-// the intrinsic takes an __mmask64*, which UBSan checks for 8-byte alignment; a row's mask bits
-// are u16-aligned. Loading them from memory keeps the k-register write off port 5, which the
-// loop's vpermb / vpermt2ps / vpexpandb already share.
-HWY_INLINE __attribute__((no_sanitize("alignment"))) void MaskQuantDecodeBlocks(
+HWY_INLINE void MaskQuantDecodeBlocks(
     const MaskWeight& w, const float* xp, int64_t t0, int64_t r, int64_t r0, int64_t r1,
     float* raw) {
   const DF df;
@@ -368,7 +364,7 @@ HWY_INLINE __attribute__((no_sanitize("alignment"))) void MaskQuantDecodeBlocks(
     const __m512i codes =                                                                       \
         _mm512_and_si512(_mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi8(win, cb)), low4); \
     const __m512i e = _mm512_mask_expand_epi8(                                                  \
-        fill, _load_mask64(reinterpret_cast<__mmask64*>(const_cast<uint16_t*>(bq))), codes);    \
+        fill, _cvtu64_mask64(mq), codes);  /* bq is u16-aligned: no __mmask64 load */            \
     s##q += static_cast<int64_t>(hwy::PopCount(mq));                                            \
     SPARQ_MQB_J(q, 0, e)                                                                        \
     SPARQ_MQB_J(q, 1, _mm512_srli_epi32(e, 8))                                                  \
