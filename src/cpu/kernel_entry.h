@@ -48,6 +48,12 @@ struct KernelCall {
 };
 // Every row's body entries, in table order (kernels.cc; the same list as table_rows.h).
 const KernelBody* const* RowBodies();
+// One shard's (kernel_rows_*.cc): its rows' entries in table order, nullptr for the others'.
+const KernelBody* const* RowBodiesF32();
+const KernelBody* const* RowBodiesBf16();
+const KernelBody* const* RowBodiesI8();
+const KernelBody* const* RowBodiesI4();
+const KernelBody* const* RowBodiesI4Sym();
 
 // out[i] = silu(g[i]) * u[i] with the epilogue's SiLU (g is overwritten; it may be out).
 void SiluMulAt(const KernelConfig& c, float* g, const float* u, int64_t len, float* out);

@@ -1,7 +1,6 @@
-// The per-target entry points of the kernel bodies (spmm-inl.h and the family -inl.h files it
-// includes), compiled once per Highway target: one per kernel table row (table_rows.h), and the
-// helpers of kernel_entry.h, each dispatched by the configuration's target: every product runs
-// the target its KernelConfig names, not a process-wide one.
+// The per-target helpers of kernel_entry.h, each dispatched by the configuration's target (every
+// product runs the target its KernelConfig names, not a process-wide one), and the table of the
+// rows' body entries, which the shards kernel_rows_*.cc compile (one per value kind).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -13,27 +12,6 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
-
-// Each kernel table row's body entry on this target (table_rows.h): its body where the target
-// lies in the row's range, elsewhere nothing (never called: dispatch and the tests check the
-// range first), so a body is compiled only for the targets its row names.
-template <bool kOn, class Body>
-HWY_INLINE void RowEntry(const KernelCall& c) {
-  if constexpr (kOn) {
-    Body::Run(c);
-  } else {
-    (void)c;
-  }
-}
-#define SPARQ_BODY(T, ...) T<__VA_ARGS__>
-#define SPARQ_ROW_ENTRY(name, layout, values, mode, tile, best, worst, min_n, max_n, run, nv,  \
-                        body)                                                                  \
-  void name(const KernelCall& c) {                                                             \
-    RowEntry<(HWY_TARGET >= (best) && HWY_TARGET <= (worst)), body>(c);                         \
-  }
-SPARQ_KERNEL_ROWS(SPARQ_ROW_ENTRY)
-#undef SPARQ_ROW_ENTRY
-#undef SPARQ_BODY
 
 // out[i] = silu(g[i]) * u[i], i < len, with the SiLU of the epilogue (EpilogueSpan: an element's
 // bits do not depend on its position), so the fused MLP (RunSwiGlu) gives the bits of a SiLU
@@ -82,6 +60,10 @@ void EpilogueRowT(float* y, int64_t t, int64_t r0, int64_t r1, int64_t m, const 
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+
 #include "src/cpu/kernel_entry.h"
 
 namespace sparq::cpu {
@@ -96,14 +78,34 @@ HWY_EXPORT(EpilogueRowT);
 HWY_EXPORT(EpilogueBlockT);
 HWY_EXPORT(SiluMulT);
 
-#define SPARQ_ROW_EXPORT(name, ...) HWY_EXPORT(name);
-SPARQ_KERNEL_ROWS(SPARQ_ROW_EXPORT)
-#undef SPARQ_ROW_EXPORT
-
+// The rows' bodies come from the shards (kernel_rows_*.cc), each holding its value kinds' rows
+// and nullptr for the others.
 const KernelBody* const* RowBodies() {
-#define SPARQ_ROW_BODIES(name, ...) HWY_DISPATCH_TABLE(name),
-  static const KernelBody* const kBodies[] = {SPARQ_KERNEL_ROWS(SPARQ_ROW_BODIES)};
-#undef SPARQ_ROW_BODIES
+#define SPARQ_COUNT_ROW(...) +1
+  static constexpr size_t kRows = 0 SPARQ_KERNEL_ROWS(SPARQ_COUNT_ROW);
+#undef SPARQ_COUNT_ROW
+  static const auto* const kBodies = [] {
+    static std::array<const KernelBody*, kRows> merged{};
+    std::array<int, kRows> shards{};
+    for (const KernelBody* const* shard :
+         {RowBodiesF32(), RowBodiesBf16(), RowBodiesI8(), RowBodiesI4(), RowBodiesI4Sym()}) {
+      for (size_t i = 0; i < kRows; ++i) {
+        if (shard[i] != nullptr) {
+          merged[i] = shard[i];
+          ++shards[i];
+        }
+      }
+    }
+    // A value kind that no shard (or two) names would leave a row without its body (or with two).
+    for (size_t i = 0; i < kRows; ++i) {
+      if (shards[i] != 1) {
+        std::fprintf(stderr, "sparq: kernel table row %zu is in %d shards of kernel_rows_*.cc\n", i,
+                     shards[i]);
+        std::abort();
+      }
+    }
+    return merged.data();
+  }();
   return kBodies;
 }
 
