@@ -28,6 +28,7 @@
 #include "sparq/format.h"
 #include "sparq/kernel_config.h"
 #include "sparq/linear.h"
+#include "sparq/machine.h"
 #include "sparq/pattern.h"
 #include "sparq/prune.h"
 #include "sparq/quant.h"
@@ -373,4 +374,14 @@ NB_MODULE(_sparq, mod) {
         return names;
       },
       "The kernel targets this CPU runs, best first (names for Linear's isa).");
+  // sparq/__init__.py asks a child process for these before it loads this module (OpenBLAS picks
+  // its kernels when it loads): the `sparq` command's choice, so Python computes what it computes.
+  mod.def("_blas_core", &sparq::cpu::BlasCoreName, "OpenBLAS's kernel family in this process.");
+  mod.def(
+      "_suggested_blas_core",
+      [] {
+        const char* core = sparq::cpu::SuggestedOpenBlasCore(false);
+        return std::string(core != nullptr ? core : "");
+      },
+      "The OPENBLAS_CORETYPE the sparq command would set here ('' where OpenBLAS chose well).");
 }

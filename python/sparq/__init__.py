@@ -22,8 +22,44 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import _sparq
-from ._sparq import Pattern, supported_isas
+
+def _fix_openblas_core() -> None:
+    """Sets OPENBLAS_CORETYPE as the ``sparq`` command does, before OpenBLAS loads with _sparq.
+
+    Debian's OpenBLAS mis-detects CPUs newer than itself and runs its SSE3 kernels (dense f32 3-5x
+    slower, and other bits than the command line's). It reads OPENBLAS_CORETYPE once, when it
+    loads; the command line restarts itself with it set, Python asks a child process that loads
+    _sparq (about 0.1 s, once per import). A value the user set, or SPARQ_KEEP_BLAS_CORE=1, is
+    kept.
+    """
+    if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("SPARQ_KEEP_BLAS_CORE"):
+        return
+    import importlib.util
+    import subprocess
+    import sys
+    spec = importlib.util.find_spec("sparq._sparq")
+    if spec is None or not spec.origin:
+        return
+    child = ("import importlib.machinery as m, importlib.util as u, sys\n"
+             "l = m.ExtensionFileLoader('sparq._sparq', sys.argv[1])\n"
+             "s = u.spec_from_file_location('sparq._sparq', sys.argv[1], loader=l)\n"
+             "mod = u.module_from_spec(s); l.exec_module(mod)\n"
+             "print(mod._suggested_blas_core())\n")
+    env = dict(os.environ, SPARQ_KEEP_BLAS_CORE="1")
+    try:
+        out = subprocess.run([sys.executable, "-c", child, spec.origin], env=env,
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return  # OpenBLAS keeps its own choice: slower, never wrong
+    core = out.strip()
+    if core.isalnum():
+        os.environ["OPENBLAS_CORETYPE"] = core
+
+
+_fix_openblas_core()
+
+from . import _sparq  # noqa: E402  (after OPENBLAS_CORETYPE is set)
+from ._sparq import Pattern, supported_isas  # noqa: E402
 
 __all__ = ["Pattern", "SparseMatrix", "Linear", "prune", "PruneResult", "supported_isas", "Model",
            "load", "prune_model"]
