@@ -36,6 +36,8 @@ from . import Linear, PatternLike, SparseMatrix, _pattern, prune
 
 __all__ = ["SparseLinear", "sparsify_", "from_torch_prune", "to_state_dict"]
 
+_F32, _BF16 = torch.float32, torch.bfloat16
+
 _NO_BACKWARD = (
     "sparq.torch.SparseLinear has no backward: sparq's backward kernels (issue 28) are not "
     "exposed to Python yet. Run it under torch.no_grad() / torch.inference_mode(), or fine-tune "
@@ -110,25 +112,32 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"SparseLinear: x must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             raise ValueError(f"SparseLinear: x is on {x.device}; sparq runs on the CPU only "
                              "(x.cpu(), and the module on the CPU)")
-        if x.requires_grad and torch.is_grad_enabled():
+        grad = x.requires_grad
+        if grad and torch.is_grad_enabled():
             raise NotImplementedError(_NO_BACKWARD)
-        out_dtype = x.dtype
-        if x.dtype == torch.bfloat16:
-            x = x.to(torch.float32)  # exact; the f32 result is rounded back to bf16 below
-        elif x.dtype != torch.float32:
-            raise ValueError(f"SparseLinear: x must be torch.float32 or bfloat16, got {x.dtype} "
-                             "(convert with x.float())")
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
+        dtype = x.dtype
+        if dtype is not _F32:
+            if dtype is not _BF16:
+                raise ValueError(f"SparseLinear: x must be torch.float32 or bfloat16, got {dtype} "
+                                 "(convert with x.float())")
+            x = x.to(_F32)  # exact; the f32 result is rounded back to bf16 below
+        shape = x.shape
+        if not shape or shape[-1] != self.in_features:
             raise ValueError(f"SparseLinear: x must have shape [..., {self.in_features}], got "
-                             f"{tuple(x.shape)}")
+                             f"{tuple(shape)}")
         # .numpy() of a CPU float32 tensor is a view (no copy); sparq.Linear reads contiguous
         # (and row-padded 2-D) views in place and copies other layouts once. The result array
         # becomes a tensor without a copy.
-        y = torch.from_numpy(self._lin(x.detach().numpy()))
-        return y if out_dtype == torch.float32 else y.to(out_dtype)
+        xn = x.detach().numpy() if grad else x.numpy()
+        if len(shape) == 2 and xn.flags.c_contiguous:
+            y = self._lin._lin.forward(xn)  # the common case, without sparq.Linear's checks
+        else:
+            y = self._lin(xn)
+        y = torch.from_numpy(y)
+        return y if dtype is _F32 else y.to(dtype)
 
     def backward(self, *args, **kwargs):
         raise NotImplementedError(_NO_BACKWARD)

@@ -361,3 +361,19 @@ def test_bad_input_raises(rng):
         sparsify_(mlp().double(), "2:4")
     with pytest.raises(ValueError, match="nn.Linear"):
         from_torch_prune(nn.Linear(8, 8))
+
+
+# ---- python -m sparq.bench ----------------------------------------------------------------------
+
+@tm
+def test_bench_runs():
+    # a smoke run: the benchmark decides nothing, it only has to print its rows
+    import json as _json
+    out = subprocess.run([sys.executable, "-m", "sparq.bench", "--shapes", "16x32", "--tokens",
+                          "1,3", "--repeats", "1", "--target-ms", "1", "--threads", "1",
+                          "--json"], check=True, capture_output=True, text=True,
+                         env=dict(os.environ)).stdout
+    rows = [_json.loads(line) for line in out.splitlines()]
+    assert [(r["m"], r["k"], r["tokens"]) for r in rows] == [(16, 32, 1), (16, 32, 3)]
+    assert all(r["ratio_dense_over_sparse"] > 0 and r["sparse_format"].startswith("nm 2:4")
+               for r in rows)
