@@ -20,7 +20,7 @@ to Python, so a forward whose input requires grad (with grad enabled) raises Not
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Optional
 
 try:
     import torch

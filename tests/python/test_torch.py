@@ -278,7 +278,7 @@ def test_from_torch_prune_keeps_torch_mask_bit_for_bit(rng):
 
 @tm
 def test_state_dict_round_trip(rng):
-    from sparq.torch import SparseLinear, sparsify_, to_state_dict
+    from sparq.torch import sparsify_, to_state_dict
 
     dense = mlp()
     model = sparsify_(copy.deepcopy(dense), "2:4")
