@@ -59,3 +59,30 @@ def smollm2_path():
     cache = os.environ.get("SPARQ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
                                                            "sparq")
     return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+# ---- the torch tier --------------------------------------------------------------------------
+# Tests marked `torch` need PyTorch. Without it they are deselected (counted as "deselected" in
+# pytest's summary line), never skipped: scripts/run_tests.sh counts a skip as an error, and a
+# run without torch must stay green. docs/python.md ("Running the torch tests") says how to get it.
+
+def _torch_importable():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any(item.get_closest_marker("torch") for item in items) or _torch_importable():
+        return
+    keep = [item for item in items if not item.get_closest_marker("torch")]
+    dropped = [item for item in items if item.get_closest_marker("torch")]
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
+def pytest_report_header(config):
+    return "torch: " + ("importable, the torch tests run" if _torch_importable() else
+                        "not importable, the torch-marked tests are deselected")
