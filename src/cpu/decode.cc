@@ -71,6 +71,11 @@ std::vector<int64_t> DecodeBounds(const PackedWeight& pw, int64_t n) {
   return SplitTasks(RowCost(pw), n, 1, pw.kind() == PackedKind::kMask ? 4 : 1);
 }
 
+// One token's split is made once per weight: computed per call, it was 3.2 of the 3.7 us that
+// each of SmolLM2's 121 products per decoded token spent before its tasks started (2:4 int4, one
+// thread, this Xeon). The weight is immutable once packed, so the cache cannot go stale.
+void CacheDecodeBounds(PackedWeight* pw) { pw->decode_bounds_1 = DecodeBounds(*pw, 1); }
+
 // Units [u0, u1) of the job (rows, or row groups of a kRowGroups weight) by its row's body.
 void RunDecodeTask(const DecodeJob& job, const DecodeInput& in, int64_t u0, int64_t u1) {
   const PackedWeight& pw = *job.w;
@@ -100,7 +105,11 @@ void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
   };
   std::vector<Task> tasks;
   for (size_t j = 0; j < count; ++j) {
-    const auto bounds = DecodeBounds(*jobs[j].w, jobs[j].a.n);
+    const PackedWeight& w = *jobs[j].w;
+    std::vector<int64_t> computed;
+    const std::vector<int64_t>& bounds = jobs[j].a.n == 1 && !w.decode_bounds_1.empty()
+                                             ? w.decode_bounds_1
+                                             : (computed = DecodeBounds(w, jobs[j].a.n));
     for (size_t b = 0; b + 1 < bounds.size(); ++b) tasks.push_back({j, bounds[b], bounds[b + 1]});
   }
   ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {

@@ -34,6 +34,7 @@ Result<LinearWeight> LinearWeight::FromMatrix(SparseMatrix matrix, const ValueSp
   LinearWeight lw;
   lw.impl_ = std::make_unique<Impl>();
   lw.impl_->packed = std::move(packed);
+  cpu::CacheDecodeBounds(&lw.impl_->packed);
   lw.impl_->name = name;
   lw.impl_->cfg = cfg;
   return lw;
@@ -58,6 +59,7 @@ Result<LinearWeight> LinearWeight::FromDenseQuant(int64_t rows, int64_t cols,
   LinearWeight lw;
   lw.impl_ = std::make_unique<Impl>();
   lw.impl_->packed = std::move(packed);
+  cpu::CacheDecodeBounds(&lw.impl_->packed);
   lw.impl_->name = name;
   lw.impl_->cfg = cfg;
   return lw;

@@ -195,6 +195,8 @@ struct PackedWeight {
   std::variant<DenseF32Weight, NmWeight, RowGroupWeight, MaskWeight, DenseQuantWeight> layout;
   uint64_t weight_bytes = 0;  // bytes a product streams: values + indices/metadata
   int64_t stored = 0;         // stored weights (incl. padding zeros), for FLOP counts
+  // The decode kernels' task split at n = 1 (CacheDecodeBounds; empty: computed per call).
+  std::vector<int64_t> decode_bounds_1;
 
   PackedKind kind() const { return static_cast<PackedKind>(layout.index()); }
   // The layout's parts (the kind must match: std::get checks it).
@@ -229,6 +231,8 @@ inline PackOptions PackOptionsFor(const KernelConfig& cfg) { return PackOptions{
 
 // Validates `matrix` (shapes, dtypes, index ranges, N:M metadata) and packs it. Errors name
 // `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").
+// Fills pw->decode_bounds_1 (decode.cc): LinearWeight does, once its weight is packed.
+void CacheDecodeBounds(PackedWeight* pw);
 Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
                           const PackOptions& options = {});
 
