@@ -370,10 +370,18 @@ def test_bench_runs():
     # a smoke run: the benchmark decides nothing, it only has to print its rows
     import json as _json
     out = subprocess.run([sys.executable, "-m", "sparq.bench", "--shapes", "16x32", "--tokens",
-                          "1,3", "--repeats", "1", "--target-ms", "1", "--threads", "1",
-                          "--json"], check=True, capture_output=True, text=True,
+                          "1,3", "--mlp", "16x32", "--repeats", "1", "--target-ms", "1",
+                          "--threads", "1", "--json"], check=True, capture_output=True, text=True,
                          env=dict(os.environ)).stdout
     rows = [_json.loads(line) for line in out.splitlines()]
-    assert [(r["m"], r["k"], r["tokens"]) for r in rows] == [(16, 32, 1), (16, 32, 3)]
+    assert [(r["kind"], r["m"], r["k"], r["tokens"]) for r in rows] == [
+        ("linear", 16, 32, 1), ("linear", 16, 32, 3), ("mlp", 32, 16, 1), ("mlp", 32, 16, 3)]
+    layers = rows[:2]
     assert all(r["ratio_dense_over_sparse"] > 0 and r["sparse_format"].startswith("nm 2:4")
-               for r in rows)
+               for r in layers)
+    for r in layers:
+        for peer in ("f32", "bf16", "csr"):
+            assert r[peer + "_us"] > 0 and r[peer + "_over_sparse"] > 0
+        # torch's semi-structured 2:4 runs on CUDA only: a time, or the reason it has none
+        assert (r["semi_us"] or 0) > 0 or r["semi_note"]
+    assert all(r["sparse_us"] > 0 and r["f32_over_sparse"] > 0 for r in rows[2:])
