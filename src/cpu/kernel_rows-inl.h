@@ -1,7 +1,7 @@
 // The per-target body entries of one shard of the kernel table's rows (table_rows.h), compiled
 // once per Highway target by the shard's translation unit (kernel_rows_*.cc), which names its
-// rows by value kind before including this file: SPARQ_SHARD_<values> is 1 for its rows and 0
-// for the others, SPARQ_SHARD_BODIES the function that gives its table. The rows were one
+// rows by value kind before including this file: SPARQ_SHARD_<values> 1 for its rows (the other
+// kinds default to 0 here), SPARQ_SHARD_BODIES the function that gives its table. The rows were one
 // translation unit (kernels.cc: 6 of a 2-core release build's 13.5 minutes, and the ASan build's
 // longest compile) on one core; split by value kind, the shards compile side by side. Included
 // per target: no include guard.
@@ -13,6 +13,21 @@
 
 #ifndef SPARQ_CPU_KERNEL_ROWS_SELECT_
 #define SPARQ_CPU_KERNEL_ROWS_SELECT_
+#ifndef SPARQ_SHARD_F32
+#define SPARQ_SHARD_F32 0
+#endif
+#ifndef SPARQ_SHARD_Bf16
+#define SPARQ_SHARD_Bf16 0
+#endif
+#ifndef SPARQ_SHARD_I8
+#define SPARQ_SHARD_I8 0
+#endif
+#ifndef SPARQ_SHARD_I4
+#define SPARQ_SHARD_I4 0
+#endif
+#ifndef SPARQ_SHARD_I4Sym
+#define SPARQ_SHARD_I4Sym 0
+#endif
 // SPARQ_IF(c)(code): code where c expands to 1, nothing where 0; SPARQ_IF_ELSE(c)(a, b): a or b.
 #define SPARQ_IF(c) SPARQ_IF_I(c)
 #define SPARQ_IF_I(c) SPARQ_IF_##c

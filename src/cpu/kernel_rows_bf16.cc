@@ -1,10 +1,6 @@
 // The kernel table's rows with bf16 values (and the dense bf16 rows), one shard of
 // kernel_rows-inl.h.
-#define SPARQ_SHARD_F32 0
 #define SPARQ_SHARD_Bf16 1
-#define SPARQ_SHARD_I8 0
-#define SPARQ_SHARD_I4 0
-#define SPARQ_SHARD_I4Sym 0
 #define SPARQ_SHARD_BODIES RowBodiesBf16
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/kernel_rows_bf16.cc"

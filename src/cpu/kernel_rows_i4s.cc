@@ -1,8 +1,4 @@
 // The kernel table's rows with symmetric int4 values, one shard of kernel_rows-inl.h.
-#define SPARQ_SHARD_F32 0
-#define SPARQ_SHARD_Bf16 0
-#define SPARQ_SHARD_I8 0
-#define SPARQ_SHARD_I4 0
 #define SPARQ_SHARD_I4Sym 1
 #define SPARQ_SHARD_BODIES RowBodiesI4Sym
 #undef HWY_TARGET_INCLUDE

@@ -1,9 +1,5 @@
 // The kernel table's rows with int8 values, one shard of kernel_rows-inl.h.
-#define SPARQ_SHARD_F32 0
-#define SPARQ_SHARD_Bf16 0
 #define SPARQ_SHARD_I8 1
-#define SPARQ_SHARD_I4 0
-#define SPARQ_SHARD_I4Sym 0
 #define SPARQ_SHARD_BODIES RowBodiesI8
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/kernel_rows_i8.cc"

@@ -229,10 +229,10 @@ struct PackOptions {
 // The packing a configuration asks for.
 inline PackOptions PackOptionsFor(const KernelConfig& cfg) { return PackOptions{cfg.csr_layout, {}}; }
 
-// Validates `matrix` (shapes, dtypes, index ranges, N:M metadata) and packs it. Errors name
-// `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").
 // Fills pw->decode_bounds_1 (decode.cc): LinearWeight does, once its weight is packed.
 void CacheDecodeBounds(PackedWeight* pw);
+// Validates `matrix` (shapes, dtypes, index ranges, N:M metadata) and packs it. Errors name
+// `name` and the part ("w.col_idx[17]: column 4100 >= cols 4096").
 Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
                           const PackOptions& options = {});
 
