@@ -1,4 +1,4 @@
-// `sparq eval MODEL --text FILE [--ctx 512] [--max-tokens N] [--json [FILE]]`: perplexity over
+// `sparq eval MODEL --text FILE [--ctx 512] [--max-tokens N] [--step N] [--json [FILE]]`: perplexity over
 // non-overlapping windows (see Perplexity in sparq/model.h).
 
 #include <cstdio>
@@ -17,6 +17,7 @@ struct EvalOptions {
   std::string model, text;
   int64_t ctx = 512;
   int64_t max_tokens = 0;
+  int64_t step = 0;
   int threads = 0;
   JsonOutput json;
   bool tokenize_only = false;
@@ -51,13 +52,14 @@ Status RunEval(const EvalOptions& o, const KernelConfig& cfg) {
     ProgressBar bar("eval", (static_cast<int64_t>(ids.size()) + o.ctx - 1) / o.ctx);
     SPARQ_ASSIGN_OR_RETURN(r, Perplexity(model, ids, o.ctx, &pool,
                                          [&](int64_t done, int64_t) { bar.Update(done); },
-                                         o.argmax_out.empty() ? nullptr : &argmax));
+                                         o.argmax_out.empty() ? nullptr : &argmax, o.step));
   }
   if (!o.argmax_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.argmax_out, argmax));
   const nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens", r.tokens}, {"ctx", r.ctx},
                             {"windows", r.windows},       {"seconds", r.seconds},
                             {"model", o.model},           {"threads", threads},
-                            {"isa", cfg.target_name()},  {"attention_isa", model.attention_target()}};
+                            {"isa", cfg.target_name()},  {"attention_isa", model.attention_target()},
+                            {"step", o.step},             {"int8_activations", cfg.int8_activations}};
   SPARQ_RETURN_IF_ERROR(o.json.Write(j.dump()));
   if (!o.json.to_stdout()) {
     std::printf("perplexity %.4f over %lld predicted tokens (%lld windows of ctx %lld) in %.1f s\n",
@@ -78,6 +80,12 @@ Registrar reg("eval", "Perplexity of a model (GGUF, .sparq or HF folder) on a te
                 sub.add_option("--max-tokens", o->max_tokens,
                                "Use only the first N tokens of the text (0: all)");
                 sub.add_option("--threads", o->threads, "Threads (default: SPARQ_NUM_THREADS or all)");
+                sub.add_option("--step", o->step,
+                               "Feed each window N tokens per forward pass through the KV cache "
+                               "(1: token by token, the kernels generation decodes with, e.g. "
+                               "those of --int8-activations; 0: the whole window at once)")
+                    ->capture_default_str()
+                    ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
                 sub.add_option("--tokens-out", o->tokens_out,
                                "Write the text's token ids (after --max-tokens), one per line");
                 sub.add_option("--argmax-out", o->argmax_out,

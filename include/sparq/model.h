@@ -209,11 +209,14 @@ struct PerplexityResult {
 // within each window every token after the first is predicted from the ones before it; the mean
 // negative log-likelihood is over all predicted tokens. `progress(done_windows, windows)` is called
 // after each window when set. If `argmax` is set it receives, for every predicted token in order,
-// the model's greedy choice (for agreement checks against another runtime).
+// the model's greedy choice (for agreement checks against another runtime). step > 0 feeds each
+// window `step` tokens per forward pass through the KV cache (1: token by token, the products
+// generation decodes with, e.g. those of KernelConfig::int8_activations); 0: the whole window in
+// one pass. The logits are the same function of the tokens either way, up to the kernels' rounding.
 Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int32_t> tokens,
                                     int64_t ctx, ThreadPool* pool,
                                     const std::function<void(int64_t, int64_t)>& progress = {},
-                                    std::vector<int32_t>* argmax = nullptr);
+                                    std::vector<int32_t>* argmax = nullptr, int64_t step = 0);
 
 // Index of the largest logit (lowest index on ties).
 int32_t Argmax(std::span<const float> logits);

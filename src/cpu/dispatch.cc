@@ -174,6 +174,13 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
     return "its window permute needs n = " + std::to_string(w.nm().n) + " to divide the " +
            std::to_string(LanesAt(cfg)) + " lanes of " + cfg.target_name();
   }
+  if (row.mode == KernelMode::kDecodeInt8X) {
+    if (!cfg.int8_activations) return "rounds X to int8: off (--int8-activations turns it on)";
+    if (w.nm().group_shift < 6) {
+      return "its step is 64 kept values: needs groups of 64 or more, the weight's are " +
+             std::to_string(1 << w.nm().group_shift);
+    }
+  }
   if (any_n) return {};
   if (n < row.min_n || n > row.max_n) {
     return "serves n in [" + std::to_string(row.min_n) + ", " +
@@ -182,7 +189,7 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
   }
   if (row.mode != KernelMode::kBlas) {
     const int64_t limit = DecodeMaxN(w, cfg);
-    if (row.mode == KernelMode::kDecode && n > limit) {
+    if (DecodeMode(row.mode) && n > limit) {
       return "decode runs up to n = " + std::to_string(limit) + " for this layout on " +
              cfg.target_name() + " (tiled above)";
     }
@@ -222,7 +229,11 @@ const KernelRow& ChooseKernel(const PackedWeight& w, int64_t n, const KernelConf
         (WindowRow(row.layout) && !window)) {
       continue;
     }
-    if ((row.mode == KernelMode::kDecode && n > limit) ||
+    if (row.mode == KernelMode::kDecodeInt8X &&
+        (!cfg.int8_activations || w.nm().group_shift < 6)) {
+      continue;
+    }
+    if ((DecodeMode(row.mode) && n > limit) ||
         (row.mode == KernelMode::kTiled && n <= limit)) {
       continue;
     }

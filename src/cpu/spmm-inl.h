@@ -23,6 +23,7 @@
 #include "src/cpu/epilogue-inl.h"
 #include "src/cpu/transpose-inl.h"
 #include "src/cpu/nm-inl.h"
+#include "src/cpu/nm_x8-inl.h"
 #include "src/cpu/csr-inl.h"
 #include "src/cpu/row_groups-inl.h"
 #include "src/cpu/mask-inl.h"

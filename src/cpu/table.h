@@ -26,7 +26,12 @@ namespace sparq::cpu {
 
 struct SpmmArgs;
 
-enum class KernelMode : uint8_t { kBlas, kDecode, kTiled };
+// kDecodeInt8X: a decode row that rounds X to int8 per 32 columns (KernelConfig::int8_activations
+// opts in; other rows give the f32 products' bits); it serves the token counts decode does.
+enum class KernelMode : uint8_t { kBlas, kDecode, kTiled, kDecodeInt8X };
+inline bool DecodeMode(KernelMode m) {
+  return m == KernelMode::kDecode || m == KernelMode::kDecodeInt8X;
+}
 // The layout a row serves, finer than PackedKind (the packed form of each family). Some are
 // cases of others (LayoutServes): a row of the wider layout serves the narrower one too.
 enum class KernelLayout : uint8_t {

@@ -79,12 +79,21 @@
   ROW(p##_dense_tiled_4xNV, kDenseQuant, V, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, \
       RunRowTiled, 0, SPARQ_BODY(DenseQuantTiledBody, kVal##V, 0))
 
+// 2:4 int4 decode with X rounded to int8 (nm_x8-inl.h: VNNI + VBMI), above the f32-X rows; only
+// with KernelConfig::int8_activations and groups of >= 64 kept values (Declines).
+#define SPARQ_X8_ROWS(ROW)                                                                        \
+  ROW(i4_nm24_decode_4x1_x8__avx3_dl, kNm24, I4, kDecodeInt8X, "4x1", HWY_AVX3_DL, HWY_AVX3_DL, 0, \
+      16, RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4))                                        \
+  ROW(i4s_nm24_decode_4x1_x8__avx3_dl, kNm24, I4Sym, kDecodeInt8X, "4x1", HWY_AVX3_DL,            \
+      HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4Sym))
+
 #define SPARQ_KERNEL_ROWS(ROW)                                                                    \
   ROW(f32_dense_blas, kDenseF32, F32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX, \
       RunDenseBlas, 0, SPARQ_BODY(NoBody))                                                         \
   SPARQ_NM_ROWS(ROW, f32, F32)                                                                    \
   SPARQ_NM_ROWS(ROW, bf16, Bf16)                                                                  \
   SPARQ_NM_ROWS(ROW, i8, I8)                                                                      \
+  SPARQ_X8_ROWS(ROW)                                                                              \
   SPARQ_NM_ROWS(ROW, i4, I4)                                                                      \
   SPARQ_NM_ROWS(ROW, i4s, I4Sym)                                                                  \
   SPARQ_DENSE_QUANT_ROWS(ROW, i8, I8)                                                             \

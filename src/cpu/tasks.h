@@ -26,6 +26,8 @@ float* ThreadBuffer(int slot, size_t floats);
 // The slot of the int4 bit-mask decode's permuted copy of X (mask_quant-inl.h): decode tasks
 // hold slot 0 (staged X, on the calling thread) and 1 (raw sums); 5 is used by no other path.
 inline constexpr int kMaskPermutedXSlot = 5;
+// The int8-X decode's rounded X (nm_x8-inl.h): slot 5 too (one body at a time per thread).
+inline constexpr int kInt8XSlot = 5;
 
 // Splits [0, units) into tasks balanced by cost prefix `cum` (cum[i] = cost of units < i), each
 // of at least `min_units` units and cut at units u with u % align == offset % align.

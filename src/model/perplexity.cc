@@ -20,9 +20,10 @@ int32_t Argmax(std::span<const float> logits) {
 Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int32_t> tokens,
                                     int64_t ctx, ThreadPool* pool,
                                     const std::function<void(int64_t, int64_t)>& progress,
-                                    std::vector<int32_t>* argmax) {
+                                    std::vector<int32_t>* argmax, int64_t step) {
   if (argmax != nullptr) argmax->clear();
   if (ctx < 2) return InvalidInput("perplexity: --ctx must be at least 2");
+  if (step < 0) return InvalidInput("perplexity: --step must be 0 (whole windows) or more");
   const auto total = static_cast<int64_t>(tokens.size());
   if (total < 2) return InvalidInput("perplexity: the text has fewer than 2 tokens");
   const int64_t vocab = model.config().n_vocab;
@@ -36,8 +37,11 @@ Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int
     const int64_t begin = w * ctx;
     const int64_t len = std::min(ctx, total - begin);
     cache.Clear();
-    SPARQ_RETURN_IF_ERROR(
-        model.Forward(tokens.subspan(begin, len), &cache, logits.data(), true, pool));
+    const int64_t per = step > 0 ? step : len;
+    for (int64_t i = 0; i < len; i += per) {
+      SPARQ_RETURN_IF_ERROR(model.Forward(tokens.subspan(begin + i, std::min(per, len - i)), &cache,
+                                          logits.data() + i * vocab, true, pool));
+    }
     for (int64_t i = 0; i + 1 < len; ++i) {
       const float* row = logits.data() + i * vocab;
       float mx = row[0];

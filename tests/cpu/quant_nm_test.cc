@@ -235,11 +235,134 @@ TEST(QuantNmTest, EveryQuantizedRowHasTheBitsOfF32OnTheDequantizedWeights) {
     if (name.rfind("i8_", 0) != 0 && name.rfind("i4_", 0) != 0) continue;
     if (kern.layout == cpu::KernelLayout::kDenseQuant) continue;  // dense_quant_test.cc
     if (kern.layout == cpu::KernelLayout::kMask) continue;        // mask_quant_test.cc
+    if (kern.mode == cpu::KernelMode::kDecodeInt8X) continue;     // Int8XRowsStayWithin... below
     bool ran = false;
     for (const std::string& r : rows_run) {
       ran = ran || (r.size() > name.size() && r.compare(r.size() - name.size(), name.size(), name) == 0);
     }
     EXPECT_TRUE(ran) << name << " never ran";
+  }
+}
+
+// The int8-X decode rows (nm_x8-inl.h, KernelConfig::int8_activations): X rounded to int8 per
+// block of 32 columns, scale s_b = max |x| / 127 of the block. Against the double product of the
+// dequantized weights and the f32 X, each output is within the rounding of X, sum over kept
+// weights of |w| * s_b / 2 (the int32 dot products are exact), plus the f32 rounding of the
+// per-64-weight epilogue (t = q.x * scale + sum x * min, one rounding each, accumulated over the
+// row's steps and summed over 16 lanes), bounded by 4 eps (steps + 20) sum (15 |scale| + |min|)
+// (|x| + s_b). Where the CPU has no AVX3_DL the rows decline on every target, and say why.
+TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
+  const QCase cases[] = {{"2:4", "int4:g64"}, {"2:4", "int4:g128"}, {"2:4", "int4:g64:sym"},
+                         {"2:4", "int4:g128:sym"}};
+  const int64_t ms[] = {1, 5, 33};
+  const int64_t ks[] = {7, 64, 65, 300, 576};
+  const int64_t ns[] = {1, 2, 5, 16};
+  ThreadPool pool2(2), pool3(3);
+  std::set<std::string> rows_run;
+  int rounded = 0;  // outputs where the int8 row differs from the f32 row: it did round X
+  const int targets = ForEachTarget([&](const std::string& target) {
+    testing_cpu::MutableCfg().int8_activations = true;
+    uint64_t seed = 900;
+    for (const QCase& c : cases) {
+      for (int64_t m : ms) {
+        for (int64_t k : ks) {
+          const QBuilt b = BuildQ(c, m, k, seed++);
+          const cpu::NmWeight& nm = b.q.nm();
+          for (const auto& kern : cpu::KernelTable()) {
+            if (kern.mode != cpu::KernelMode::kDecodeInt8X) continue;
+            const std::string why = cpu::Declines(kern, b.q, 0, Cfg(), true);
+            if (!why.empty()) {
+              if (kern.values == cpu::ValueKindOf(b.q)) {
+                EXPECT_NE(target, "AVX3_DL") << kern.name << ": " << why;
+                EXPECT_NE(why.find("runs on"), std::string::npos) << kern.name << ": " << why;
+              }
+              continue;
+            }
+            rows_run.insert(target + " " + kern.name);
+            for (int64_t n : ns) {
+              const std::string what = target + " " + c.values + " " + kern.name + " m=" +
+                                       std::to_string(m) + " k=" + std::to_string(k) +
+                                       " n=" + std::to_string(n);
+              std::vector<float> x = RandomVector(size_t(n * k), 40 + n);
+              for (size_t i = 0; i < x.size(); i += 37) x[i] *= 30.0f;  // outlier channels
+              const std::vector<float> y = RunRow(kern, b.q, x, m, k, n, nullptr);
+              for (ThreadPool* p : {&pool2, &pool3}) {
+                const std::vector<float> yt = RunRow(kern, b.q, x, m, k, n, p);
+                ASSERT_EQ(0, std::memcmp(y.data(), yt.data(), y.size() * 4)) << what << " threads";
+              }
+              const double eps = std::numeric_limits<float>::epsilon();
+              const int64_t steps = (nm.chunks + 3) / 4;
+              for (int64_t t = 0; t < n; ++t) {
+                const float* xt = x.data() + t * k;
+                std::vector<double> sb(size_t((k + 31) / 32), 0.0);
+                for (int64_t col = 0; col < k; ++col) {
+                  sb[size_t(col / 32)] = std::max(sb[size_t(col / 32)], std::fabs(double(xt[col])) / 127);
+                }
+                for (int64_t r = 0; r < m; ++r) {
+                  double want = 0, round_x = 0, f32 = 0;
+                  for (int64_t col = 0; col < k; ++col) {
+                    want += double(b.dense[r * k + col]) * xt[col];
+                    round_x += std::fabs(double(b.dense[r * k + col])) * sb[size_t(col / 32)] / 2;
+                  }
+                  for (int64_t ch = 0; ch < nm.chunks; ++ch) {
+                    for (int j = 0; j < cpu::kNmChunk; ++j) {
+                      const int64_t col = nm.Col(r, ch, j);
+                      if (col >= k) continue;  // padding: x is 0 there
+                      const int64_t g = r * nm.groups_per_row + (ch * cpu::kNmChunk + j) / nm.spec.group;
+                      const double mn = nm.spec.has_min() ? std::fabs(double(nm.mins[size_t(g)]))
+                                                          : 8 * std::fabs(double(nm.scales[size_t(g)]));
+                      f32 += (15 * std::fabs(double(nm.scales[size_t(g)])) + mn) *
+                             (std::fabs(double(xt[col])) + sb[size_t(col / 32)]);
+                    }
+                  }
+                  const double got = y[size_t(t * m + r)];
+                  const double bound = round_x * (1 + 1e-5) + 4 * eps * double(steps + 20) * f32;
+                  ASSERT_LE(std::fabs(got - want), bound)
+                      << what << " t=" << t << " r=" << r << " got " << got << " want " << want;
+                }
+              }
+              const cpu::KernelRow* twin = RowNamed(std::string(kern.values == cpu::ValueKind::kI4
+                                                                    ? "i4" : "i4s") +
+                                                    "_nm_m4_window_decode_4xT");
+              ASSERT_NE(twin, nullptr);
+              const std::vector<float> yf = RunRow(*twin, b.q, x, m, k, n, nullptr);
+              for (size_t i = 0; i < y.size(); ++i) rounded += y[i] != yf[i];
+            }
+          }
+          // Dispatch takes the row with the switch on (where it runs), never with it off.
+          const cpu::KernelRow& on = cpu::ChooseKernel(b.q, 1, Cfg());
+          KernelConfig off = Cfg();
+          off.int8_activations = false;
+          EXPECT_NE(cpu::ChooseKernel(b.q, 1, off).mode, cpu::KernelMode::kDecodeInt8X) << c.values;
+          if (target == "AVX3_DL") {
+            EXPECT_EQ(on.mode, cpu::KernelMode::kDecodeInt8X) << c.values << " got " << on.name;
+          }
+        }
+      }
+    }
+    testing_cpu::MutableCfg().int8_activations = false;
+  });
+  EXPECT_GE(targets, 2);
+  const bool dl = std::find(KernelConfig::SupportedTargets().begin(),
+                            KernelConfig::SupportedTargets().end(),
+                            int64_t{HWY_AVX3_DL}) != KernelConfig::SupportedTargets().end();
+  if (dl) {
+    EXPECT_EQ(rows_run.size(), 2u) << "both int8-X rows (i4, i4s) ran on AVX3_DL";
+    EXPECT_GT(rounded, 0) << "the int8-X rows gave the f32 rows' bits everywhere: X was not rounded";
+  } else {
+    EXPECT_TRUE(rows_run.empty());
+    std::printf("no AVX3_DL on this CPU: the int8-X rows declined on every target (checked)\n");
+  }
+  // Groups of 32 kept values do not fit the 64-weight step: the row declines and says so.
+  if (dl) {
+    const QBuilt g32 = BuildQ({"2:4", "int4:g32"}, 4, 128, 7);
+    KernelConfig on = Cfg().WithTarget(HWY_AVX3_DL);
+    on.int8_activations = true;
+    for (const auto& kern : cpu::KernelTable()) {
+      if (kern.mode != cpu::KernelMode::kDecodeInt8X || kern.values != cpu::ValueKind::kI4) continue;
+      const std::string why = cpu::Declines(kern, g32.q, 1, on);
+      EXPECT_NE(why.find("groups of 64 or more"), std::string::npos) << why;
+    }
   }
 }
 

@@ -177,6 +177,27 @@ TEST_F(SmolLmTest, LongContextDecodeMatchesPrefill) {
   std::printf("max |decode - prefill| = %.2e (bound %.0e)\n", max_diff, 2 * kLogitTol);
 }
 
+// --step: windows fed N tokens per pass through the KV cache give the whole window's perplexity
+// up to the decode-vs-prefill logit difference (2 kLogitTol per logit, as DecodeMatchesPrefill
+// bounds it; so 4 kLogitTol per NLL term and for the mean); a short last pass included.
+TEST_F(SmolLmTest, PerplexityStepByStepMatchesWholeWindows) {
+  SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
+  const std::string wiki = testing::ReadFileOrEmpty(testing::DataText("wikitext-2-raw-test.txt"));
+  auto ids = model_->tokenizer().Encode(wiki.substr(0, 4000));
+  ASSERT_TRUE(ids.ok());
+  ids->resize(150);
+  ThreadPool pool(2);
+  auto whole = Perplexity(*model_, *ids, 64, &pool);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  for (int64_t step : {1, 7}) {
+    auto r = Perplexity(*model_, *ids, 64, &pool, {}, nullptr, step);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->tokens, whole->tokens);
+    EXPECT_NEAR(r->mean_nll, whole->mean_nll, 4 * kLogitTol) << "step " << step;
+  }
+  EXPECT_FALSE(Perplexity(*model_, *ids, 64, &pool, {}, nullptr, -1).ok());
+}
+
 TEST_F(SmolLmTest, PerplexityOnWikiTextSlice) {
   SPARQ_REQUIRE_TEXT("wikitext-2-raw-test.txt");
   const std::string wiki = testing::ReadFileOrEmpty(testing::DataText("wikitext-2-raw-test.txt"));
