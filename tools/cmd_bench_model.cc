@@ -188,7 +188,11 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
   std::vector<double> ppl(models.size(), 0.0);
   for (size_t i = 0; i < models.size() && !ppl_ids.empty(); ++i) {
     std::fprintf(stderr, "perplexity: %s\n", names[i].name.c_str());
-    SPARQ_ASSIGN_OR_RETURN(PerplexityResult r, Perplexity(models[i], ppl_ids, o.ctx, &pool));
+    // With --int8-activations only decode rounds X: score token by token, so the perplexity is
+    // that of the products the decode column times.
+    SPARQ_ASSIGN_OR_RETURN(PerplexityResult r,
+                           Perplexity(models[i], ppl_ids, o.ctx, &pool, {}, nullptr,
+                                      cfg.int8_activations ? 1 : 0));
     ppl[i] = r.perplexity;
   }
   // The peer: the script, found near the executable for a bare --llama-cpp.
@@ -258,6 +262,7 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
                           {"prompt_tokens", o.prompt},
                           {"decode_tokens", o.decode},
                           {"runtime", "sparq"},
+                          {"activations", cfg.int8_activations ? "int8" : "f32"},
                           {"cpu_model", machine.cpu_model},
                           {"isa", machine.isa}};
     // A variant made in memory has no file.
