@@ -2,7 +2,8 @@
 """llama.cpp's own prefill and decode speed on a GGUF, as one JSON row for `sparq bench model`.
 
     .venv/bin/pip install llama-cpp-python
-    # a -march=native build that dies with SIGILL: bench/peers/build_llama_cpp.sh (docs/model.md)
+    # a -march=native build that dies with SIGILL: bench/peers/build_llama_cpp.sh (docs/model.md),
+    # whose libraries this script then loads by itself (LLAMA_CPP_LIB_PATH overrides)
     .venv/bin/python bench/peers/llama_cpp_bench.py MODEL.gguf [--threads 2] [--prompt 512] [--decode 32] \
         [--repeats 3] [--ppl-ids IDS.txt [--ctx 512]] [--json]
 
@@ -37,6 +38,12 @@ def main():
     ap.add_argument("--ppl-ids", default="")
     ap.add_argument("--ctx", type=int, default=512)
     a = ap.parse_args()
+    # bench/peers/build_llama_cpp.sh's libraries (the CPU backend built for this CPU) when they
+    # exist and the caller chose none: `sparq bench model --llama-cpp` then needs no setup.
+    cache = os.environ.get("SPARQ_CACHE") or os.path.expanduser("~/.cache/sparq")
+    built = os.path.join(cache, "llama_cpp", "lib")
+    if "LLAMA_CPP_LIB_PATH" not in os.environ and os.path.isfile(os.path.join(built, "libllama.so")):
+        os.environ["LLAMA_CPP_LIB_PATH"] = built
     from llama_cpp import Llama
     llm = Llama(model_path=a.model, n_ctx=a.prompt + a.decode + 8, n_batch=a.prompt,
                 n_ubatch=a.prompt, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
