@@ -466,6 +466,7 @@ class Model:
             "model": os.path.basename(os.path.normpath(self._path)),
             "variant": "as_stored",
             "runtime": "sparq",
+            "activations": "f32",  # the module's kernels keep the f32 products' bits
             "decode_tok_s": dec,
             "prefill_tok_s": pre,
             "weight_bytes": self._m.weight_bytes,

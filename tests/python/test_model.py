@@ -159,7 +159,7 @@ def test_bench_gives_the_cli_row_keys(model, tiny_model_dir, sparq_cli):
                              "--json"))[0]
     row = model.bench(prompt=16, decode=4, repeats=2)
     assert set(row) == set(ref)
-    for key in ("model", "variant", "runtime", "weight_bytes", "block_linear_bytes",
+    for key in ("model", "variant", "runtime", "activations", "weight_bytes", "block_linear_bytes",
                 "weight_bytes_per_token", "values", "file_bytes", "bits_per_weight", "threads",
                 "prompt_tokens", "decode_tokens", "cpu_model", "isa", "perplexity"):
         assert row[key] == ref[key], key
