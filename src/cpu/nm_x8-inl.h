@@ -59,8 +59,11 @@ SPARQ_X8_ATTR inline void RoundX8(const float* xpad, int64_t k_pad, int64_t n, i
       // k_pad is a multiple of 32 (whole 2:4 chunks): the block is whole.
       const __m512 v0 = _mm512_loadu_ps(x + c0), v1 = _mm512_loadu_ps(x + c0 + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-      // A NaN or infinite x makes the block's scale NaN, so y is NaN as the f32 rows' would be.
-      const float s = std::isfinite(amax) ? amax / 127.0f : NAN;
+      // A NaN or infinite x makes the block's scale NaN, so y is NaN as the f32 rows' would be
+      // (max drops NaN operands: they are looked for on their own).
+      const bool nan = (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) |
+                        _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q)) != 0;
+      const float s = std::isfinite(amax) && !nan ? amax / 127.0f : NAN;
       const float inv = amax > 0.0f && std::isfinite(amax) ? 127.0f / amax : 0.0f;
       // Round to nearest even, clamped (x * inv may exceed 127 by an ulp).
       const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);

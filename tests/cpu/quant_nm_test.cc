@@ -321,6 +321,13 @@ TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
                       << what << " t=" << t << " r=" << r << " got " << got << " want " << want;
                 }
               }
+              // A NaN in X gives NaN outputs (every row keeps weights in every 32-column block).
+              if (k >= 64) {
+                std::vector<float> xn = x;
+                xn[size_t(k / 2)] = std::numeric_limits<float>::quiet_NaN();
+                const std::vector<float> yn = RunRow(kern, b.q, xn, m, k, n, nullptr);
+                for (int64_t r = 0; r < m; ++r) EXPECT_TRUE(std::isnan(yn[size_t(r)])) << what;
+              }
               const cpu::KernelRow* twin = RowNamed(std::string(kern.values == cpu::ValueKind::kI4
                                                                     ? "i4" : "i4s") +
                                                     "_nm_m4_window_decode_4xT");
