@@ -176,7 +176,7 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
   }
   if (row.mode == KernelMode::kDecodeInt8X) {
     if (!cfg.int8_activations) return "rounds X to int8: off (--int8-activations turns it on)";
-    if (w.nm().group_shift < 6) {
+    if (w.kind() == PackedKind::kNm && w.nm().group_shift < 6) {
       return "its step is 64 kept values: needs groups of 64 or more, the weight's are " +
              std::to_string(1 << w.nm().group_shift);
     }
@@ -230,7 +230,7 @@ const KernelRow& ChooseKernel(const PackedWeight& w, int64_t n, const KernelConf
       continue;
     }
     if (row.mode == KernelMode::kDecodeInt8X &&
-        (!cfg.int8_activations || w.nm().group_shift < 6)) {
+        (!cfg.int8_activations || (w.kind() == PackedKind::kNm && w.nm().group_shift < 6))) {
       continue;
     }
     if ((DecodeMode(row.mode) && n > limit) ||

@@ -29,6 +29,7 @@
 #include "src/cpu/mask-inl.h"
 #include "src/cpu/mask_quant-inl.h"
 #include "src/cpu/dense_quant-inl.h"
+#include "src/cpu/dense_x8-inl.h"
 #include "src/cpu/kernel_entry.h"
 
 HWY_BEFORE_NAMESPACE();

@@ -131,10 +131,140 @@ TEST(DenseQuantTest, EveryDenseQuantRowMatchesTheReferenceOfTheDequantizedWeight
   for (int64_t t : KernelConfig::SupportedTargets()) {
     for (const auto& kern : cpu::KernelTable()) {
       if (kern.layout != cpu::KernelLayout::kDenseQuant) continue;
+      if (kern.mode == cpu::KernelMode::kDecodeInt8X) continue;  // Int8XRowsStayWithin... below
       if (t < kern.best || t > kern.worst) continue;
       EXPECT_TRUE(rows_run.count(std::string(hwy::TargetName(t)) + " " + kern.name))
           << kern.name << " never ran on " << hwy::TargetName(t);
     }
+  }
+}
+
+// The dense int8-X decode rows (dense_x8-inl.h, KernelConfig::int8_activations): X rounded to int8
+// per block of 32 columns, s_b = max |x| / 127 of the block. Against the double product of the
+// dequantized weights and the f32 X, each output is within the rounding of X, sum over columns of
+// |w| * s_b / 2 (the int32 dot products are exact), plus the f32 rounding of the epilogue: per 64
+// columns and lane code sum x sum * (s_b * scale), accumulated over the steps, the offsets (min, or
+// -8 * scale) times each group's f32 sum of rounded x over the groups, 16 lanes summed: at most
+// steps + groups / 16 + 20 roundings of terms bounded by (max |code| |scale| + |offset|) (|x| +
+// s_b) per column (4x margin). Where the CPU has no AVX3_DL the rows decline on every target.
+TEST(DenseQuantTest, Int8XRowsStayWithinTheRoundingOfX) {
+  const char* specs[] = {"int8:g32", "int8:g128", "int4:g32", "int4:g64", "int4:g32:sym",
+                         "int4:g128:sym"};
+  // k: below a chunk (7), a short last block (48: the second 32-column block is half a step's),
+  // a group-tail (100), the model's 576 and 1536.
+  const int64_t ms[] = {1, 5, 33};
+  const int64_t ks[] = {7, 48, 100, 576, 1536};
+  const int64_t ns[] = {1, 2, 5, 16};
+  ThreadPool pool2(2), pool3(3);
+  std::set<std::string> rows_run;
+  int rounded = 0;  // outputs where the int8-X row differs from the f32-X row: it rounded X
+  uint64_t seed = 1700;
+  const int targets = ForEachTarget([&](const std::string& target) {
+    testing_cpu::MutableCfg().int8_activations = true;
+    for (const char* sv : specs) {
+      const ValueSpec spec = *ValueSpec::Parse(sv);
+      for (int64_t m : ms) {
+        for (int64_t k : ks) {
+          const std::vector<float> w0 = GroupSpreadWeights(m, k, spec.group, seed++);
+          auto packed = cpu::PackDenseQuant(w0.data(), m, k, k, spec, "w");
+          ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+          const cpu::PackedWeight& pw = *packed;
+          const cpu::DenseQuantWeight& d = pw.dense_quant();
+          std::vector<float> dense(size_t(m * k));
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t c = 0; c < k; ++c) dense[r * k + c] = Dequantized(d, r, c);
+          }
+          const double qmax = spec.dtype == DType::kI8 ? 127 : 15;
+          for (const auto& kern : cpu::KernelTable()) {
+            if (kern.mode != cpu::KernelMode::kDecodeInt8X) continue;
+            const std::string why = cpu::Declines(kern, pw, 0, Cfg(), true);
+            if (!why.empty()) {
+              if (kern.values == cpu::ValueKindOf(pw) && kern.layout == cpu::KernelLayout::kDenseQuant) {
+                EXPECT_NE(target, "AVX3_DL") << kern.name << ": " << why;
+                EXPECT_NE(why.find("runs on"), std::string::npos) << kern.name << ": " << why;
+              }
+              continue;
+            }
+            rows_run.insert(target + " " + kern.name);
+            for (int64_t n : ns) {
+              const std::string what = target + " " + sv + " " + kern.name + " m=" +
+                                       std::to_string(m) + " k=" + std::to_string(k) +
+                                       " n=" + std::to_string(n);
+              std::vector<float> x = RandomVector(size_t(n * k), 60 + n);
+              for (size_t i = 0; i < x.size(); i += 37) x[i] *= 30.0f;  // outlier channels
+              const std::vector<float> y = RunRow(kern, pw, x, m, k, n, nullptr);
+              for (ThreadPool* p : {&pool2, &pool3}) {
+                const std::vector<float> yt = RunRow(kern, pw, x, m, k, n, p);
+                ASSERT_EQ(0, std::memcmp(y.data(), yt.data(), y.size() * 4)) << what << " threads";
+              }
+              const double eps = std::numeric_limits<float>::epsilon();
+              const double roundings = double((d.k_pad + 63) / 64 + d.groups_per_row / 16 + 20);
+              for (int64_t t = 0; t < n; ++t) {
+                const float* xt = x.data() + t * k;
+                std::vector<double> sb(size_t((k + 31) / 32), 0.0);
+                for (int64_t c = 0; c < k; ++c) {
+                  sb[size_t(c / 32)] = std::max(sb[size_t(c / 32)], std::fabs(double(xt[c])) / 127);
+                }
+                for (int64_t r = 0; r < m; ++r) {
+                  double want = 0, round_x = 0, f32 = 0;
+                  for (int64_t c = 0; c < k; ++c) {
+                    const double wv = dense[r * k + c];
+                    want += wv * xt[c];
+                    round_x += std::fabs(wv) * sb[size_t(c / 32)] / 2;
+                    const int64_t g = r * d.groups_per_row + c / spec.group;
+                    const double sc = std::fabs(double(d.scales[size_t(g)]));
+                    const double off = spec.dtype == DType::kI8 ? 0
+                                       : spec.has_min()        ? std::fabs(double(d.mins[size_t(g)]))
+                                                               : 8 * sc;
+                    f32 += (qmax * sc + off) * (std::fabs(double(xt[c])) + sb[size_t(c / 32)]);
+                  }
+                  const double got = y[size_t(t * m + r)];
+                  const double bound = round_x * (1 + 1e-5) + 4 * eps * roundings * f32;
+                  ASSERT_LE(std::fabs(got - want), bound)
+                      << what << " t=" << t << " r=" << r << " got " << got << " want " << want;
+                }
+              }
+              // A NaN in X gives NaN outputs.
+              std::vector<float> xn = x;
+              xn[size_t(k / 2)] = std::numeric_limits<float>::quiet_NaN();
+              const std::vector<float> yn = RunRow(kern, pw, xn, m, k, n, nullptr);
+              for (int64_t r = 0; r < m; ++r) EXPECT_TRUE(std::isnan(yn[size_t(r)])) << what;
+              const cpu::KernelRow* twin = nullptr;
+              for (const auto& row : cpu::KernelTable()) {
+                if (row.layout == cpu::KernelLayout::kDenseQuant && row.values == kern.values &&
+                    row.mode == cpu::KernelMode::kDecode) {
+                  twin = &row;
+                }
+              }
+              ASSERT_NE(twin, nullptr) << kern.name << " has no f32-X decode twin";
+              const std::vector<float> yf = RunRow(*twin, pw, x, m, k, n, nullptr);
+              for (size_t i = 0; i < y.size(); ++i) rounded += y[i] != yf[i];
+            }
+          }
+          // Dispatch takes the row with the switch on (where it runs), never with it off.
+          KernelConfig off = Cfg();
+          off.int8_activations = false;
+          EXPECT_NE(cpu::ChooseKernel(pw, 1, off).mode, cpu::KernelMode::kDecodeInt8X) << sv;
+          if (target == "AVX3_DL") {
+            const cpu::KernelRow& on = cpu::ChooseKernel(pw, 1, Cfg());
+            EXPECT_EQ(on.mode, cpu::KernelMode::kDecodeInt8X) << sv << " got " << on.name;
+            EXPECT_EQ(cpu::ChooseKernel(pw, 17, Cfg()).mode, cpu::KernelMode::kTiled) << sv;
+          }
+        }
+      }
+    }
+    testing_cpu::MutableCfg().int8_activations = false;
+  });
+  EXPECT_GE(targets, 2);
+  const bool dl = std::find(KernelConfig::SupportedTargets().begin(),
+                            KernelConfig::SupportedTargets().end(),
+                            int64_t{HWY_AVX3_DL}) != KernelConfig::SupportedTargets().end();
+  if (dl) {
+    EXPECT_EQ(rows_run.size(), 3u) << "the three dense int8-X rows (i8, i4, i4s) ran on AVX3_DL";
+    EXPECT_GT(rounded, 0) << "the int8-X rows gave the f32 rows' bits everywhere: X was not rounded";
+  } else {
+    EXPECT_TRUE(rows_run.empty());
+    std::printf("no AVX3_DL on this CPU: the dense int8-X rows declined on every target (checked)\n");
   }
 }
 
