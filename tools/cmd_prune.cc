@@ -101,7 +101,8 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_option("--embedding-values", o->embedding_values,
                                "Token embedding (the tied head): f32 | bf16 | f16 | int8[:gN] | "
                                "int4[:gN][:sym], quantized as the tied head by --quant-method "
-                               "(default: as --values; bf16 when quantized)");
+                               "(default: as --values; when quantized, the GGUF's own Q8_0 / Q4_0 / Q4_1 "
+                               "grid where it stores the embedding so (kept bit for bit), else bf16)");
                 sub.add_option("--quant-method", o->quant_method,
                                "Quantized values: gptq (in SparseGPT's sweep) | rtn (after)")
                     ->capture_default_str();

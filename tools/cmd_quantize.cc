@@ -78,7 +78,8 @@ Registrar reg(
           ->capture_default_str();
       sub.add_option("--embedding-values", o->embedding_values,
                      "Token embedding (the tied head): f32 | bf16 | f16 | int8[:gN] | "
-                     "int4[:gN][:sym], quantized as the head by --quant-method (default: bf16)");
+                     "int4[:gN][:sym], quantized as the head by --quant-method (default: the GGUF's "
+                     "own Q8_0 / Q4_0 / Q4_1 grid where it stores the embedding so, else bf16)");
       sub.add_option("--calib", o->calib, "Calibration text (UTF-8)")->required();
       sub.add_option("--calib-samples", o->calib_samples, "Calibration segments")
           ->capture_default_str()

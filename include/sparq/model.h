@@ -286,7 +286,8 @@ struct ModelPruneOptions {
   // prunes nothing whatever the method: it quantizes each layer (GPTQ, or RTN), `sparq quantize`.
   ValueSpec values;
   // Values of the token embedding (the tied head): unset follows `values` (f32 / bf16 / f16 as
-  // they are; bf16 for quantized values). int8 / int4 store it as a dense quantized matrix, which
+  // they are; for quantized values the GGUF's own grid where it stores the embedding as Q8_0 /
+  // Q4_0 / Q4_1, kept bit for bit, else bf16). int8 / int4 store it as a dense quantized matrix, which
   // the head then runs as stored: quantized as the head by `quant_method` (GPTQ on the final-norm
   // hidden states of the calibration tokens, or round to nearest per group of a row); an
   // embedding untied from the head, only looked up, is rounded to nearest. The tied head then

@@ -36,11 +36,12 @@ Status FitsValueType(std::span<const float> w, DType dt, const std::string& name
 }
 
 // The model file's own token_embd when the GGUF stores it on exactly the grid `spec` names (a Q4_1
-// embedding for int4:g32, Q8_0 for int8:g32, Q4_0 for int4:g32:sym), else nullopt. Those codes
+// embedding for int4:g32, Q8_0 for int8:g32, Q4_0 for int4:g32:sym; any of them for a null spec),
+// else nullopt. Those codes
 // are the dense model's values: GPTQ on the head's inputs would move them off the grid they sit
 // on (a Q4_1 head re-fitted by GPTQ at g32 cost 3.5% perplexity), so they are kept bit for bit.
 Result<std::optional<DenseMatrix>> StoredEmbedding(const std::string& model_path,
-                                                   const ValueSpec& spec) {
+                                                   const ValueSpec* spec) {
   auto kind = DetectModelFile(model_path);
   if (!kind.ok() || *kind != ModelFileKind::kGguf) return std::optional<DenseMatrix>();
   SPARQ_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(model_path));
@@ -50,7 +51,7 @@ Result<std::optional<DenseMatrix>> StoredEmbedding(const std::string& model_path
     return std::optional<DenseMatrix>();
   }
   SPARQ_ASSIGN_OR_RETURN(DenseMatrix dm, f.ReadQuantized(*t));
-  if (dm.quant.spec.Name() != spec.Name()) return std::optional<DenseMatrix>();
+  if (spec != nullptr && dm.quant.spec.Name() != spec->Name()) return std::optional<DenseMatrix>();
   return std::optional<DenseMatrix>(std::move(dm));
 }
 
@@ -399,7 +400,15 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     return InvalidInput("prune: --include '" + opt.include + "' is not a valid regex: " + e.what());
   }
   const bool prune_head = std::regex_match(std::string("output.weight"), include);
-  const ValueSpec embd_values = opt.embedding_values.value_or(ValueSpec{});
+  // Quantized values without --embedding-values: a GGUF embedding already on an int8 / int4 grid
+  // (SmolLM2's Q8_0) stays as stored: the dense model's own values, at half of bf16's bytes.
+  std::optional<ValueSpec> embd_opt = opt.embedding_values;
+  std::optional<DenseMatrix> stored_embd;
+  if (!embd_opt && opt.values.quantized()) {
+    SPARQ_ASSIGN_OR_RETURN(stored_embd, StoredEmbedding(model_path, nullptr));
+    if (stored_embd) embd_opt = stored_embd->quant.spec;
+  }
+  const ValueSpec embd_values = embd_opt.value_or(ValueSpec{});
   // A quantized embedding that is also the head is quantized as the head, on its inputs.
   SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(model_path, cfg));
   LlamaConfig c = model.config();
@@ -417,11 +426,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     return InvalidInput(model_path + ": " + first + ": prune the dense model (GGUF or Hugging Face "
                         "folder), or quantize this one keeping its masks (`sparq quantize`)");
   }
-  std::optional<DenseMatrix> stored_embd;
   if (opt.embedding_values && embd_values.quantized()) {
-    SPARQ_ASSIGN_OR_RETURN(stored_embd, StoredEmbedding(model_path, embd_values));
+    SPARQ_ASSIGN_OR_RETURN(stored_embd, StoredEmbedding(model_path, &embd_values));
   }
-  const bool quantize_head = opt.embedding_values && embd_values.quantized() && c.tied_output &&
+  const bool quantize_head = embd_opt && embd_values.quantized() && c.tied_output &&
                              !prune_head && !stored_embd;
   // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
   // f16 stays f16 (the runtime widens it to f32: no f16 kernel rows); quantized specs keep bf16.
@@ -567,9 +575,10 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                                                    Pattern::Dense(), small_dtype));
     ck.matrices.push_back({"output.weight", std::move(dm), Pattern::Dense()});
   }
-  // --values bf16 (or quantized) stores the embedding in bf16; a tied head then runs as a dense
-  // bf16 product (half the bytes per generated token of the f32 head, the largest matrix of a
-  // small model). --embedding-values int8 / int4 store it as a dense quantized matrix instead.
+  // --values bf16 (or quantized, where the GGUF's embedding is not on an int8 / int4 grid) stores
+  // the embedding in bf16; a tied head then runs as a dense bf16 product (half the bytes per
+  // generated token of the f32 head, the largest matrix of a small model). --embedding-values
+  // int8 / int4 store it as a dense quantized matrix instead.
   if (stored_embd && !prune_head) {
     // Kept as the GGUF stores it (StoredEmbedding): the lookup and a tied head read its codes.
     result.dense_bytes += static_cast<double>(c.n_vocab * d * 4);
@@ -592,7 +601,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     result.stored_bytes += static_cast<double>(p.result.stored_bytes);
     ck.matrices.push_back({job.name, std::move(p.stored), Pattern::Dense()});
     result.layers.push_back(std::move(p.result));
-  } else if (opt.embedding_values && embd_values.quantized()) {
+  } else if (embd_opt && embd_values.quantized()) {
     // An embedding untied from the head is only looked up: round to nearest.
     SPARQ_ASSIGN_OR_RETURN(SparseMatrix em,
                            Encode(std::span<const float>(w.token_embd.data_as<float>(),
@@ -602,7 +611,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                                                                 embd_values, {},
                                                                 "token_embd.weight"));
     ck.matrices.push_back({"token_embd.weight", std::move(q), Pattern::Dense()});
-  } else if (opt.embedding_values && embd_values.dtype != small_dtype) {
+  } else if (embd_opt && embd_values.dtype != small_dtype) {
     const DType et = embd_values.dtype;
     SPARQ_RETURN_IF_ERROR(FitsValueType(
         std::span<const float>(w.token_embd.data_as<float>(), w.token_embd.numel()), et,
@@ -638,7 +647,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         {"seed", opt.seed},
                         {"damp", opt.damp},
                         {"summary", nlohmann::json::parse(result.ToJson(false))}};
-  if (opt.embedding_values) how["embedding_values"] = opt.embedding_values->Name();
+  if (embd_opt) how["embedding_values"] = embd_opt->Name();
   if (input_ck) how["masks"] = "kept from the input's sparse layers";
   if (opt.allocation == ModelPruneOptions::Allocation::kOwl) {
     how["allocation"] = {{"method", "owl"},

@@ -242,6 +242,10 @@ TEST_F(PruneModelTest, DenseGptqStoresQuantizedDenseLayersAndBeatsRoundToNearest
   for (const CheckpointTensor& ct : ck->matrices) {
     const auto* dm = std::get_if<DenseMatrix>(&ct.matrix);
     ASSERT_NE(dm, nullptr) << ct.name;
+    if (ct.name == "token_embd.weight") {  // the GGUF's Q8_0 kept (the quantized default)
+      EXPECT_EQ(ValuesName(ct.matrix), "int8:g32");
+      continue;
+    }
     if (ct.name.rfind("blk.0.", 0) != 0 && ct.name.rfind("blk.1.", 0) != 0) {
       EXPECT_FALSE(IsQuantized(ct.matrix)) << ct.name;  // unselected: dense f32 as read
       continue;
@@ -419,12 +423,20 @@ TEST_F(PruneModelTest, QuantizedEmbeddingRunsTheTiedHeadAsStored) {
 // --embedding-values naming the grid the GGUF already stores token_embd on (SmolLM2's is Q8_0 =
 // int8:g32) keeps the file's codes and scales bit for bit: no head calibration, no GPTQ (which
 // would move codes that are the dense model's values), perplexity exactly the as-stored load's.
+// Quantized --values without --embedding-values do the same (the default; bf16 would round
+// those values and take twice the bytes).
 TEST_F(PruneModelTest, EmbeddingOnTheGgufsOwnGridIsKeptAsStored) {
+  for (const bool by_default : {false, true}) {
+  SCOPED_TRACE(by_default ? "default for --values int4:g64" : "--embedding-values int8:g32");
   ThreadPool pool(2);
   ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
   o.max_blocks = 0;
-  o.values.dtype = DType::kBF16;
-  o.embedding_values = *ValueSpec::Parse("int8:g32");
+  if (by_default) {
+    o.values = *ValueSpec::Parse("int4:g64");
+  } else {
+    o.values.dtype = DType::kBF16;
+    o.embedding_values = *ValueSpec::Parse("int8:g32");
+  }
   const std::string out = Out("embd-as-stored.sparq");
   auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -447,6 +459,7 @@ TEST_F(PruneModelTest, EmbeddingOnTheGgufsOwnGridIsKeptAsStored) {
     EXPECT_EQ(std::memcmp(got->data(), want->data(), got->nbytes()), 0) << what;
   }
   std::remove(out.c_str());
+  }
 }
 
 // --allocation owl: SparseGPT 50% over two blocks with OWL's per-block sparsities. With two blocks
