@@ -35,6 +35,10 @@ struct Model {
   std::unique_ptr<std::mutex> mu = std::make_unique<std::mutex>();
 };
 
+bool Int8Activations(const Model& model) {
+  return model.m.weights().output.config().int8_activations;
+}
+
 // Runs f() (returning Status or Result<T>) with the GIL released and the model's lock held; raises
 // its error with the GIL held again.
 template <typename F>
@@ -53,7 +57,8 @@ auto Locked(const Model& model, F&& f) {
   }
 }
 
-Model Load(const std::string& path, int threads, const std::string& gguf_values) {
+Model Load(const std::string& path, int threads, const std::string& gguf_values,
+           bool int8_activations) {
   LoadOptions opt;
   if (gguf_values == "as-stored") {
     opt.gguf_values = GgufValues::kAsStored;
@@ -62,7 +67,10 @@ Model Load(const std::string& path, int threads, const std::string& gguf_values)
   } else {
     Raise(InvalidInput("gguf_values must be 'as-stored' or 'f32', not '" + gguf_values + "'"));
   }
-  const KernelConfig& cfg = Config("");
+  // Every layer keeps its own copy of the config, so the flag set on a copy stays with the model
+  // (as the command line's global --int8-activations sets it on the run's config).
+  KernelConfig cfg = Config("");
+  cfg.int8_activations = int8_activations;
   Result<LlamaModel> r = Status();
   {
     nb::gil_scoped_release release;
@@ -72,15 +80,19 @@ Model Load(const std::string& path, int threads, const std::string& gguf_values)
 }
 
 // `sparq eval --json`'s object, less "model" (the Python side adds the path it was given).
-nb::dict Eval(const Model& model, const std::string& text, int64_t ctx, int64_t max_tokens) {
+nb::dict Eval(const Model& model, const std::string& text, int64_t ctx, int64_t max_tokens,
+              int64_t step) {
   if (ctx < 2 || ctx > (int64_t{1} << 16)) {
     Raise(InvalidInput("ctx must be in [2, 65536], got " + std::to_string(ctx)));
+  }
+  if (step < 0 || step > (int64_t{1} << 16)) {  // `sparq eval --step`'s range
+    Raise(InvalidInput("step must be in [0, 65536], got " + std::to_string(step)));
   }
   // Tokenizing a book takes a while too: inside the released section, as `sparq eval` does it.
   const PerplexityResult r = Locked(model, [&]() -> Result<PerplexityResult> {
     SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.m.tokenizer().Encode(text));
     if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(max_tokens);
-    return Perplexity(model.m, ids, ctx, model.pool.get());
+    return Perplexity(model.m, ids, ctx, model.pool.get(), {}, nullptr, step);
   });
   nb::dict d;
   d["perplexity"] = r.perplexity;
@@ -91,6 +103,8 @@ nb::dict Eval(const Model& model, const std::string& text, int64_t ctx, int64_t 
   d["threads"] = model.pool->num_threads();
   d["isa"] = model.m.weights().output.config().target_name();
   d["attention_isa"] = model.m.attention_target();
+  d["step"] = step;
+  d["int8_activations"] = Int8Activations(model);
   return d;
 }
 
@@ -188,6 +202,118 @@ nb::dict Layers(const Model& model) {
   return d;
 }
 
+// A linear layer of a model, shared with it (no copy): products run on the model's packed weight
+// with its pool and lock. The binding keeps the Python model object alive while a Layer lives,
+// and a Model never changes its weights after loading, so the pointers stay valid.
+struct Layer {
+  const Model* model = nullptr;
+  const LinearWeight* w = nullptr;
+  const std::vector<int32_t>* perm = nullptr;  // input-channel permutation; empty: identity
+  std::string name;
+  std::optional<double> density;  // computed on first use (a full densification)
+};
+
+Layer FindLayer(const Model& model, const std::string& name) {
+  static const std::vector<int32_t> kNoPerm;
+  const LlamaWeights& w = model.m.weights();
+  if (name == "output.weight") return Layer{&model, &w.output, &kNoPerm, name, {}};
+  for (size_t l = 0; l < w.blocks.size(); ++l) {
+    for (int s = 0; s < kNumSlots; ++s) {
+      if (name == "blk." + std::to_string(l) + "." +
+                      std::string(SlotName(static_cast<LinearSlot>(s))) + ".weight") {
+        return Layer{&model, &w.blocks[l].linear[s], &w.blocks[l].perm[s], name, {}};
+      }
+    }
+  }
+  Raise(InvalidInput("layer '" + name + "': no such linear layer (names as in Model.layers: "
+                     "blk.0.attn_q.weight ... blk." + std::to_string(w.blocks.size() - 1) +
+                     ".ffn_down.weight, output.weight)"));
+}
+
+// The weight [m, k] as the model multiplies with it: every product of a one-hot row of X picks
+// one stored (dequantized) value times 1 and adds zeros, so for f32 / bf16 / f16 values each
+// entry is exact. Columns come back in the model's input order (a permuted layer's W_p columns
+// are scattered back through perm). Every call has kCols rows (the last chunk padded with zero
+// rows): above every decode kernel's n, so X is never rounded to int8 here.
+std::vector<float> LayerDense(const Layer& layer) {
+  constexpr int64_t kCols = 64;  // > the int8-X rows' max n (16); Y chunk [kCols, m] stays small
+  const int64_t m = layer.w->rows(), k = layer.w->cols();
+  std::vector<float> out(static_cast<size_t>(m * k));
+  const std::vector<int32_t>& perm = *layer.perm;
+  Locked(*layer.model, [&]() -> Status {
+    std::vector<float> x(static_cast<size_t>(kCols * k)), y(static_cast<size_t>(kCols * m));
+    for (int64_t c0 = 0; c0 < k; c0 += kCols) {
+      const int64_t n = std::min(kCols, k - c0);
+      std::fill(x.begin(), x.end(), 0.0f);
+      for (int64_t r = 0; r < n; ++r) x[static_cast<size_t>(r * k + c0 + r)] = 1.0f;
+      layer.w->Forward(x.data(), kCols, y.data(), layer.model->pool.get());
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t col = perm.empty() ? c0 + r : perm[static_cast<size_t>(c0 + r)];
+        for (int64_t i = 0; i < m; ++i) out[static_cast<size_t>(i * k + col)] = y[static_cast<size_t>(r * m + i)];
+      }
+    }
+    return Status::Ok();
+  });
+  return out;
+}
+
+nb::ndarray<nb::numpy, float> LayerToDense(const Layer& layer) {
+  auto* out = new std::vector<float>(LayerDense(layer));
+  nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::ndarray<nb::numpy, float>(
+      out->data(), {static_cast<size_t>(layer.w->rows()), static_cast<size_t>(layer.w->cols())},
+      owner);
+}
+
+double LayerDensity(Layer& layer) {
+  if (!layer.density) {
+    const std::vector<float> d = LayerDense(layer);
+    const int64_t nnz = std::count_if(d.begin(), d.end(), [](float v) { return v != 0.0f; });
+    layer.density = d.empty() ? 0.0 : static_cast<double>(nnz) / static_cast<double>(d.size());
+  }
+  return *layer.density;
+}
+
+// y [n, m] = x [n, k] W^T through the model's kernels (x C-contiguous; the Python side makes it
+// so); a permuted layer gathers x's columns first, as the model's forward does.
+nb::ndarray<nb::numpy, float> LayerForward(
+    const Layer& layer, const nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>& x) {
+  const int64_t n = static_cast<int64_t>(x.shape(0)), k = static_cast<int64_t>(x.shape(1));
+  const int64_t m = layer.w->rows();
+  if (k != layer.w->cols()) {
+    Raise(InvalidInput("x has " + std::to_string(k) + " columns (its last axis), layer " +
+                       layer.name + " [" + std::to_string(m) + ", " +
+                       std::to_string(layer.w->cols()) + "] needs " +
+                       std::to_string(layer.w->cols())));
+  }
+  auto* out = new std::vector<float>(static_cast<size_t>(n * m));
+  nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  const float* xd = x.data();
+  if (n > 0 && m > 0 && k > 0) {
+    const std::vector<int32_t>& perm = *layer.perm;
+    std::vector<float> gathered;
+    if (!perm.empty()) {
+      gathered.resize(static_cast<size_t>(n * k));
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t j = 0; j < k; ++j) gathered[r * k + j] = xd[r * k + perm[static_cast<size_t>(j)]];
+      }
+      xd = gathered.data();
+    }
+    Locked(*layer.model, [&]() -> Status {
+      layer.w->Forward(xd, n, out->data(), layer.model->pool.get());
+      return Status::Ok();
+    });
+  }
+  return nb::ndarray<nb::numpy, float>(out->data(), {static_cast<size_t>(n), static_cast<size_t>(m)},
+                                       owner);
+}
+
+// The first word of the layer's storage ("nm 2:4 int4:g64" -> "nm"): SparseMatrix.format's names.
+std::string LayerFormat(const Layer& layer) {
+  const std::string& f = layer.w->format();
+  return f.substr(0, f.find(' '));
+}
+
 nb::dict ConfigDict(const Model& model) {
   const LlamaConfig& c = model.m.config();
   nb::dict d;
@@ -277,8 +403,9 @@ std::string PruneModel(const std::string& path, const std::string& calib_text,
 
 void BindModel(nb::module_& mod) {
   nb::class_<Model>(mod, "_Model")
-      .def_static("load", &Load, nb::arg("path"), nb::arg("threads"), nb::arg("gguf_values"))
-      .def("eval", &Eval, nb::arg("text"), nb::arg("ctx"), nb::arg("max_tokens"))
+      .def_static("load", &Load, nb::arg("path"), nb::arg("threads"), nb::arg("gguf_values"),
+                  nb::arg("int8_activations"))
+      .def("eval", &Eval, nb::arg("text"), nb::arg("ctx"), nb::arg("max_tokens"), nb::arg("step"))
       .def("generate", &GenerateText, nb::arg("prompt"), nb::arg("max_new"),
            nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"), nb::arg("seed"),
            nb::arg("raw"))
@@ -296,6 +423,8 @@ void BindModel(nb::module_& mod) {
           },
           nb::arg("text"))
       .def("save", &Save, nb::arg("path"))
+      .def("layer", &FindLayer, nb::arg("name"), nb::keep_alive<0, 1>())
+      .def_prop_ro("int8_activations", &Int8Activations)
       .def_prop_ro("layers", &Layers)
       .def_prop_ro("config", &ConfigDict)
       .def_prop_ro("source", [](const Model& m) { return m.m.source(); })
@@ -307,6 +436,20 @@ void BindModel(nb::module_& mod) {
       .def_prop_ro("weight_bytes_per_token",
                    [](const Model& m) { return m.m.weight_bytes_per_token(); })
       .def_prop_ro("values", [](const Model& m) { return m.m.block_linear_values(); });
+  nb::class_<Layer>(mod, "_ModelLayer")
+      .def("to_dense", &LayerToDense)
+      .def("forward", &LayerForward, nb::arg("x"))
+      .def(
+          "kernel_name", [](const Layer& l, int64_t n) { return l.w->kernel_name(n); },
+          nb::arg("n"))
+      .def_prop_ro("rows", [](const Layer& l) { return l.w->rows(); })
+      .def_prop_ro("cols", [](const Layer& l) { return l.w->cols(); })
+      .def_prop_ro("nbytes", [](const Layer& l) { return l.w->weight_bytes(); })
+      .def_prop_ro("format", &LayerFormat)
+      .def_prop_ro("storage", [](const Layer& l) { return l.w->format(); })
+      .def_prop_ro("values", [](const Layer& l) { return l.w->values().Name(); })
+      .def_prop_ro("density", &LayerDensity)
+      .def_prop_ro("name", [](const Layer& l) { return l.name; });
   mod.def("read_text_file", [](const std::string& path) {
     Result<std::string> r = ReadTextFile(path);
     const std::string s = Take(std::move(r));

@@ -104,9 +104,10 @@ def _threads(threads) -> int:
 class SparseMatrix:
     """A weight ``W [m, k]`` stored in one of sparq's formats (dense, coo, csr, bsr, nm, vnm).
 
-    Build one with :meth:`from_dense`. ``W @ x`` multiplies with ``x`` of shape ``[k]`` (giving
-    ``[m]``) or ``[k, n]`` (giving ``[m, n]``) through sparq's kernels; the weight is packed for
-    them on the first product and reused after.
+    Build one with :meth:`from_dense`, or take a loaded model's layer with :meth:`Model.layer`.
+    ``W @ x`` multiplies with ``x`` of shape ``[k]`` (giving ``[m]``) or ``[k, n]`` (giving
+    ``[m, n]``) through sparq's kernels; the weight is packed for them on the first product and
+    reused after (a model's layer is already packed: it runs on the model's own weight).
     """
 
     __slots__ = ("_m", "_lin")
@@ -148,7 +149,8 @@ class SparseMatrix:
         return cls(_sparq._Matrix.from_dense(w, _pattern(pattern), mask, format, values))
 
     def to_dense(self) -> np.ndarray:
-        """The matrix as float32 ``[m, k]`` (a new array; bit-exact for f32 values)."""
+        """The matrix as float32 ``[m, k]`` (a new array; bit-exact for f32 values; a model
+        layer's quantized values dequantized as its kernels read them)."""
         return self._m.to_dense()
 
     @property
@@ -173,6 +175,16 @@ class SparseMatrix:
         """Nonzero entries / (m * k)."""
         return self._m.density
 
+    def kernel_name(self, n: int = 1) -> str:
+        """The kernel a product with n columns of x runs (the weight is packed for it first)."""
+        return self._core().kernel_name(operator.index(n))
+
+    def _core(self):
+        """What runs the products: a model layer's own packed weight, else a Linear's."""
+        if self._lin is None:
+            self._lin = self._m if isinstance(self._m, _sparq._ModelLayer) else Linear(self)._lin
+        return self._lin
+
     def __repr__(self) -> str:
         m, k = self.shape
         return (f"SparseMatrix(shape=({m}, {k}), format='{self.format}', values='{self.values}', "
@@ -185,14 +197,12 @@ class SparseMatrix:
         if x.ndim in (1, 2) and x.shape[0] != self._m.cols:
             raise ValueError(f"x: W is {self.shape}, so x must be [{self._m.cols}] or "
                              f"[{self._m.cols}, n], got shape {x.shape}")
-        if self._lin is None:
-            self._lin = Linear(self)
         if x.ndim == 1:
-            return self._lin._lin.forward(_f32(x, "x")[None, :])[0]
+            return self._core().forward(_f32(x, "x")[None, :])[0]
         if x.ndim == 2:
             # W @ x = (x.T @ W.T).T: the kernel reads x.T [n, k] row-major, which is x itself when
             # x is Fortran-ordered (no copy); the result [n, m] is returned as its transpose view.
-            return self._lin._lin.forward(np.ascontiguousarray(x.T)).T
+            return self._core().forward(np.ascontiguousarray(x.T)).T
         raise ValueError(f"x: must be [k] or [k, n], got shape {x.shape}")
 
 
@@ -213,6 +223,11 @@ class Linear:
                  isa: Optional[str] = None):
         if not isinstance(weight, SparseMatrix):
             weight = SparseMatrix.from_dense(weight, format="dense")
+        if isinstance(weight._m, _sparq._ModelLayer):
+            raise ValueError(
+                f"Linear: {weight._m.name} is a model's layer, already packed with the model's "
+                "kernel config: multiply with it directly (layer @ x), or repack a copy with "
+                "SparseMatrix.from_dense(layer.to_dense(), ...)")
         if bias is not None:
             bias = _f32(bias, "bias", ndim=1)
         self._lin = _sparq._Linear(weight._m, bias, _threads(threads), isa or "")
@@ -414,6 +429,26 @@ class Model:
         """The SIMD target the kernels run (Highway's name: "AVX3", "AVX2", ...)."""
         return self._m.isa
 
+    @property
+    def int8_activations(self) -> bool:
+        """Whether decode rounds activations to int8 where a kernel for it exists (see
+        :func:`load`)."""
+        return self._m.int8_activations
+
+    def layer(self, name: str) -> SparseMatrix:
+        """The linear layer ``name`` (a key of :attr:`layers`, e.g. "blk.0.attn_q.weight") as a
+        :class:`SparseMatrix` ``[m, k]`` that shares the model's packed weight (no copy; it keeps
+        the model alive). ``layer @ x`` runs the model's own kernels (with its threads, and with
+        int8 activations for one column of x where :attr:`int8_activations` applies);
+        ``to_dense()`` gives the values the kernels multiply with (quantized ones dequantized),
+        in the model's input-column order (a layer pruned with ``permute`` is un-permuted, and
+        ``@`` gathers x as the model does). ``format``/``values`` are those of :attr:`layers`
+        (its "format"'s first word); ``density`` densifies once. Cannot be repacked into a
+        :class:`Linear` (use ``to_dense()``). An unknown name raises ValueError."""
+        if not isinstance(name, str):
+            raise ValueError(f"layer name must be a str, got {type(name).__name__}")
+        return SparseMatrix(self._m.layer(name))
+
     def tokenize(self, text: str) -> list:
         """Token ids of ``text`` (no BOS), as `sparq eval` tokenizes its text."""
         return self._m.tokenize(_text(text, "text"))
@@ -423,18 +458,23 @@ class Model:
         (ids), run from an empty context."""
         return self._m.logits([operator.index(t) for t in tokens])
 
-    def eval(self, text: TextLike, ctx: int = 512, max_tokens: Optional[int] = None) -> dict:
+    def eval(self, text: TextLike, ctx: int = 512, max_tokens: Optional[int] = None,
+             step: int = 0) -> dict:
         """Perplexity over non-overlapping windows of ``ctx`` tokens, as ``sparq eval MODEL
-        --text FILE --ctx CTX --max-tokens N --json`` computes it (the same library call).
+        --text FILE --ctx CTX --max-tokens N --step S --json`` computes it (the same library call).
 
         text: the text (str) or a path object naming a UTF-8 file. max_tokens: use only the
-        first N tokens (None: all). Returns the command's JSON object: perplexity, tokens (the
-        predicted ones), ctx, windows, seconds, model, threads, isa, attention_isa.
+        first N tokens (None: all). step: feed each window ``step`` tokens per forward pass
+        through the KV cache (1: token by token, the products generation decodes with, e.g. the
+        int8 ones of ``int8_activations``; 0: the whole window at once). Returns the command's
+        JSON object: perplexity, tokens (the predicted ones), ctx, windows, seconds, model,
+        threads, isa, attention_isa, step, int8_activations.
         """
         max_tokens = 0 if max_tokens is None else operator.index(max_tokens)
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0 or None, got {max_tokens}")
-        r = self._m.eval(_text(text, "text"), operator.index(ctx), max_tokens)
+        r = self._m.eval(_text(text, "text"), operator.index(ctx), max_tokens,
+                         operator.index(step))
         r["model"] = self._path
         return r
 
@@ -466,7 +506,8 @@ class Model:
             "model": os.path.basename(os.path.normpath(self._path)),
             "variant": "as_stored",
             "runtime": "sparq",
-            "activations": "f32",  # the module's kernels keep the f32 products' bits
+            # As the command: "int8" with int8_activations (its decode rounds X where it can).
+            "activations": "int8" if self._m.int8_activations else "f32",
             "decode_tok_s": dec,
             "prefill_tok_s": pre,
             "weight_bytes": self._m.weight_bytes,
@@ -498,15 +539,24 @@ class Model:
 
 
 def load(path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None,
-         gguf_values: str = "as-stored") -> Model:
+         gguf_values: str = "as-stored", int8_activations: bool = False) -> Model:
     """Loads a model: a .gguf file, a .sparq checkpoint or a Hugging Face Llama folder.
 
     threads: None uses every hardware thread. gguf_values: "as-stored" (the command line's
     default: a GGUF's Q4_0 / Q4_1 / Q8_0 linear layers run as stored) or "f32" (dequantized).
+    int8_activations: the command line's ``--int8-activations``: decode (a few tokens per
+    product) rounds activations to int8 per 32 columns, as llama.cpp does, where a kernel for
+    it exists (2:4 int4 layers with groups of 64 or more, on AVX-512 VNNI + VBMI CPUs: Highway's
+    "AVX3_DL" in :func:`supported_isas`): about twice the speed at ~0.5% relative error per
+    product. Elsewhere, and for prefill, it changes nothing; off, every product has the f32
+    product's bits.
     A missing file raises OSError, a malformed one ValueError, with the command line's message.
     """
     path = os.fspath(path)
-    return Model(_sparq._Model.load(path, _threads(threads), gguf_values), path)
+    if not isinstance(int8_activations, (bool, np.bool_)):
+        raise ValueError(f"int8_activations must be a bool, got {int8_activations!r}")
+    return Model(_sparq._Model.load(path, _threads(threads), gguf_values, bool(int8_activations)),
+                 path)
 
 
 def prune_model(
@@ -536,11 +586,13 @@ def prune_model(
     out: where the .sparq goes; None writes it to a temporary file that lives as long as the
     returned model (:meth:`Model.save` copies it). The other options are the command's flags
     (``blocks``: prune only the first N blocks; ``include``: regex over layer names).
-    Returns the pruned model, loaded with the same threads; its ``prune_report`` is the
-    command's JSON report.
+    Returns the pruned model, loaded with the same threads (and a Model argument's
+    ``int8_activations``); its ``prune_report`` is the command's JSON report.
     """
+    int8 = False
     if isinstance(model, Model):
         src = model.path
+        int8 = model.int8_activations
         if threads is None:
             threads = model.threads
     else:
@@ -559,5 +611,5 @@ def prune_model(
         quant_method, operator.index(calib_samples), operator.index(calib_len),
         -1 if blocks is None else operator.index(blocks), float(damp), operator.index(seed),
         include or "", bool(permute), n)
-    pruned = Model(_sparq._Model.load(out, n, "as-stored"), out, tmpdir, json.loads(report))
+    pruned = Model(_sparq._Model.load(out, n, "as-stored", int8), out, tmpdir, json.loads(report))
     return pruned
