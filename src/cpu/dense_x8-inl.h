@@ -1,7 +1,8 @@
 // Dense int8 / int4 decode with X rounded to int8 (KernelMode::kDecodeInt8X, KernelConfig::
 // int8_activations): llama.cpp's integer path on sparq's dense quantized bytes (DenseQuantWeight:
 // the GGUF's Q8_0 / Q4_0 / Q4_1 layers as stored, `quantize`'s dense int4 / int8 and the int4 /
-// int8 head), on AVX-512 VNNI + VBMI (HWY_AVX3_DL). X is rounded per block of 32 columns as the
+// int8 head), on AVX-512 VNNI + VBMI (HWY_AVX3_DL) and on AVX2 (vpmaddubsw + vpmaddwd, steps
+// of 32 columns: the AVX2 section below). X is rounded per block of 32 columns as the
 // 2:4 int8-X rows do (nm_x8-inl.h); per 64 columns and row one vpdpbusd gives 16 exact int32 sums
 // of code x x. The int4 codes' nibble order (per chunk of 16: codes 0-7 low, 8-15 high) is
 // undone on X once per token (a byte permute of the rounded X), not per weight. int8 codes use
@@ -219,7 +220,174 @@ SPARQ_DX8_ATTR HWY_NOINLINE void DenseX8Decode(const DenseQuantWeight& w, const 
   }
 }
 #undef SPARQ_DX8_ATTR
-#endif  // HWY_TARGET == HWY_AVX3_DL
+#elif HWY_TARGET == HWY_AVX2
+// AVX2 (Zen 3 and other CPUs without AVX-512): llama.cpp's AVX2 integer dot product, vpmaddubsw
+// (u8 code x s8 x, pairs summed to int16: at most 2 * 127 * 127, no saturation) then vpmaddwd by
+// ones to int32; steps of 32 columns, one X block each.
+
+// One token's rounded X: per step 32 code-order bytes, then per step the block's scale (padded to
+// 8), then per group the f32 sum of its X as rounded (padded to 8 groups).
+struct DenseX8Avx2Token {
+  const int8_t* xq;
+  const float* sx;
+  const float* gsum;
+};
+inline int64_t Pad8(int64_t v) { return (v + 7) / 8 * 8; }
+inline int64_t DenseX8Avx2TokenFloats(int64_t steps, int64_t groups) {
+  return steps * 8 + Pad8(steps) + Pad8(groups);
+}
+
+inline float HMax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline float HSum8(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+
+// As RoundDenseX8, per block of 32 columns. kI4: the int4 codes' order (a row's 16 code bytes give
+// columns 0-7, 16-23 in their low nibbles and 8-15, 24-31 in the high): the middle two 8-byte
+// quarters of the block swap.
+template <bool kI4>
+inline void RoundDenseX8Avx2(const float* xpad, int64_t k_pad, int64_t n, int64_t steps,
+                             int64_t groups, int group_shift, float* buf) {
+  const int64_t tok_floats = DenseX8Avx2TokenFloats(steps, groups);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* x = xpad + t * k_pad;
+    float* base = buf + t * tok_floats;
+    int8_t* xq = reinterpret_cast<int8_t*>(base);
+    float* sx = base + steps * 8;
+    float* gsum = sx + Pad8(steps);
+    for (int64_t g = 0; g < Pad8(groups); ++g) gsum[g] = 0.0f;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t c0 = s * 32;
+      const bool half = k_pad - c0 < 32;  // k_pad is a multiple of 16: 16 columns left
+      __m256 v[4];
+      for (int j = 0; j < 4; ++j) {
+        v[j] = half && j >= 2 ? _mm256_setzero_ps() : _mm256_loadu_ps(x + c0 + 8 * j);
+      }
+      const __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask),
+                                                   _mm256_and_ps(v[1], abs_mask)),
+                                     _mm256_max_ps(_mm256_and_ps(v[2], abs_mask),
+                                                   _mm256_and_ps(v[3], abs_mask)));
+      const float amax = HMax8(a);
+      bool nan = false;
+      for (int j = 0; j < 4; ++j) nan |= _mm256_movemask_ps(_mm256_cmp_ps(v[j], v[j], _CMP_UNORD_Q)) != 0;
+      // NaN / inf in the block: NaN scale, so y is NaN as the f32 rows' would be.
+      const float sc = std::isfinite(amax) && !nan ? amax / 127.0f : NAN;
+      const float inv = amax > 0.0f && std::isfinite(amax) ? 127.0f / amax : 0.0f;
+      __m256i q[4];
+      for (int j = 0; j < 4; ++j) {
+        q[j] = _mm256_cvtps_epi32(
+            _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(v[j], _mm256_set1_ps(inv)))));
+      }
+      // The block's sum as rounded (exact: |sum| <= 32 * 127).
+      const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      const int sum = static_cast<int>(HSum8(_mm256_cvtepi32_ps(s32)));
+      // packs interleave the 128-bit lanes; the dword permute restores column order.
+      __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      b = _mm256_permutevar8x32_epi32(b, order);
+      if constexpr (kI4) b = _mm256_permute4x64_epi64(b, 0xD8);  // quarters 0, 2, 1, 3
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + c0), b);
+      sx[s] = sc;
+      gsum[c0 >> group_shift] += sc * static_cast<float>(sum);
+    }
+  }
+}
+
+// Rows [r, r + R) against one token into out[0..R).
+template <int kV, int R>
+HWY_INLINE void DenseX8Avx2Rows(const DenseQuantWeight& w, const DenseX8Avx2Token& xt,
+                                int64_t steps, int64_t r, float* out) {
+  constexpr bool kI4 = kV != kValI8;
+  const int64_t rb = w.row_bytes();
+  const uint8_t* codes = w.codes.data_as<uint8_t>() + r * rb;
+  const int64_t gpr = w.groups_per_row;
+  const float* scales = w.scales.data() + r * gpr;
+  const float* mins = kV == kValI4 ? w.mins.data() + r * gpr : nullptr;
+  const int gshift = w.group_shift;
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int q = 0; q < R; ++q) acc[q] = _mm256_setzero_ps();
+  const int64_t step_bytes = kI4 ? 16 : 32;
+  const int64_t full = rb / step_bytes;  // the last step may hold 16 columns (k_pad % 32)
+  for (int64_t s = 0; s < steps; ++s) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt.xq + s * 32));
+    const float sxs = xt.sx[s];
+    const int64_t g = (s * 32) >> gshift;
+    for (int q = 0; q < R; ++q) {
+      const uint8_t* cq = codes + q * rb + s * step_bytes;
+      __m256i d16;
+      if constexpr (kI4) {
+        const __m128i c16 = s < full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(cq))
+                                     : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(cq));
+        const __m256i cw = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(c16, 4), nib),
+                                            _mm_and_si128(c16, nib));
+        d16 = _mm256_maddubs_epi16(cw, xv);
+      } else {
+        const __m256i c32 =
+            s < full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cq))
+                     : _mm256_set_m128i(_mm_setzero_si128(),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(cq)));
+        // |q| * (x with q's sign): vpmaddubsw wants its first operand unsigned.
+        d16 = _mm256_maddubs_epi16(_mm256_abs_epi8(c32), _mm256_sign_epi8(xv, c32));
+      }
+      const __m256 f = _mm256_set1_ps(sxs * scales[q * gpr + g]);
+      acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(d16, ones)), f, acc[q]);
+    }
+  }
+  if constexpr (kV != kValI8) {  // the codes' offsets, as DenseX8Rows
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int q = 0; q < R; ++q) {
+      __m256 off = _mm256_setzero_ps();
+      for (int64_t g = 0; g < gpr; g += 8) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(gpr - g)), iota);
+        const __m256 mv = _mm256_maskload_ps(kV == kValI4 ? mins + q * gpr + g : scales + q * gpr + g, m);
+        off = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xt.gsum + g), off);
+      }
+      if constexpr (kV == kValI4Sym) off = _mm256_mul_ps(off, _mm256_set1_ps(-8.0f));
+      acc[q] = _mm256_add_ps(acc[q], off);
+    }
+  }
+  for (int q = 0; q < R; ++q) out[q] = HSum8(acc[q]);
+}
+
+template <int kV>
+HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x, int64_t n,
+                                    int64_t u0, int64_t u1, float* raw) {
+  const int64_t steps = (w.k_pad + 31) / 32;
+  const int64_t tok_floats = DenseX8Avx2TokenFloats(steps, w.groups_per_row);
+  float* buf = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
+  RoundDenseX8Avx2<kV != kValI8>(x, w.k_pad, n, steps, w.groups_per_row, w.group_shift, buf);
+  const int64_t rows = u1 - u0;
+  float y[4];
+  for (int64_t r = u0; r < u1; r += 4) {
+    const int R = static_cast<int>(std::min<int64_t>(4, u1 - r));
+    for (int64_t t = 0; t < n; ++t) {
+      const float* tb = buf + t * tok_floats;
+      const DenseX8Avx2Token xt{reinterpret_cast<const int8_t*>(tb), tb + steps * 8,
+                                tb + steps * 8 + Pad8(steps)};
+      if (R == 4) {
+        DenseX8Avx2Rows<kV, 4>(w, xt, steps, r, y);
+      } else if (R == 3) {
+        DenseX8Avx2Rows<kV, 3>(w, xt, steps, r, y);
+      } else if (R == 2) {
+        DenseX8Avx2Rows<kV, 2>(w, xt, steps, r, y);
+      } else {
+        DenseX8Avx2Rows<kV, 1>(w, xt, steps, r, y);
+      }
+      for (int q = 0; q < R; ++q) raw[t * rows + (r - u0) + q] = y[q];
+    }
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL / HWY_AVX2
 
 // The row's body: rows [u0, u1) of a dense int8 / int4 weight, n tokens of the staged X.
 template <int kV>
@@ -227,9 +395,11 @@ struct DenseX8DecodeBody {
   static void Run(const KernelCall& c) {
 #if HWY_TARGET == HWY_AVX3_DL
     DenseX8Decode<kV>(c.w->dense_quant(), c.x, c.n, c.u0, c.u1, c.raw);
+#elif HWY_TARGET == HWY_AVX2
+    DenseX8Avx2Decode<kV>(c.w->dense_quant(), c.x, c.n, c.u0, c.u1, c.raw);
 #else
     (void)c;
-    std::abort();  // the rows run on AVX3_DL only (their range in table_rows.h)
+    std::abort();  // the rows run on AVX3_DL and AVX2 only (their ranges in table_rows.h)
 #endif
   }
 };

@@ -87,15 +87,22 @@
   ROW(i4s_nm24_decode_4x1_x8__avx3_dl, kNm24, I4Sym, kDecodeInt8X, "4x1", HWY_AVX3_DL,            \
       HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4Sym))
 
-// Dense int8 / int4 decode with X rounded to int8 (dense_x8-inl.h: VNNI + VBMI), above the f32-X
-// dense rows; only with KernelConfig::int8_activations (any group size: 32, 64, 128).
+// Dense int8 / int4 decode with X rounded to int8 (dense_x8-inl.h: VNNI + VBMI on AVX3_DL,
+// vpmaddubsw on AVX2), above the f32-X dense rows; only with KernelConfig::int8_activations (any
+// group size: 32, 64, 128).
 #define SPARQ_DENSE_X8_ROWS(ROW)                                                                  \
   ROW(i8_dense_decode_4x1_x8__avx3_dl, kDenseQuant, I8, kDecodeInt8X, "4x1", HWY_AVX3_DL,         \
       HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI8))                     \
   ROW(i4_dense_decode_4x1_x8__avx3_dl, kDenseQuant, I4, kDecodeInt8X, "4x1", HWY_AVX3_DL,         \
       HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI4))                     \
   ROW(i4s_dense_decode_4x1_x8__avx3_dl, kDenseQuant, I4Sym, kDecodeInt8X, "4x1", HWY_AVX3_DL,     \
-      HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI4Sym))
+      HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI4Sym))                  \
+  ROW(i8_dense_decode_4x1_x8__avx2, kDenseQuant, I8, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, 0,  \
+      16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI8))                                     \
+  ROW(i4_dense_decode_4x1_x8__avx2, kDenseQuant, I4, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, 0,  \
+      16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI4))                                     \
+  ROW(i4s_dense_decode_4x1_x8__avx2, kDenseQuant, I4Sym, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, \
+      0, 16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI4Sym))
 
 #define SPARQ_KERNEL_ROWS(ROW)                                                                    \
   ROW(f32_dense_blas, kDenseF32, F32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX, \
