@@ -77,7 +77,8 @@ std::vector<int64_t> DecodeBounds(const PackedWeight& pw, int64_t n) {
 void CacheDecodeBounds(PackedWeight* pw) { pw->decode_bounds_1 = DecodeBounds(*pw, 1); }
 
 // Units [u0, u1) of the job (rows, or row groups of a kRowGroups weight) by its row's body.
-void RunDecodeTask(const DecodeJob& job, const DecodeInput& in, int64_t u0, int64_t u1) {
+void RunDecodeTask(const DecodeJob& job, const DecodeInput& in, const float* x8, int64_t u0,
+                   int64_t u1) {
   const PackedWeight& pw = *job.w;
   const SpmmArgs& a = job.a;
   const bool groups = pw.kind() == PackedKind::kRowGroups;
@@ -90,6 +91,7 @@ void RunDecodeTask(const DecodeJob& job, const DecodeInput& in, int64_t u0, int6
   c.x = in.x;
   c.ldx = in.ldx;
   c.n = a.n;
+  c.x8 = x8;
   c.raw = ThreadBuffer(1, a.n * (r1 - r0));
   job.row->Body(a.config())(c);
   WriteRaw(c.raw, a.n, r0, r1, a, pw.rows);
@@ -103,6 +105,26 @@ void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
     size_t job;
     int64_t u0, u1;
   };
+  // An int8-X row's X is rounded once per job here, not by each task: a 576 x 1536 product runs
+  // 54 tasks, and rounding its 1536 columns each time took as long as the rows' dot products.
+  std::vector<const float*> x8;
+  const int64_t x8_floats = a0.n * Int8XFloatsPerToken(in.ldx);  // per job (the jobs share n)
+  float* x8_buf = nullptr;
+  for (size_t j = 0; j < count; ++j) {
+    if (jobs[j].row->mode != KernelMode::kDecodeInt8X) continue;
+    if (x8.empty()) {
+      x8.assign(count, nullptr);
+      x8_buf = ThreadBuffer(kInt8XSharedSlot, static_cast<size_t>(x8_floats) * count);
+    }
+    KernelCall c;
+    c.w = jobs[j].w;
+    c.x = in.x;
+    c.ldx = in.ldx;
+    c.n = jobs[j].a.n;
+    c.x8_out = x8_buf + static_cast<int64_t>(j) * x8_floats;
+    jobs[j].row->Body(jobs[j].a.config())(c);
+    x8[j] = c.x8_out;
+  }
   std::vector<Task> tasks;
   for (size_t j = 0; j < count; ++j) {
     const PackedWeight& w = *jobs[j].w;
@@ -114,7 +136,7 @@ void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
   }
   ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
     const Task& tk = tasks[static_cast<size_t>(t)];
-    RunDecodeTask(jobs[tk.job], in, tk.u0, tk.u1);
+    RunDecodeTask(jobs[tk.job], in, x8.empty() ? nullptr : x8[tk.job], tk.u0, tk.u1);
   });
 }
 

@@ -192,13 +192,27 @@ SPARQ_DX8_ATTR HWY_INLINE void DenseX8Rows(const DenseQuantWeight& w, const Dens
 
 // Rows [u0, u1) against n tokens into raw[t][row - u0]; 4 rows share each step's X, and all n
 // tokens run on a block of rows while its codes are in L1.
+// X rounded for the rows (x8_out: Int8XFloatsPerToken floats per token hold the token's
+// DenseX8TokenFloats: about k_pad / 2 + groups + 32).
+template <int kV>
+SPARQ_DX8_ATTR inline void DenseX8Round(const DenseQuantWeight& w, const float* x, int64_t n,
+                                        float* out) {
+  RoundDenseX8<kV != kValI8>(x, w.k_pad, n, (w.k_pad + 63) / 64, w.groups_per_row,
+                             w.group_shift, out);
+}
+
 template <int kV>
 SPARQ_DX8_ATTR HWY_NOINLINE void DenseX8Decode(const DenseQuantWeight& w, const float* x,
-                                               int64_t n, int64_t u0, int64_t u1, float* raw) {
+                                               const float* x8, int64_t n, int64_t u0,
+                                               int64_t u1, float* raw) {
   const int64_t steps = (w.k_pad + 63) / 64;
   const int64_t tok_floats = DenseX8TokenFloats(steps, w.groups_per_row);
-  float* buf = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
-  RoundDenseX8<kV != kValI8>(x, w.k_pad, n, steps, w.groups_per_row, w.group_shift, buf);
+  const float* buf = x8;
+  if (buf == nullptr) {
+    float* own = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
+    DenseX8Round<kV>(w, x, n, own);
+    buf = own;
+  }
   const int64_t rows = u1 - u0;
   float y[4];
   for (int64_t r = u0; r < u1; r += 4) {
@@ -359,13 +373,24 @@ HWY_INLINE void DenseX8Avx2Rows(const DenseQuantWeight& w, const DenseX8Avx2Toke
   for (int q = 0; q < R; ++q) out[q] = HSum8(acc[q]);
 }
 
+// As DenseX8Round (about k_pad / 4 + k_pad / 16 + 24 floats per token).
 template <int kV>
-HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x, int64_t n,
-                                    int64_t u0, int64_t u1, float* raw) {
+inline void DenseX8Round(const DenseQuantWeight& w, const float* x, int64_t n, float* out) {
+  RoundDenseX8Avx2<kV != kValI8>(x, w.k_pad, n, (w.k_pad + 31) / 32, w.groups_per_row,
+                                 w.group_shift, out);
+}
+
+template <int kV>
+HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x, const float* x8,
+                                    int64_t n, int64_t u0, int64_t u1, float* raw) {
   const int64_t steps = (w.k_pad + 31) / 32;
   const int64_t tok_floats = DenseX8Avx2TokenFloats(steps, w.groups_per_row);
-  float* buf = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
-  RoundDenseX8Avx2<kV != kValI8>(x, w.k_pad, n, steps, w.groups_per_row, w.group_shift, buf);
+  const float* buf = x8;
+  if (buf == nullptr) {
+    float* own = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
+    DenseX8Round<kV>(w, x, n, own);
+    buf = own;
+  }
   const int64_t rows = u1 - u0;
   float y[4];
   for (int64_t r = u0; r < u1; r += 4) {
@@ -393,10 +418,16 @@ HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x, i
 template <int kV>
 struct DenseX8DecodeBody {
   static void Run(const KernelCall& c) {
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+    if (c.x8_out != nullptr) {
+      DenseX8Round<kV>(c.w->dense_quant(), c.x, c.n, c.x8_out);
+      return;
+    }
+#endif
 #if HWY_TARGET == HWY_AVX3_DL
-    DenseX8Decode<kV>(c.w->dense_quant(), c.x, c.n, c.u0, c.u1, c.raw);
+    DenseX8Decode<kV>(c.w->dense_quant(), c.x, c.x8, c.n, c.u0, c.u1, c.raw);
 #elif HWY_TARGET == HWY_AVX2
-    DenseX8Avx2Decode<kV>(c.w->dense_quant(), c.x, c.n, c.u0, c.u1, c.raw);
+    DenseX8Avx2Decode<kV>(c.w->dense_quant(), c.x, c.x8, c.n, c.u0, c.u1, c.raw);
 #else
     (void)c;
     std::abort();  // the rows run on AVX3_DL and AVX2 only (their ranges in table_rows.h)

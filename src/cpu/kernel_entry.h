@@ -45,6 +45,11 @@ struct KernelCall {
   int32_t* off = nullptr;
   float* scratch = nullptr;
   const XtNext* next = nullptr;
+  // int8-X rows (KernelMode::kDecodeInt8X): x8_out set, the body only rounds the n tokens of x into
+  // it (Int8XFloatsPerToken floats each, tasks.h); x8 set, the rows read X rounded so (else each
+  // call rounds X itself).
+  float* x8_out = nullptr;
+  const float* x8 = nullptr;
 };
 // Every row's body entries, in table order (kernels.cc; the same list as table_rows.h).
 const KernelBody* const* RowBodies();

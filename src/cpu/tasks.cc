@@ -17,8 +17,8 @@ struct AlignedFree {
 }  // namespace
 float* ThreadBuffer(int slot, size_t floats) {
   constexpr size_t kAlign = 64;
-  thread_local std::unique_ptr<float, AlignedFree> bufs[6];
-  thread_local size_t sizes[6] = {0, 0, 0, 0, 0, 0};
+  thread_local std::unique_ptr<float, AlignedFree> bufs[7];
+  thread_local size_t sizes[7] = {0, 0, 0, 0, 0, 0, 0};
   if (sizes[slot] < floats || !bufs[slot]) {
     const size_t bytes = (std::max<size_t>(floats, 1) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
     bufs[slot].reset(static_cast<float*>(std::aligned_alloc(kAlign, bytes)));

@@ -21,13 +21,18 @@ inline constexpr int64_t kMaxTasksL2 = 256;
 // so tiny tasks (9 rows for SmolLM2's 576-row layers at n = 512) multiply that traffic.
 inline constexpr int64_t kTiledMinRows = 32;
 
-// Per-thread reusable buffer `slot` (0-5) of at least `floats` floats, 64-byte aligned.
+// Per-thread reusable buffer `slot` (0-6) of at least `floats` floats, 64-byte aligned.
 float* ThreadBuffer(int slot, size_t floats);
 // The slot of the int4 bit-mask decode's permuted copy of X (mask_quant-inl.h): decode tasks
 // hold slot 0 (staged X, on the calling thread) and 1 (raw sums); 5 is used by no other path.
 inline constexpr int kMaskPermutedXSlot = 5;
-// The int8-X decode's rounded X (nm_x8-inl.h): slot 5 too (one body at a time per thread).
+// The int8-X decode's rounded X (nm_x8-inl.h, dense_x8-inl.h) where a body rounds it itself:
+// slot 5 too (one body at a time per thread).
 inline constexpr int kInt8XSlot = 5;
+// X rounded once per product for the int8-X rows (RunDecodeJobs, on the calling thread; every task
+// reads it): at most n * Int8XFloatsPerToken(k_pad) floats, whatever the row.
+inline constexpr int kInt8XSharedSlot = 6;
+inline int64_t Int8XFloatsPerToken(int64_t k_pad) { return k_pad + 64; }
 
 // Splits [0, units) into tasks balanced by cost prefix `cum` (cum[i] = cost of units < i), each
 // of at least `min_units` units and cut at units u with u % align == offset % align.
