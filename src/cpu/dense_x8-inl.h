@@ -301,16 +301,17 @@ inline void RoundDenseX8Avx2(const float* xpad, int64_t k_pad, int64_t n, int64_
         q[j] = _mm256_cvtps_epi32(
             _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(v[j], _mm256_set1_ps(inv)))));
       }
-      // The block's sum as rounded (exact: |sum| <= 32 * 127).
+      // The block's sum as rounded (exact: |sum| <= 32 * 127; kept in f32, since a NaN block's
+      // lanes hold INT_MIN and their sum no int: its NaN scale makes the product NaN anyway).
       const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-      const int sum = static_cast<int>(HSum8(_mm256_cvtepi32_ps(s32)));
+      const float sum = HSum8(_mm256_cvtepi32_ps(s32));
       // packs interleave the 128-bit lanes; the dword permute restores column order.
       __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
       b = _mm256_permutevar8x32_epi32(b, order);
       if constexpr (kI4) b = _mm256_permute4x64_epi64(b, 0xD8);  // quarters 0, 2, 1, 3
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + c0), b);
       sx[s] = sc;
-      gsum[c0 >> group_shift] += sc * static_cast<float>(sum);
+      gsum[c0 >> group_shift] += sc * sum;
     }
   }
 }
