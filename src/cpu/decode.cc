@@ -107,13 +107,12 @@ void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
   };
   // An int8-X row's X is rounded once per job here, not by each task: a 576 x 1536 product runs
   // 54 tasks, and rounding its 1536 columns each time took as long as the rows' dot products.
-  std::vector<const float*> x8;
-  const int64_t x8_floats = a0.n * Int8XFloatsPerToken(in.ldx);  // per job (the jobs share n)
+  // Job j's rounded X is at x8_buf + j * x8_floats (the jobs share n and the row).
+  const int64_t x8_floats = a0.n * Int8XFloatsPerToken(in.ldx);
   float* x8_buf = nullptr;
   for (size_t j = 0; j < count; ++j) {
     if (jobs[j].row->mode != KernelMode::kDecodeInt8X) continue;
-    if (x8.empty()) {
-      x8.assign(count, nullptr);
+    if (x8_buf == nullptr) {
       x8_buf = ThreadBuffer(kInt8XSharedSlot, static_cast<size_t>(x8_floats) * count);
     }
     KernelCall c;
@@ -123,7 +122,6 @@ void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
     c.n = jobs[j].a.n;
     c.x8_out = x8_buf + static_cast<int64_t>(j) * x8_floats;
     jobs[j].row->Body(jobs[j].a.config())(c);
-    x8[j] = c.x8_out;
   }
   std::vector<Task> tasks;
   for (size_t j = 0; j < count; ++j) {
@@ -136,7 +134,8 @@ void RunDecodeJobs(const DecodeJob* jobs, size_t count, ThreadPool* pool) {
   }
   ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t, int) {
     const Task& tk = tasks[static_cast<size_t>(t)];
-    RunDecodeTask(jobs[tk.job], in, x8.empty() ? nullptr : x8[tk.job], tk.u0, tk.u1);
+    const float* x8 = x8_buf ? x8_buf + static_cast<int64_t>(tk.job) * x8_floats : nullptr;
+    RunDecodeTask(jobs[tk.job], in, x8, tk.u0, tk.u1);
   });
 }
 

@@ -202,17 +202,11 @@ SPARQ_DX8_ATTR inline void DenseX8Round(const DenseQuantWeight& w, const float* 
 }
 
 template <int kV>
-SPARQ_DX8_ATTR HWY_NOINLINE void DenseX8Decode(const DenseQuantWeight& w, const float* x,
-                                               const float* x8, int64_t n, int64_t u0,
-                                               int64_t u1, float* raw) {
+SPARQ_DX8_ATTR HWY_NOINLINE void DenseX8Decode(const DenseQuantWeight& w, const float* x8,
+                                               int64_t n, int64_t u0, int64_t u1, float* raw) {
   const int64_t steps = (w.k_pad + 63) / 64;
   const int64_t tok_floats = DenseX8TokenFloats(steps, w.groups_per_row);
-  const float* buf = x8;
-  if (buf == nullptr) {
-    float* own = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
-    DenseX8Round<kV>(w, x, n, own);
-    buf = own;
-  }
+  const float* buf = x8;  // rounded once per product by RunDecodeJobs (x8_out)
   const int64_t rows = u1 - u0;
   float y[4];
   for (int64_t r = u0; r < u1; r += 4) {
@@ -382,16 +376,11 @@ inline void DenseX8Round(const DenseQuantWeight& w, const float* x, int64_t n, f
 }
 
 template <int kV>
-HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x, const float* x8,
+HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x8,
                                     int64_t n, int64_t u0, int64_t u1, float* raw) {
   const int64_t steps = (w.k_pad + 31) / 32;
   const int64_t tok_floats = DenseX8Avx2TokenFloats(steps, w.groups_per_row);
-  const float* buf = x8;
-  if (buf == nullptr) {
-    float* own = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
-    DenseX8Round<kV>(w, x, n, own);
-    buf = own;
-  }
+  const float* buf = x8;  // rounded once per product by RunDecodeJobs (x8_out)
   const int64_t rows = u1 - u0;
   float y[4];
   for (int64_t r = u0; r < u1; r += 4) {
@@ -426,9 +415,9 @@ struct DenseX8DecodeBody {
     }
 #endif
 #if HWY_TARGET == HWY_AVX3_DL
-    DenseX8Decode<kV>(c.w->dense_quant(), c.x, c.x8, c.n, c.u0, c.u1, c.raw);
+    DenseX8Decode<kV>(c.w->dense_quant(), c.x8, c.n, c.u0, c.u1, c.raw);
 #elif HWY_TARGET == HWY_AVX2
-    DenseX8Avx2Decode<kV>(c.w->dense_quant(), c.x, c.x8, c.n, c.u0, c.u1, c.raw);
+    DenseX8Avx2Decode<kV>(c.w->dense_quant(), c.x8, c.n, c.u0, c.u1, c.raw);
 #else
     (void)c;
     std::abort();  // the rows run on AVX3_DL and AVX2 only (their ranges in table_rows.h)

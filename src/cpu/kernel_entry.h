@@ -46,8 +46,7 @@ struct KernelCall {
   float* scratch = nullptr;
   const XtNext* next = nullptr;
   // int8-X rows (KernelMode::kDecodeInt8X): x8_out set, the body only rounds the n tokens of x into
-  // it (Int8XFloatsPerToken floats each, tasks.h); x8 set, the rows read X rounded so (else each
-  // call rounds X itself).
+  // it (Int8XFloatsPerToken floats each, tasks.h); else the rows read X rounded so from x8.
   float* x8_out = nullptr;
   const float* x8 = nullptr;
 };

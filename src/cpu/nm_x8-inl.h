@@ -152,16 +152,11 @@ SPARQ_X8_ATTR HWY_INLINE void NmX8Rows(const NmWeight& w, const X8Token& xt, int
 // Rows [u0, u1) against n tokens into raw[t][row - u0]; 4 rows share each step's X, and all n
 // tokens run on a block of rows while it is in L1.
 template <bool kSym>
-SPARQ_X8_ATTR HWY_NOINLINE void NmX8Decode(const NmWeight& w, const float* x, const float* x8,
+SPARQ_X8_ATTR HWY_NOINLINE void NmX8Decode(const NmWeight& w, const float* x8,
                                            int64_t n, int64_t u0, int64_t u1, float* raw) {
   const int64_t steps = (w.chunks + 3) / 4;
   const int64_t tok_floats = steps * 48;
-  const float* buf = x8;
-  if (buf == nullptr) {
-    float* own = ThreadBuffer(kInt8XSlot, static_cast<size_t>(n * tok_floats));
-    RoundX8(x, w.k_pad, n, steps, own);
-    buf = own;
-  }
+  const float* buf = x8;  // rounded once per product by RunDecodeJobs (x8_out)
   const int64_t rows = u1 - u0;
   float y[4];
   for (int64_t r = u0; r < u1; r += 4) {
@@ -196,7 +191,7 @@ struct NmX8DecodeBody {
       RoundX8(c.x, w.k_pad, c.n, (w.chunks + 3) / 4, c.x8_out);
       return;
     }
-    NmX8Decode<kV == kValI4Sym>(w, c.x, c.x8, c.n, c.u0, c.u1, c.raw);
+    NmX8Decode<kV == kValI4Sym>(w, c.x8, c.n, c.u0, c.u1, c.raw);
 #else
     (void)c;
     std::abort();  // the row runs on AVX3_DL only (its range in table_rows.h)

@@ -26,9 +26,6 @@ float* ThreadBuffer(int slot, size_t floats);
 // The slot of the int4 bit-mask decode's permuted copy of X (mask_quant-inl.h): decode tasks
 // hold slot 0 (staged X, on the calling thread) and 1 (raw sums); 5 is used by no other path.
 inline constexpr int kMaskPermutedXSlot = 5;
-// The int8-X decode's rounded X (nm_x8-inl.h, dense_x8-inl.h) where a body rounds it itself:
-// slot 5 too (one body at a time per thread).
-inline constexpr int kInt8XSlot = 5;
 // X rounded once per product for the int8-X rows (RunDecodeJobs, on the calling thread; every task
 // reads it): at most n * Int8XFloatsPerToken(k_pad) floats, whatever the row.
 inline constexpr int kInt8XSharedSlot = 6;
