@@ -275,10 +275,12 @@ inline void RoundDenseX8Avx2(const float* xpad, int64_t k_pad, int64_t n, int64_
     for (int64_t g = 0; g < Pad8(groups); ++g) gsum[g] = 0.0f;
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t c0 = s * 32;
-      const bool half = k_pad - c0 < 32;  // k_pad is a multiple of 16: 16 columns left
+      // Columns at and past k_pad (a multiple of 8) read as 0: a dense row's last block may hold
+      // 16 columns, and the 2:4 rows (nm_x8-inl.h) round whole steps of 64 columns.
+      const int64_t left = k_pad - c0;
       __m256 v[4];
       for (int j = 0; j < 4; ++j) {
-        v[j] = half && j >= 2 ? _mm256_setzero_ps() : _mm256_loadu_ps(x + c0 + 8 * j);
+        v[j] = 8 * j < left ? _mm256_loadu_ps(x + c0 + 8 * j) : _mm256_setzero_ps();
       }
       const __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask),
                                                    _mm256_and_ps(v[1], abs_mask)),

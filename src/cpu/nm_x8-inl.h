@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "src/cpu/dense_x8-inl.h"  // the AVX2 rows round X as the dense ones do
 #include "src/cpu/kernel_entry.h"
 #include "src/cpu/simd-inl.h"
 #include "src/cpu/tasks.h"
@@ -178,7 +179,120 @@ SPARQ_X8_ATTR HWY_NOINLINE void NmX8Decode(const NmWeight& w, const float* x8,
   }
 }
 #undef SPARQ_X8_ATTR
-#endif  // HWY_TARGET == HWY_AVX3_DL
+#elif HWY_TARGET == HWY_AVX2
+// AVX2 (no vpmultishiftqb / vpermt2b / VNNI): per step of 64 columns (2 chunks, 32 kept weights)
+// and row, the 2-bit indices become byte indices by a nibble split and two vpshufb; vpshufb then
+// selects the kept weights' int8 x within each 16-column quarter (a lane's 16 kept weights come
+// from two quarters: two selections OR-ed), and vpmaddubsw + vpmaddwd give exact int32 sums of
+// q * x and of x. X is rounded as the dense AVX2 rows round it (RoundDenseX8Avx2, column order,
+// one scale per block of 32 columns), over whole steps of 64 columns.
+
+// Rows [r, r + R) against one token (xq: steps * 64 bytes; sx: one scale per 32 columns).
+template <bool kSym, int R>
+HWY_INLINE void NmX8Avx2Rows(const NmWeight& w, const int8_t* xq, const float* sx, int64_t steps,
+                             int64_t r, float* out) {
+  const int64_t row_bytes = w.chunks * (kNmChunk / 2);
+  const uint8_t* codes = static_cast<const uint8_t*>(w.values.data()) + r * row_bytes;
+  const uint32_t* meta = w.meta.data_as<uint32_t>() + r * w.chunks;
+  const float* scales = w.scales.data() + r * w.groups_per_row;
+  const float* mins = kSym ? nullptr : w.mins.data() + r * w.groups_per_row;
+  // Output byte p of lane L holds kept value j = p mod 8 (+ 8 in lane 1) of chunk p / 8, the
+  // order of the unpacked codes (low nibbles in lane 0, high in lane 1). kDup: the nibble of the
+  // index bytes (group g of 4 columns is nibble g, chunk 1's from 8) holding its index; kSel:
+  // its two bits (the group's first kept value in the low two, the second in the high two);
+  // kField maps the masked nibble (i or 4 i) to i.
+  const __m256i dup = _mm256_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 8, 8, 9, 9, 10, 10, 11, 11,  //
+                                       4, 4, 5, 5, 6, 6, 7, 7, 12, 12, 13, 13, 14, 14, 15, 15);
+  const __m256i sel = _mm256_set1_epi16(0x0C03);
+  const __m256i field = _mm256_setr_epi8(0, 1, 2, 3, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0,  //
+                                         0, 1, 2, 3, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0);
+  // The column of the kept value's group within its quarter; 0x80 zeroes the other source's half.
+  const __m256i base_a = _mm256_setr_epi8(0, 0, 4, 4, 8, 8, 12, 12, -128, -128, -128, -128, -128,
+                                          -128, -128, -128, 0, 0, 4, 4, 8, 8, 12, 12, -128, -128,
+                                          -128, -128, -128, -128, -128, -128);
+  const __m256i base_b = _mm256_permute4x64_epi64(base_a, 0xB1);  // the halves of each lane swap
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int q = 0; q < R; ++q) acc[q] = _mm256_setzero_ps();
+  const int64_t full = w.chunks / 2;
+  const int gshift = w.group_shift - 5;  // steps per group: 1 << gshift (groups of >= 64)
+  for (int64_t s = 0; s < steps; ++s) {
+    // x quarters: a = columns 0-15 | 16-31 (chunk 0), b = 32-47 | 48-63 (chunk 1).
+    const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + s * 64));
+    const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + s * 64 + 32));
+    // The 8 int32 sums' x blocks: 0, 0, 1, 1 in each lane.
+    const __m128i s01 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sx + 2 * s));
+    const __m256 sxv = _mm256_permute_ps(
+        _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castsi128_pd(s01))), 0x50);
+    const int64_t g = s >> gshift;
+    for (int q = 0; q < R; ++q) {
+      const uint8_t* cq = codes + q * row_bytes + s * 16;
+      const uint32_t* mq = meta + q * w.chunks + s * 2;
+      __m128i c16, m8;
+      if (s < full) {
+        c16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(cq));
+        m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mq));
+      } else {  // an odd chunk count's last step: chunk 1 reads as code 0, index 0 (x 0 there)
+        c16 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(cq));
+        m8 = _mm_cvtsi32_si128(static_cast<int>(mq[0]));
+      }
+      const __m128i nibs = _mm_unpacklo_epi8(_mm_and_si128(m8, nib),
+                                             _mm_and_si128(_mm_srli_epi16(m8, 4), nib));
+      const __m256i pick = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(nibs), dup);
+      const __m256i f = _mm256_shuffle_epi8(field, _mm256_and_si256(pick, sel));
+      const __m256i xs = _mm256_or_si256(_mm256_shuffle_epi8(xa, _mm256_add_epi8(f, base_a)),
+                                         _mm256_shuffle_epi8(xb, _mm256_add_epi8(f, base_b)));
+      const __m256i cw = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(c16, 4), nib),
+                                          _mm_and_si128(c16, nib));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(cw, xs), ones16);
+      const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xs), ones16);
+      const float sc = scales[q * w.groups_per_row + g];
+      __m256 t;
+      if constexpr (kSym) {  // (q - 8) summed exactly in int32: |dot - 8 sum| <= 32 * 8 * 127
+        t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot, _mm256_slli_epi32(sum, 3))),
+                          _mm256_set1_ps(sc));
+      } else {
+        t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc),
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(sum),
+                                          _mm256_set1_ps(mins[q * w.groups_per_row + g])));
+      }
+      acc[q] = _mm256_fmadd_ps(t, sxv, acc[q]);
+    }
+  }
+  for (int q = 0; q < R; ++q) out[q] = HSum8(acc[q]);
+}
+
+// X of one token as RoundDenseX8Avx2 lays it out for steps * 2 blocks and one group.
+inline int64_t NmX8Avx2TokenFloats(int64_t steps) { return DenseX8Avx2TokenFloats(2 * steps, 1); }
+
+template <bool kSym>
+HWY_NOINLINE void NmX8Avx2Decode(const NmWeight& w, const float* x8, int64_t n, int64_t u0,
+                                 int64_t u1, float* raw) {
+  const int64_t steps = (w.chunks + 1) / 2;
+  const int64_t tok_floats = NmX8Avx2TokenFloats(steps);
+  const int64_t rows = u1 - u0;
+  float y[4];
+  for (int64_t r = u0; r < u1; r += 4) {
+    const int R = static_cast<int>(std::min<int64_t>(4, u1 - r));
+    for (int64_t t = 0; t < n; ++t) {
+      const float* tb = x8 + t * tok_floats;  // rounded once per product by RunDecodeJobs
+      const int8_t* xq = reinterpret_cast<const int8_t*>(tb);
+      const float* sx = tb + steps * 16;
+      if (R == 4) {
+        NmX8Avx2Rows<kSym, 4>(w, xq, sx, steps, r, y);
+      } else if (R == 3) {
+        NmX8Avx2Rows<kSym, 3>(w, xq, sx, steps, r, y);
+      } else if (R == 2) {
+        NmX8Avx2Rows<kSym, 2>(w, xq, sx, steps, r, y);
+      } else {
+        NmX8Avx2Rows<kSym, 1>(w, xq, sx, steps, r, y);
+      }
+      for (int q = 0; q < R; ++q) raw[t * rows + (r - u0) + q] = y[q];
+    }
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL / HWY_AVX2
 
 // The row's body: rows [u0, u1) of a 2:4 int4 weight (groups of >= 64 kept values: Declines), n
 // tokens of the staged X.
@@ -192,9 +306,17 @@ struct NmX8DecodeBody {
       return;
     }
     NmX8Decode<kV == kValI4Sym>(w, c.x8, c.n, c.u0, c.u1, c.raw);
+#elif HWY_TARGET == HWY_AVX2
+    const NmWeight& w = c.w->nm();
+    if (c.x8_out != nullptr) {  // about k_pad * 9 / 32 + 24 <= Int8XFloatsPerToken(k_pad) floats
+      // One group (its sum of X is not used: the 2:4 rows sum x over the kept columns per row).
+      RoundDenseX8Avx2<false>(c.x, w.k_pad, c.n, 2 * ((w.chunks + 1) / 2), 1, 31, c.x8_out);
+      return;
+    }
+    NmX8Avx2Decode<kV == kValI4Sym>(w, c.x8, c.n, c.u0, c.u1, c.raw);
 #else
     (void)c;
-    std::abort();  // the row runs on AVX3_DL only (its range in table_rows.h)
+    std::abort();  // the rows run on AVX3_DL and AVX2 only (their ranges in table_rows.h)
 #endif
   }
 };

@@ -79,13 +79,18 @@
   ROW(p##_dense_tiled_4xNV, kDenseQuant, V, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, \
       RunRowTiled, 0, SPARQ_BODY(DenseQuantTiledBody, kVal##V, 0))
 
-// 2:4 int4 decode with X rounded to int8 (nm_x8-inl.h: VNNI + VBMI), above the f32-X rows; only
-// with KernelConfig::int8_activations and groups of >= 64 kept values (Declines).
+// 2:4 int4 decode with X rounded to int8 (nm_x8-inl.h: VNNI + VBMI on AVX3_DL, vpshufb +
+// vpmaddubsw on AVX2), above the f32-X rows; only with KernelConfig::int8_activations and groups
+// of >= 64 kept values (Declines).
 #define SPARQ_X8_ROWS(ROW)                                                                        \
   ROW(i4_nm24_decode_4x1_x8__avx3_dl, kNm24, I4, kDecodeInt8X, "4x1", HWY_AVX3_DL, HWY_AVX3_DL, 0, \
       16, RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4))                                        \
   ROW(i4s_nm24_decode_4x1_x8__avx3_dl, kNm24, I4Sym, kDecodeInt8X, "4x1", HWY_AVX3_DL,            \
-      HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4Sym))
+      HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4Sym))                     \
+  ROW(i4_nm24_decode_4x1_x8__avx2, kNm24, I4, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, 0, 16,      \
+      RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4))                                            \
+  ROW(i4s_nm24_decode_4x1_x8__avx2, kNm24, I4Sym, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, 0, 16,  \
+      RunDecode, 0, SPARQ_BODY(NmX8DecodeBody, kValI4Sym))
 
 // Dense int8 / int4 decode with X rounded to int8 (dense_x8-inl.h: VNNI + VBMI on AVX3_DL,
 // vpmaddubsw on AVX2), above the f32-X dense rows; only with KernelConfig::int8_activations (any

@@ -109,9 +109,9 @@ std::string ChosenFor(const std::string& out, const std::string& header) {
   return out.substr(b, out.find_first_of(" \n", b) - b);
 }
 
-// --int8-activations: on AVX3_DL a 2:4 int4 weight with groups of 64 decodes on the int8-X row,
-// one with groups of 32 keeps the f32-X row and says why; without the flag (or below AVX3_DL) the
-// int8-X row declines and names the reason.
+// --int8-activations: on AVX3_DL and on AVX2 a 2:4 int4 weight with groups of 64 decodes on the
+// target's int8-X row, one with groups of 32 keeps the f32-X row and says why; without the flag
+// (or on AVX3 without VNNI) the int8-X rows decline and name the reason.
 TEST(KernelTableCliTest, Int8ActivationsChooseTheIntegerRowWhereItRuns) {
   std::string out, err;
   const std::string run = "bench kernels --explain --shapes 128x256 --n 1 --patterns 2:4 "
@@ -120,12 +120,17 @@ TEST(KernelTableCliTest, Int8ActivationsChooseTheIntegerRowWhereItRuns) {
   const std::string g64 = ChosenFor(out, "128x256 2:4 int4:g64 n=1");
   const std::string g32 = ChosenFor(out, "128x256 2:4 int4:g32 n=1");
   EXPECT_THAT(g32, ::testing::Not(HasSubstr("_x8"))) << out;
-  if (IsaOf(out) == "AVX3_DL") {
-    EXPECT_EQ(g64, "i4_nm24_decode_4x1_x8__avx3_dl") << out;
+  if (IsaOf(out) == "AVX3_DL" || IsaOf(out) == "AVX2") {
+    EXPECT_EQ(g64, IsaOf(out) == "AVX2" ? "i4_nm24_decode_4x1_x8__avx2"
+                                        : "i4_nm24_decode_4x1_x8__avx3_dl") << out;
     EXPECT_THAT(out, HasSubstr("needs groups of 64 or more, the weight's are 32")) << out;
   } else {
     EXPECT_THAT(g64, ::testing::Not(HasSubstr("_x8"))) << out;
     EXPECT_THAT(out, HasSubstr("declined i4_nm24_decode_4x1_x8__avx3_dl: runs on")) << out;
+  }
+  ASSERT_EQ(RunCli("--max-isa AVX2 --int8-activations " + run, &out, &err), 0) << err;
+  if (IsaOf(out) == "AVX2") {  // (a CPU without AVX2 reports SSE4: no int8-X row)
+    EXPECT_EQ(ChosenFor(out, "128x256 2:4 int4:g64 n=1"), "i4_nm24_decode_4x1_x8__avx2") << out;
   }
   ASSERT_EQ(RunCli("--max-isa AVX3_DL " + run, &out, &err), 0) << err;
   EXPECT_THAT(ChosenFor(out, "128x256 2:4 int4:g64 n=1"), ::testing::Not(HasSubstr("_x8"))) << out;

@@ -244,13 +244,14 @@ TEST(QuantNmTest, EveryQuantizedRowHasTheBitsOfF32OnTheDequantizedWeights) {
   }
 }
 
-// The int8-X decode rows (nm_x8-inl.h, KernelConfig::int8_activations): X rounded to int8 per
-// block of 32 columns, scale s_b = max |x| / 127 of the block. Against the double product of the
-// dequantized weights and the f32 X, each output is within the rounding of X, sum over kept
-// weights of |w| * s_b / 2 (the int32 dot products are exact), plus the f32 rounding of the
-// per-64-weight epilogue (t = q.x * scale + sum x * min, one rounding each, accumulated over the
-// row's steps and summed over 16 lanes), bounded by 4 eps (steps + 20) sum (15 |scale| + |min|)
-// (|x| + s_b). Where the CPU has no AVX3_DL the rows decline on every target, and say why.
+// The int8-X decode rows (nm_x8-inl.h, KernelConfig::int8_activations; AVX3_DL and AVX2): X
+// rounded to int8 per block of 32 columns, scale s_b = max |x| / 127 of the block. Against the
+// double product of the dequantized weights and the f32 X, each output is within the rounding of
+// X, sum over kept weights of |w| * s_b / 2 (the int32 dot products are exact), plus the f32
+// rounding of the per-step epilogue (t = q.x * scale + sum x * min, one rounding each, accumulated
+// over the row's steps of 64 (AVX3_DL) or 32 (AVX2) kept weights and summed over 16 or 8 lanes),
+// bounded by 4 eps (steps + 20) sum (15 |scale| + |min|) (|x| + s_b). A row declines on every
+// target but its own, and says why.
 TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
   const QCase cases[] = {{"2:4", "int4:g64"}, {"2:4", "int4:g128"}, {"2:4", "int4:g64:sym"},
                          {"2:4", "int4:g128:sym"}};
@@ -274,7 +275,7 @@ TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
             const std::string why = cpu::Declines(kern, b.q, 0, Cfg(), true);
             if (!why.empty()) {
               if (kern.values == cpu::ValueKindOf(b.q)) {
-                EXPECT_NE(target, "AVX3_DL") << kern.name << ": " << why;
+                EXPECT_NE(target, hwy::TargetName(kern.best)) << kern.name << ": " << why;
                 EXPECT_NE(why.find("runs on"), std::string::npos) << kern.name << ": " << why;
               }
               continue;
@@ -292,7 +293,7 @@ TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
                 ASSERT_EQ(0, std::memcmp(y.data(), yt.data(), y.size() * 4)) << what << " threads";
               }
               const double eps = std::numeric_limits<float>::epsilon();
-              const int64_t steps = (nm.chunks + 3) / 4;
+              const int64_t steps = kern.best == HWY_AVX2 ? (nm.chunks + 1) / 2 : (nm.chunks + 3) / 4;
               for (int64_t t = 0; t < n; ++t) {
                 const float* xt = x.data() + t * k;
                 std::vector<double> sb(size_t((k + 31) / 32), 0.0);
@@ -342,7 +343,7 @@ TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
           KernelConfig off = Cfg();
           off.int8_activations = false;
           EXPECT_NE(cpu::ChooseKernel(b.q, 1, off).mode, cpu::KernelMode::kDecodeInt8X) << c.values;
-          if (target == "AVX3_DL") {
+          if (target == "AVX3_DL" || target == "AVX2") {
             EXPECT_EQ(on.mode, cpu::KernelMode::kDecodeInt8X) << c.values << " got " << on.name;
           }
         }
@@ -351,29 +352,28 @@ TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
     testing_cpu::MutableCfg().int8_activations = false;
   });
   EXPECT_GE(targets, 2);
-  const bool dl = std::find(KernelConfig::SupportedTargets().begin(),
-                            KernelConfig::SupportedTargets().end(),
-                            int64_t{HWY_AVX3_DL}) != KernelConfig::SupportedTargets().end();
-  if (dl) {
-    EXPECT_EQ(rows_run.size(), 2u) << "both int8-X rows (i4, i4s) ran on AVX3_DL";
+  // Each target the CPU has that an int8-X row serves ran both of its rows (i4, i4s).
+  const auto& supported = KernelConfig::SupportedTargets();
+  const auto has = [&](int64_t t) { return std::find(supported.begin(), supported.end(), t) != supported.end(); };
+  size_t want = 0;
+  for (int64_t t : {int64_t{HWY_AVX3_DL}, int64_t{HWY_AVX2}}) want += has(t) ? 2 : 0;
+  EXPECT_EQ(rows_run.size(), want);
+  if (want > 0) {
     EXPECT_GT(rounded, 0) << "the int8-X rows gave the f32 rows' bits everywhere: X was not rounded";
   } else {
-    EXPECT_TRUE(rows_run.empty());
-    std::printf("no AVX3_DL on this CPU: the int8-X rows declined on every target (checked)\n");
+    std::printf("no AVX3_DL or AVX2 on this CPU: the int8-X rows declined on every target (checked)\n");
   }
-  // Groups of 32 kept values do not fit the 64-weight step: the row declines and says so.
-  if (dl) {
-    const QBuilt g32 = BuildQ({"2:4", "int4:g32"}, 4, 128, 7);
-    KernelConfig on = Cfg().WithTarget(HWY_AVX3_DL);
-    on.int8_activations = true;
-    for (const auto& kern : cpu::KernelTable()) {
-      if (kern.mode != cpu::KernelMode::kDecodeInt8X || kern.values != cpu::ValueKind::kI4 ||
-          kern.layout == cpu::KernelLayout::kDenseQuant) {
-        continue;
-      }
-      const std::string why = cpu::Declines(kern, g32.q, 1, on);
-      EXPECT_NE(why.find("groups of 64 or more"), std::string::npos) << why;
+  // Groups of 32 kept values do not fit the rows' steps: each declines on its own target and says so.
+  const QBuilt g32 = BuildQ({"2:4", "int4:g32"}, 4, 128, 7);
+  for (const auto& kern : cpu::KernelTable()) {
+    if (kern.mode != cpu::KernelMode::kDecodeInt8X || kern.values != cpu::ValueKind::kI4 ||
+        kern.layout == cpu::KernelLayout::kDenseQuant || !has(kern.best)) {
+      continue;
     }
+    KernelConfig on = Cfg().WithTarget(kern.best);
+    on.int8_activations = true;
+    const std::string why = cpu::Declines(kern, g32.q, 1, on);
+    EXPECT_NE(why.find("groups of 64 or more"), std::string::npos) << kern.name << ": " << why;
   }
 }
 
