@@ -158,9 +158,10 @@ int main(int argc, char** argv) {
   bool int8_activations = false;
   app.add_flag("--int8-activations", int8_activations,
                "Decode with activations rounded to int8 per 32 columns, as llama.cpp does, where a "
-               "kernel for it exists (2:4 int4 weights, groups of 64 or more, on AVX-512 VNNI + "
-               "VBMI): about twice the 2:4 int4 decode kernel's speed, at ~0.5% relative error per "
-               "product (off: every product has the f32 product's bits).")
+               "kernel for it exists (2:4 int4 weights with groups of 64 or more, dense int8 / "
+               "int4 weights; on AVX-512 VNNI + VBMI and on AVX2): 1.5-4x the decode kernels' "
+               "speed, at ~0.5% relative error per product (off: every product has the f32 "
+               "product's bits).")
       ->configurable(false);
   auto& reg = Registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });

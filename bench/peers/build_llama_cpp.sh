@@ -34,14 +34,17 @@ mkdir -p "$LLSRC"
 # 2. Explicit x86 features: AVX2/FMA/F16C/BMI2 + AVX-512 F/CD/VL/DQ/BW, and AVX-512 VNNI / VBMI /
 #    BF16 and AVX-VNNI where /proc/cpuinfo lists them (llama.cpp's integer dot products use
 #    VNNI: leaving it off would handicap the peer); AMX always off (AMX tile code in the native
-#    build is the likely SIGILL). AVX512 (default: whether the CPU has avx512f) = OFF builds AVX2 only.
+#    build is the likely SIGILL). AVX512 (default: whether the CPU has avx512f) = OFF builds AVX2 only;
+#    with AVX_VNNI=OFF too it is what an AVX2-only CPU (Zen 3) runs, e.g. to compare with
+#    `sparq --max-isa AVX2` on an AVX-512 host (LLBUILD / LLLIB elsewhere, then LLAMA_CPP_LIB_PATH).
 has() { grep -qw "$1" /proc/cpuinfo && echo ON || echo OFF; }
 AVX512=${AVX512:-$(has avx512f)}
+AVX_VNNI=${AVX_VNNI:-$(has avx_vnni)}
 has512() { if [ "$AVX512" = ON ]; then has "$1"; else echo OFF; fi; }
 nice -n 10 cmake -S "$LLSRC/llama_cpp_python-$VER/vendor/llama.cpp" -B "$LLBUILD" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_CCACHE=OFF \
   -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-  -DGGML_AVX512="$AVX512" -DGGML_AVX_VNNI="$(has avx_vnni)" \
+  -DGGML_AVX512="$AVX512" -DGGML_AVX_VNNI="$AVX_VNNI" \
   -DGGML_AVX512_VBMI="$(has512 avx512vbmi)" -DGGML_AVX512_VNNI="$(has512 avx512_vnni)" \
   -DGGML_AVX512_BF16="$(has512 avx512_bf16)" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
   -DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF \

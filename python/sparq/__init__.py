@@ -546,9 +546,9 @@ def load(path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None,
     default: a GGUF's Q4_0 / Q4_1 / Q8_0 linear layers run as stored) or "f32" (dequantized).
     int8_activations: the command line's ``--int8-activations``: decode (a few tokens per
     product) rounds activations to int8 per 32 columns, as llama.cpp does, where a kernel for
-    it exists: 2:4 int4 layers with groups of 64 or more on AVX-512 VNNI + VBMI CPUs (Highway's
-    "AVX3_DL" in :func:`supported_isas`), dense int8 / int4 layers and heads (a GGUF's Q8_0 /
-    Q4_0 / Q4_1 as stored) there and on AVX2: up to twice the speed at ~0.5% relative error per
+    it exists: 2:4 int4 layers with groups of 64 or more and dense int8 / int4 layers and heads
+    (a GGUF's Q8_0 / Q4_0 / Q4_1 as stored), on AVX-512 VNNI + VBMI CPUs (Highway's "AVX3_DL" in
+    :func:`supported_isas`) and on AVX2: up to 2-4x the speed at ~0.5% relative error per
     product. Elsewhere, and for prefill, it changes nothing; off, every product has the f32
     product's bits.
     A missing file raises OSError, a malformed one ValueError, with the command line's message.

@@ -271,7 +271,7 @@ TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
           const cpu::NmWeight& nm = b.q.nm();
           for (const auto& kern : cpu::KernelTable()) {
             if (kern.mode != cpu::KernelMode::kDecodeInt8X) continue;
-            if (kern.layout == cpu::KernelLayout::kDenseQuant) continue;  // dense_quant_test.cc
+            if (kern.layout != cpu::KernelLayout::kNm24) continue;  // dense, mask: their own tests
             const std::string why = cpu::Declines(kern, b.q, 0, Cfg(), true);
             if (!why.empty()) {
               if (kern.values == cpu::ValueKindOf(b.q)) {
@@ -367,7 +367,7 @@ TEST(QuantNmTest, Int8XRowsStayWithinTheRoundingOfX) {
   const QBuilt g32 = BuildQ({"2:4", "int4:g32"}, 4, 128, 7);
   for (const auto& kern : cpu::KernelTable()) {
     if (kern.mode != cpu::KernelMode::kDecodeInt8X || kern.values != cpu::ValueKind::kI4 ||
-        kern.layout == cpu::KernelLayout::kDenseQuant || !has(kern.best)) {
+        kern.layout != cpu::KernelLayout::kNm24 || !has(kern.best)) {
       continue;
     }
     KernelConfig on = Cfg().WithTarget(kern.best);
