@@ -1,5 +1,5 @@
 // Bit-mask int4 decode with X rounded to int8 (KernelMode::kDecodeInt8X, KernelConfig::
-// int8_activations) on AVX2, where the f32-X mask rows spread each chunk's codes to its lanes
+// int8_activations), on AVX-512 VNNI + VBMI2 (the AVX3_DL section) and on AVX2, where the f32-X mask rows spread each chunk's codes to its lanes
 // through a 16-lane table permute per 8 columns and ran at a quarter of the dense int4 row's
 // speed (docs/measurements/xeon-int8-activations-avx2-2026-12-06.md). Per 32 columns (two
 // chunks, one X block) and row: each chunk's codes are read compact (MaskNibbleWord: 16 nibbles
@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "src/cpu/dense_x8-inl.h"  // RoundDenseX8Avx2, HSum8
 #include "src/cpu/kernel_entry.h"
@@ -134,7 +135,97 @@ HWY_NOINLINE void MaskX8Avx2Decode(const MaskWeight& w, const float* x8, int64_t
     }
   }
 }
-#endif  // HWY_TARGET == HWY_AVX2
+#elif HWY_TARGET == HWY_AVX3_DL
+// As nm_x8-inl.h: Highway 1.0.3's AVX3_DL target string lacks avx512vnni.
+#define SPARQ_MX8_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+
+// AVX-512 VNNI + VBMI2, per block of 64 columns and row: the block's codes one to a byte from the
+// row's next code (one 64-byte load, vpermb + vpmultishiftqb, as MaskQuantDecodeBlocks), vpexpandb
+// under the block's 64 mask bits (zeros where pruned), and two vpdpbusd: q * x and, with the mask
+// as bytes of 1, x over the kept columns. X as the dense AVX3_DL rows round it (RoundDenseX8:
+// column order; lanes 0-7 read block 0, 8-15 block 1). Against the f32-X block decode it leaves
+// out the four table permutes (vpermt2ps) per block, the port they shared with the expand.
+template <bool kSym, int R>
+SPARQ_MX8_ATTR HWY_INLINE void MaskX8Avx3Rows(const MaskWeight& w, const int8_t* xq,
+                                              const float* sx, int64_t steps, int64_t r,
+                                              float* out) {
+  const uint8_t* base = w.values.data_as<uint8_t>();
+  const uint16_t* bits = w.bits.data_as<uint16_t>() + r * w.chunks;
+  const int np = w.params_per_group();
+  const int64_t pstride = w.groups_per_row * np;
+  const uint16_t* prm = w.params.data() + r * pstride;
+  const int gs = w.group_shift;  // 32, 64 or 128 columns: a block spans one or two groups
+  int64_t s[R];
+  for (int q = 0; q < R; ++q) s[q] = w.row_ptr[r + q];
+  const __m512i win = _mm512_load_si512(kMaskBlockIdx.win);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), ones8 = _mm512_set1_epi8(1);
+  __m512 acc[R];
+  for (int q = 0; q < R; ++q) acc[q] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < steps; ++b) {
+    const __m512i xv = _mm512_loadu_si512(xq + b * 64);
+    const __m512 sxv = _mm512_loadu_ps(sx + b * 16);
+    const int64_t left = w.chunks - b * 4;  // chunks in this block (the last may have 1-3)
+    // Columns 32-63 of a short last block may lie past the row's last group (its lanes sum 0).
+    const int64_t g0 = (b * 64) >> gs, g1 = std::min((b * 64 + 32) >> gs, w.groups_per_row - 1);
+    for (int q = 0; q < R; ++q) {
+      uint64_t mq = 0;  // the block's mask bits; a short last block reads only its chunks
+      std::memcpy(&mq, bits + q * w.chunks + b * 4, left >= 4 ? 8 : static_cast<size_t>(2 * left));
+      const __m512i cb = _mm512_loadu_si512(base + (s[q] >> 1));  // (kMaskQuantTail)
+      const __m512i ctl = _mm512_load_si512(kMaskBlockIdx.ctl[s[q] & 1]);
+      const __m512i codes =
+          _mm512_and_si512(_mm512_multishift_epi64_epi8(ctl, _mm512_permutexvar_epi8(win, cb)), low4);
+      s[q] += static_cast<int64_t>(hwy::PopCount(mq));
+      const __mmask64 k = _cvtu64_mask64(mq);
+      const __m512i e = _mm512_maskz_expand_epi8(k, codes);
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e, xv);
+      const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_maskz_mov_epi8(k, ones8), xv);
+      const uint16_t* p0 = prm + q * pstride + g0 * np;
+      const uint16_t* p1 = prm + q * pstride + g1 * np;
+      // Lanes 0-7 are columns 0-31 (group g0), 8-15 columns 32-63 (g1; the same group from 64).
+      const __m512 sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(F16Lane(p0[0])),
+                                             _mm512_set1_ps(F16Lane(p1[0])));
+      __m512 t;
+      if constexpr (kSym) {  // (q - 8) summed exactly in int32
+        t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot, _mm512_slli_epi32(sum, 3))), sc);
+      } else {
+        const __m512 mn = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(F16Lane(p0[1])),
+                                               _mm512_set1_ps(F16Lane(p1[1])));
+        t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), mn));
+      }
+      acc[q] = _mm512_fmadd_ps(t, sxv, acc[q]);
+    }
+  }
+  for (int q = 0; q < R; ++q) out[q] = _mm512_reduce_add_ps(acc[q]);
+}
+
+template <bool kSym>
+SPARQ_MX8_ATTR HWY_NOINLINE void MaskX8Avx3Decode(const MaskWeight& w, const float* x8, int64_t n,
+                                                  int64_t u0, int64_t u1, float* raw) {
+  const int64_t steps = (w.chunks + 3) / 4;
+  const int64_t tok_floats = DenseX8TokenFloats(steps, 1);
+  const int64_t rows = u1 - u0;
+  float y[4];
+  for (int64_t r = u0; r < u1; r += 4) {
+    const int R = static_cast<int>(std::min<int64_t>(4, u1 - r));
+    for (int64_t t = 0; t < n; ++t) {
+      const float* tb = x8 + t * tok_floats;  // rounded once per product by RunDecodeJobs
+      const int8_t* xq = reinterpret_cast<const int8_t*>(tb);
+      const float* sx = tb + steps * 16;
+      if (R == 4) {
+        MaskX8Avx3Rows<kSym, 4>(w, xq, sx, steps, r, y);
+      } else if (R == 3) {
+        MaskX8Avx3Rows<kSym, 3>(w, xq, sx, steps, r, y);
+      } else if (R == 2) {
+        MaskX8Avx3Rows<kSym, 2>(w, xq, sx, steps, r, y);
+      } else {
+        MaskX8Avx3Rows<kSym, 1>(w, xq, sx, steps, r, y);
+      }
+      for (int q = 0; q < R; ++q) raw[t * rows + (r - u0) + q] = y[q];
+    }
+  }
+}
+#undef SPARQ_MX8_ATTR
+#endif  // HWY_TARGET == HWY_AVX2 / HWY_AVX3_DL
 
 // The row's body: rows [u0, u1) of a bit-mask int4 weight, n tokens of the staged X.
 template <int kV>
@@ -149,9 +240,17 @@ struct MaskX8DecodeBody {
       return;
     }
     MaskX8Avx2Decode<kV == kValI4Sym>(w, c.x8, c.n, c.u0, c.u1, c.raw);
+#elif HWY_TARGET == HWY_AVX3_DL
+    const MaskWeight& w = c.w->mask();
+    const int64_t steps = (w.chunks + 3) / 4;
+    if (c.x8_out != nullptr) {  // steps * 32 + 16 <= Int8XFloatsPerToken(k_pad) floats
+      RoundDenseX8<false>(c.x, w.k_pad(), c.n, steps, 1, 31, c.x8_out);
+      return;
+    }
+    MaskX8Avx3Decode<kV == kValI4Sym>(w, c.x8, c.n, c.u0, c.u1, c.raw);
 #else
     (void)c;
-    std::abort();  // the rows run on AVX2 only (their range in table_rows.h)
+    std::abort();  // the rows run on AVX3_DL and AVX2 only (their ranges in table_rows.h)
 #endif
   }
 };

@@ -161,12 +161,12 @@ TEST(MaskQuantTest, EveryQuantizedMaskRowHasTheBitsOfF32OnTheDequantizedWeight) 
   }
 }
 
-// The int8-X mask rows (mask_x8-inl.h, KernelConfig::int8_activations; AVX2): X rounded to int8
-// per block of 32 columns, scale s_b = max |x| / 127. Against the double product of the
-// dequantized weight and the f32 X, each output is within the rounding of X, sum over kept
+// The int8-X mask rows (mask_x8-inl.h, KernelConfig::int8_activations; AVX3_DL and AVX2): X
+// rounded to int8 per block of 32 columns, scale s_b = max |x| / 127. Against the double product
+// of the dequantized weight and the f32 X, each output is within the rounding of X, sum over kept
 // weights of |w| * s_b / 2 (the int32 sums are exact), plus the f32 rounding of the per-step
-// epilogue (scale * s_b and min * s_b rounded, two FMAs per step of 32 columns into 8 lanes, the
-// lanes summed), bounded by 4 eps (steps + 20) sum (15 |scale| + |min|) (|x| + s_b) over the kept
+// epilogue (a few roundings per step of 32 (AVX2) or 64 (AVX3_DL) columns into 8 or 16 lanes,
+// the lanes summed), bounded by 4 eps (steps + 20) sum (15 |scale| + |min|) (|x| + s_b) over the kept
 // weights. Pruned columns must add nothing: the weights' mins are far from 0 (MaskQuantWeights).
 // A row declines on every target but its own, and says why.
 TEST(MaskQuantTest, Int8XRowsStayWithinTheRoundingOfX) {
@@ -264,7 +264,7 @@ TEST(MaskQuantTest, Int8XRowsStayWithinTheRoundingOfX) {
           KernelConfig off = Cfg();
           off.int8_activations = false;
           EXPECT_NE(cpu::ChooseKernel(pw, 1, off).mode, cpu::KernelMode::kDecodeInt8X) << sv;
-          if (target == "AVX2") {
+          if (target == "AVX2" || target == "AVX3_DL") {
             const cpu::KernelRow& on = cpu::ChooseKernel(pw, 1, Cfg());
             EXPECT_EQ(on.mode, cpu::KernelMode::kDecodeInt8X) << sv << " got " << on.name;
           }
@@ -275,8 +275,12 @@ TEST(MaskQuantTest, Int8XRowsStayWithinTheRoundingOfX) {
   });
   EXPECT_GE(targets, 2);
   const auto& supported = KernelConfig::SupportedTargets();
-  if (std::find(supported.begin(), supported.end(), int64_t{HWY_AVX2}) != supported.end()) {
-    EXPECT_EQ(rows_run.size(), 2u) << "both int8-X mask rows (i4, i4s) ran on AVX2";
+  size_t want = 0;  // both rows (i4, i4s) of each target the CPU has
+  for (int64_t t : {int64_t{HWY_AVX3_DL}, int64_t{HWY_AVX2}}) {
+    want += std::find(supported.begin(), supported.end(), t) != supported.end() ? 2 : 0;
+  }
+  if (want > 0) {
+    EXPECT_EQ(rows_run.size(), want);
     EXPECT_GT(rounded, 0) << "the int8-X rows gave the f32 rows' bits everywhere: X was not rounded";
     std::printf("int8-X mask rows: worst error %.2f of the bound\n", worst);
   } else {
