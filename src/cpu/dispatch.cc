@@ -180,10 +180,6 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
       return "its step is 64 kept values: needs groups of 64 or more, the weight's are " +
              std::to_string(1 << w.nm().group_shift);
     }
-    if (w.kind() == PackedKind::kMask && w.mask().group_shift < 5) {
-      return "its step is 32 columns: needs groups of 32 or more, the weight's are " +
-             std::to_string(1 << w.mask().group_shift);
-    }
   }
   if (any_n) return {};
   if (n < row.min_n || n > row.max_n) {
@@ -234,8 +230,7 @@ const KernelRow& ChooseKernel(const PackedWeight& w, int64_t n, const KernelConf
       continue;
     }
     if (row.mode == KernelMode::kDecodeInt8X &&
-        (!cfg.int8_activations || (w.kind() == PackedKind::kNm && w.nm().group_shift < 6) ||
-         (w.kind() == PackedKind::kMask && w.mask().group_shift < 5))) {
+        (!cfg.int8_activations || (w.kind() == PackedKind::kNm && w.nm().group_shift < 6))) {
       continue;
     }
     if ((DecodeMode(row.mode) && n > limit) ||

@@ -28,7 +28,6 @@
 #include "src/cpu/row_groups-inl.h"
 #include "src/cpu/mask-inl.h"
 #include "src/cpu/mask_quant-inl.h"
-#include "src/cpu/mask_x8-inl.h"
 #include "src/cpu/dense_quant-inl.h"
 #include "src/cpu/dense_x8-inl.h"
 #include "src/cpu/kernel_entry.h"

@@ -109,19 +109,6 @@
   ROW(i4s_dense_decode_4x1_x8__avx2, kDenseQuant, I4Sym, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, \
       0, 16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI4Sym))
 
-// Bit-mask int4 decode with X rounded to int8 (mask_x8-inl.h: vpexpandb + vpdpbusd on AVX3_DL,
-// vpshufb spread + vpmaddubsw on AVX2), above the f32-X mask rows; only with
-// KernelConfig::int8_activations.
-#define SPARQ_MASK_X8_ROWS(ROW)                                                                   \
-  ROW(i4_mask_decode_4x1_x8__avx3_dl, kMask, I4, kDecodeInt8X, "4x1", HWY_AVX3_DL, HWY_AVX3_DL, 0, \
-      16, RunDecode, 0, SPARQ_BODY(MaskX8DecodeBody, kValI4))                                      \
-  ROW(i4s_mask_decode_4x1_x8__avx3_dl, kMask, I4Sym, kDecodeInt8X, "4x1", HWY_AVX3_DL,            \
-      HWY_AVX3_DL, 0, 16, RunDecode, 0, SPARQ_BODY(MaskX8DecodeBody, kValI4Sym))                   \
-  ROW(i4_mask_decode_4x1_x8__avx2, kMask, I4, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, 0, 16,      \
-      RunDecode, 0, SPARQ_BODY(MaskX8DecodeBody, kValI4))                                          \
-  ROW(i4s_mask_decode_4x1_x8__avx2, kMask, I4Sym, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, 0, 16,  \
-      RunDecode, 0, SPARQ_BODY(MaskX8DecodeBody, kValI4Sym))
-
 #define SPARQ_KERNEL_ROWS(ROW)                                                                    \
   ROW(f32_dense_blas, kDenseF32, F32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX, \
       RunDenseBlas, 0, SPARQ_BODY(NoBody))                                                         \
@@ -137,7 +124,6 @@
   SPARQ_DENSE_QUANT_ROWS(ROW, i4s, I4Sym)                                                         \
   SPARQ_FLOAT_ROWS(ROW, f32, F32, false)                                                          \
   SPARQ_FLOAT_ROWS(ROW, bf16, Bf16, true)                                                         \
-  SPARQ_MASK_X8_ROWS(ROW)                                                                         \
   SPARQ_MASK_ROWS(ROW, i8, I8)                                                                    \
   SPARQ_MASK_ROWS(ROW, i4, I4)                                                                    \
   SPARQ_MASK_ROWS(ROW, i4s, I4Sym)                                                                \

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -151,140 +150,13 @@ TEST(MaskQuantTest, EveryQuantizedMaskRowHasTheBitsOfF32OnTheDequantizedWeight) 
   for (int64_t t : KernelConfig::SupportedTargets()) {
     for (const auto& kern : cpu::KernelTable()) {
       if (kern.layout != cpu::KernelLayout::kMask || kern.values == cpu::ValueKind::kF32 ||
-          kern.values == cpu::ValueKind::kBf16 || kern.mode == cpu::KernelMode::kDecodeInt8X) {
-        continue;  // (the int8-X rows: Int8XRowsStayWithinTheRoundingOfX)
+          kern.values == cpu::ValueKind::kBf16) {
+        continue;
       }
       if (t < kern.best || t > kern.worst) continue;
       EXPECT_TRUE(rows_run.count(std::string(hwy::TargetName(t)) + " " + kern.name))
           << kern.name << " never ran on " << hwy::TargetName(t);
     }
-  }
-}
-
-// The int8-X mask rows (mask_x8-inl.h, KernelConfig::int8_activations; AVX3_DL and AVX2): X
-// rounded to int8 per block of 32 columns, scale s_b = max |x| / 127. Against the double product
-// of the dequantized weight and the f32 X, each output is within the rounding of X, sum over kept
-// weights of |w| * s_b / 2 (the int32 sums are exact), plus the f32 rounding of the per-step
-// epilogue (a few roundings per step of 32 (AVX2) or 64 (AVX3_DL) columns into 8 or 16 lanes,
-// the lanes summed), bounded by 4 eps (steps + 20) sum (15 |scale| + |min|) (|x| + s_b) over the kept
-// weights. Pruned columns must add nothing: the weights' mins are far from 0 (MaskQuantWeights).
-// A row declines on every target but its own, and says why.
-TEST(MaskQuantTest, Int8XRowsStayWithinTheRoundingOfX) {
-  const char* specs[] = {"int4:g64", "int4:g32", "int4:g128", "int4:g64:sym", "int4:g32:sym"};
-  const int64_t ms[] = {1, 5, 33};
-  const int64_t ks[] = {7, 48, 100, 576, 1536};
-  const int64_t ns[] = {1, 3, 16};
-  ThreadPool pool2(2), pool3(3);
-  std::set<std::string> rows_run;
-  int rounded = 0;  // outputs where the int8 row differs from the f32 row: it did round X
-  double worst = 0;  // the largest |y - want| / bound seen
-  uint64_t seed = 1900;
-  const double eps = std::numeric_limits<float>::epsilon();
-  cpu::PackOptions opt;
-  opt.csr_layout = CsrLayout::kBitmask;
-  const int targets = ForEachTarget([&](const std::string& target) {
-    testing_cpu::MutableCfg().int8_activations = true;
-    for (const char* sv : specs) {
-      const ValueSpec spec = *ValueSpec::Parse(sv);
-      for (int64_t m : ms) {
-        for (int64_t k : ks) {
-          const std::vector<float> w0 = MaskQuantWeights(m, k, spec.group, seed++);
-          auto q = CsrMatrix::Quantize(*CsrMatrix::FromDense(w0, m, k), spec, {}, "w");
-          ASSERT_TRUE(q.ok()) << q.status().ToString();
-          auto packed = cpu::Pack(*q, "w", opt);
-          ASSERT_TRUE(packed.ok()) << packed.status().ToString();
-          const cpu::PackedWeight& pw = *packed;
-          const cpu::MaskWeight& mw = pw.mask();
-          for (const auto& kern : cpu::KernelTable()) {
-            if (kern.mode != cpu::KernelMode::kDecodeInt8X || kern.layout != cpu::KernelLayout::kMask) {
-              continue;
-            }
-            const std::string why = cpu::Declines(kern, pw, 0, Cfg(), true);
-            if (!why.empty()) {
-              if (kern.values == cpu::ValueKindOf(pw)) {
-                EXPECT_NE(target, hwy::TargetName(kern.best)) << kern.name << ": " << why;
-                EXPECT_NE(why.find("runs on"), std::string::npos) << kern.name << ": " << why;
-              }
-              continue;
-            }
-            rows_run.insert(target + " " + kern.name);
-            const cpu::KernelRow* twin = RowNamed(std::string(kern.values == cpu::ValueKind::kI4 ? "i4" : "i4s") +
-                                                  "_mask_decode_4xT");
-            ASSERT_NE(twin, nullptr);
-            const int64_t steps = (mw.chunks + 1) / 2;
-            for (int64_t n : ns) {
-              const std::string what = target + " " + sv + " " + kern.name + " m=" +
-                                       std::to_string(m) + " k=" + std::to_string(k) +
-                                       " n=" + std::to_string(n);
-              std::vector<float> x = RandomVector(size_t(n * k), 40 + n);
-              for (size_t i = 0; i < x.size(); i += 37) x[i] *= 30.0f;  // outlier channels
-              const std::vector<float> y = RunRow(kern, pw, x, m, k, n, nullptr);
-              for (ThreadPool* p : {&pool2, &pool3}) {
-                const std::vector<float> yt = RunRow(kern, pw, x, m, k, n, p);
-                ASSERT_EQ(0, std::memcmp(y.data(), yt.data(), y.size() * 4)) << what << " threads";
-              }
-              const uint16_t* bits = mw.bits.data_as<uint16_t>();
-              for (int64_t t = 0; t < n; ++t) {
-                const float* xt = x.data() + t * k;
-                std::vector<double> sb(size_t((k + 31) / 32), 0.0);
-                for (int64_t col = 0; col < k; ++col) {
-                  sb[size_t(col / 32)] = std::max(sb[size_t(col / 32)], std::fabs(double(xt[col])) / 127);
-                }
-                for (int64_t r = 0; r < m; ++r) {
-                  double want = 0, round_x = 0, f32 = 0;
-                  int64_t p = mw.row_ptr[r];
-                  for (int64_t col = 0; col < k; ++col) {
-                    if (!((bits[r * mw.chunks + col / 16] >> (col % 16)) & 1)) continue;
-                    const double wv = Dequantized(mw, r, col, p++);
-                    const size_t gi = size_t((r * mw.groups_per_row + col / spec.group) * mw.params_per_group());
-                    const double sc = std::fabs(double(F16ToF32(mw.params[gi])));
-                    const double mn = spec.has_min() ? std::fabs(double(F16ToF32(mw.params[gi + 1]))) : 8 * sc;
-                    const double sbc = sb[size_t(col / 32)];
-                    want += wv * xt[col];
-                    round_x += std::fabs(wv) * sbc / 2;
-                    f32 += (15 * sc + mn) * (std::fabs(double(xt[col])) + sbc);
-                  }
-                  const double got = y[size_t(t * m + r)];
-                  const double bound = round_x * (1 + 1e-5) + 4 * eps * double(steps + 20) * f32;
-                  ASSERT_LE(std::fabs(got - want), bound)
-                      << what << " t=" << t << " r=" << r << " got " << got << " want " << want;
-                  if (bound > 0) worst = std::max(worst, std::fabs(got - want) / bound);
-                }
-              }
-              // A NaN in X gives NaN outputs (as the f32 rows': 0 * NaN in a pruned lane).
-              std::vector<float> xn = x;
-              xn[size_t(k / 2)] = std::numeric_limits<float>::quiet_NaN();
-              const std::vector<float> yn = RunRow(kern, pw, xn, m, k, n, nullptr);
-              for (int64_t r = 0; r < m; ++r) EXPECT_TRUE(std::isnan(yn[size_t(r)])) << what << " r=" << r;
-              const std::vector<float> yf = RunRow(*twin, pw, x, m, k, n, nullptr);
-              for (size_t i = 0; i < y.size(); ++i) rounded += y[i] != yf[i];
-            }
-          }
-          // Dispatch takes the row with the switch on (where it runs), never with it off.
-          KernelConfig off = Cfg();
-          off.int8_activations = false;
-          EXPECT_NE(cpu::ChooseKernel(pw, 1, off).mode, cpu::KernelMode::kDecodeInt8X) << sv;
-          if (target == "AVX2" || target == "AVX3_DL") {
-            const cpu::KernelRow& on = cpu::ChooseKernel(pw, 1, Cfg());
-            EXPECT_EQ(on.mode, cpu::KernelMode::kDecodeInt8X) << sv << " got " << on.name;
-          }
-        }
-      }
-    }
-    testing_cpu::MutableCfg().int8_activations = false;
-  });
-  EXPECT_GE(targets, 2);
-  const auto& supported = KernelConfig::SupportedTargets();
-  size_t want = 0;  // both rows (i4, i4s) of each target the CPU has
-  for (int64_t t : {int64_t{HWY_AVX3_DL}, int64_t{HWY_AVX2}}) {
-    want += std::find(supported.begin(), supported.end(), t) != supported.end() ? 2 : 0;
-  }
-  if (want > 0) {
-    EXPECT_EQ(rows_run.size(), want);
-    EXPECT_GT(rounded, 0) << "the int8-X rows gave the f32 rows' bits everywhere: X was not rounded";
-    std::printf("int8-X mask rows: worst error %.2f of the bound\n", worst);
-  } else {
-    EXPECT_TRUE(rows_run.empty());
   }
 }
 
