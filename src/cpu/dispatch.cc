@@ -177,7 +177,9 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
   if (row.mode == KernelMode::kDecodeInt8X) {
     if (!cfg.int8_activations) return "rounds X to int8: off (--int8-activations turns it on)";
     if (w.kind() == PackedKind::kNm && w.nm().group_shift < 6) {
-      return "its step is 64 kept values: needs groups of 64 or more, the weight's are " +
+      // The AVX2 rows' step is 32 kept values; they keep the AVX-512 rows' rule (one dispatch
+      // rule per layout; groups of 32 kept values are rare: 2:4 defaults to g64).
+      return "its step (64 kept values on AVX-512) needs groups of 64 or more, the weight's are " +
              std::to_string(1 << w.nm().group_shift);
     }
   }
