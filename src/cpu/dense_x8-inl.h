@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "src/cpu/kernel_entry.h"
 #include "src/cpu/simd-inl.h"
@@ -377,32 +378,44 @@ inline void DenseX8Round(const DenseQuantWeight& w, const float* x, int64_t n, f
                                  w.group_shift, out);
 }
 
-template <int kV>
-HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x8,
-                                    int64_t n, int64_t u0, int64_t u1, float* raw) {
-  const int64_t steps = (w.k_pad + 31) / 32;
-  const int64_t tok_floats = DenseX8Avx2TokenFloats(steps, w.groups_per_row);
-  const float* buf = x8;  // rounded once per product by RunDecodeJobs (x8_out)
+// The AVX2 int8-X rows' driver (dense here, 2:4 in nm_x8-inl.h): rows [u0, u1) in blocks of 4
+// against n tokens into raw[t][row - u0]; rows_fn(std::integral_constant<int, R>, r, t, y)
+// writes the R rows' outputs for token t to y. All n tokens run on a block of rows while it is
+// in L1. (The AVX3_DL bodies keep their own: they carry a target attribute this lacks.)
+template <class RowsFn>
+HWY_INLINE void X8Avx2RowBlocks(int64_t n, int64_t u0, int64_t u1, float* raw,
+                                const RowsFn& rows_fn) {
   const int64_t rows = u1 - u0;
   float y[4];
   for (int64_t r = u0; r < u1; r += 4) {
     const int R = static_cast<int>(std::min<int64_t>(4, u1 - r));
     for (int64_t t = 0; t < n; ++t) {
-      const float* tb = buf + t * tok_floats;
-      const DenseX8Avx2Token xt{reinterpret_cast<const int8_t*>(tb), tb + steps * 8,
-                                tb + steps * 8 + Pad8(steps)};
       if (R == 4) {
-        DenseX8Avx2Rows<kV, 4>(w, xt, steps, r, y);
+        rows_fn(std::integral_constant<int, 4>(), r, t, y);
       } else if (R == 3) {
-        DenseX8Avx2Rows<kV, 3>(w, xt, steps, r, y);
+        rows_fn(std::integral_constant<int, 3>(), r, t, y);
       } else if (R == 2) {
-        DenseX8Avx2Rows<kV, 2>(w, xt, steps, r, y);
+        rows_fn(std::integral_constant<int, 2>(), r, t, y);
       } else {
-        DenseX8Avx2Rows<kV, 1>(w, xt, steps, r, y);
+        rows_fn(std::integral_constant<int, 1>(), r, t, y);
       }
       for (int q = 0; q < R; ++q) raw[t * rows + (r - u0) + q] = y[q];
     }
   }
+}
+
+template <int kV>
+HWY_NOINLINE void DenseX8Avx2Decode(const DenseQuantWeight& w, const float* x8,
+                                    int64_t n, int64_t u0, int64_t u1, float* raw) {
+  const int64_t steps = (w.k_pad + 31) / 32;
+  const int64_t tok_floats = DenseX8Avx2TokenFloats(steps, w.groups_per_row);
+  // x8: rounded once per product by RunDecodeJobs (x8_out)
+  X8Avx2RowBlocks(n, u0, u1, raw, [&](auto rc, int64_t r, int64_t t, float* y) {
+    const float* tb = x8 + t * tok_floats;
+    const DenseX8Avx2Token xt{reinterpret_cast<const int8_t*>(tb), tb + steps * 8,
+                              tb + steps * 8 + Pad8(steps)};
+    DenseX8Avx2Rows<kV, decltype(rc)::value>(w, xt, steps, r, y);
+  });
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL / HWY_AVX2
 

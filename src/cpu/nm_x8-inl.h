@@ -271,26 +271,11 @@ HWY_NOINLINE void NmX8Avx2Decode(const NmWeight& w, const float* x8, int64_t n, 
                                  int64_t u1, float* raw) {
   const int64_t steps = (w.chunks + 1) / 2;
   const int64_t tok_floats = NmX8Avx2TokenFloats(steps);
-  const int64_t rows = u1 - u0;
-  float y[4];
-  for (int64_t r = u0; r < u1; r += 4) {
-    const int R = static_cast<int>(std::min<int64_t>(4, u1 - r));
-    for (int64_t t = 0; t < n; ++t) {
-      const float* tb = x8 + t * tok_floats;  // rounded once per product by RunDecodeJobs
-      const int8_t* xq = reinterpret_cast<const int8_t*>(tb);
-      const float* sx = tb + steps * 16;
-      if (R == 4) {
-        NmX8Avx2Rows<kSym, 4>(w, xq, sx, steps, r, y);
-      } else if (R == 3) {
-        NmX8Avx2Rows<kSym, 3>(w, xq, sx, steps, r, y);
-      } else if (R == 2) {
-        NmX8Avx2Rows<kSym, 2>(w, xq, sx, steps, r, y);
-      } else {
-        NmX8Avx2Rows<kSym, 1>(w, xq, sx, steps, r, y);
-      }
-      for (int q = 0; q < R; ++q) raw[t * rows + (r - u0) + q] = y[q];
-    }
-  }
+  X8Avx2RowBlocks(n, u0, u1, raw, [&](auto rc, int64_t r, int64_t t, float* y) {
+    const float* tb = x8 + t * tok_floats;  // rounded once per product by RunDecodeJobs
+    NmX8Avx2Rows<kSym, decltype(rc)::value>(w, reinterpret_cast<const int8_t*>(tb),
+                                            tb + steps * 16, steps, r, y);
+  });
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL / HWY_AVX2
 
