@@ -528,7 +528,8 @@ class Model:
         """Writes the model as a .sparq checkpoint the command line reads (atomically). Models
         from :func:`prune_model` or loaded from a .sparq file only: their checkpoint is copied
         byte for byte. A GGUF / Hugging Face model raises ValueError (prune_model with
-        pattern="dense" and out=PATH writes one)."""
+        pattern="dense" and out=PATH writes one). OSError where the file cannot be written (a
+        missing folder, say); nothing is left behind then."""
         self._m.save(os.fspath(path))
 
     def __repr__(self) -> str:

@@ -279,6 +279,21 @@ def test_save_load_round_trip(tiny_model_dir, text_file, tmp_path, sparq_cli):
     assert not os.path.exists(tmp)
 
 
+def test_save_into_a_missing_folder_raises_and_writes_nothing(model, tiny_model_dir, text_file,
+                                                              tmp_path):
+    text = pathlib.Path(text_file).read_bytes().decode()
+    pruned = sparq.prune_model(model, "2:4", method="magnitude", calib=text, calib_samples=4,
+                               calib_len=64)
+    missing = tmp_path / "no-such-dir"
+    with pytest.raises(OSError, match="no-such-dir"):
+        pruned.save(missing / "x.sparq")
+    # A GGUF / Hugging Face model refuses before it opens anything.
+    with pytest.raises(ValueError, match="not a .sparq"):
+        model.save(missing / "y.sparq")
+    # An atomic write's temporary file sits beside the target: neither was created.
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_errors_name_the_file_and_the_problem(model, tiny_model_dir, tmp_path):
     missing = str(tmp_path / "nope.gguf")
     with pytest.raises(OSError, match="nope.gguf"):
