@@ -1,4 +1,5 @@
-// `sparq quantize MODEL --values int4:g64 [--quant-method gptq|rtn] --calib TEXT -o OUT.sparq`:
+// `sparq quantize MODEL --values int4:g64 [--quant-method gptq|rtn] [--act-order] --calib TEXT
+// -o OUT.sparq`:
 // weight-only quantization of a whole Llama model, `sparq prune` with the dense pattern
 // (PruneLlama in sparq/model.h): every block linear is stored as a dense quantized matrix, its
 // groups fitted by GPTQ (SparseGPT's sweep with no mask, block by block on calibration inputs) or
@@ -22,6 +23,7 @@ struct QuantizeCliOptions {
   std::string include;
   int64_t calib_samples = 64, calib_len = 512, blocks = -1;
   double damp = 0.01;
+  bool act_order = false;
   uint64_t seed = 0;
   int threads = 0;
   JsonOutput json;
@@ -41,6 +43,7 @@ Status RunQuantize(const QuantizeCliOptions& o, const KernelConfig& cfg) {
   opt.calib_len = o.calib_len;
   opt.max_blocks = o.blocks;
   opt.damp = o.damp;
+  opt.act_order = o.act_order;
   opt.seed = o.seed;
   if (!o.include.empty()) opt.include = o.include;
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.calib));
@@ -92,6 +95,9 @@ Registrar reg(
       sub.add_option("--blocks", o->blocks, "Quantize only the first N blocks (-1: all)");
       sub.add_option("--damp", o->damp, "GPTQ dampening (fraction of mean diag H)")
           ->capture_default_str();
+      sub.add_flag("--act-order", o->act_order,
+                   "GPTQ in order of decreasing input energy (H_jj), groups fitted before the "
+                   "sweep on the given weights (static groups)");
       sub.add_option("--seed", o->seed, "Calibration sampling seed")->capture_default_str();
       sub.add_option("--threads", o->threads, "Threads");
       o->json.Register(sub, "the report (with timings)");

@@ -295,6 +295,9 @@ struct ModelPruneOptions {
   std::optional<ValueSpec> embedding_values;
   enum class QuantMethod { kGptq, kRtn } quant_method = QuantMethod::kGptq;
   bool permute = false;              // channel permutation for N:M / V:N:M
+  // GPTQ's act-order (PruneOptions::act_order, static groups): the dense pattern only (`sparq
+  // quantize`, also keeping a pruned .sparq's masks), GPTQ only.
+  bool act_order = false;
   // Bounds of the permutation search per layer (see PermuteOptions). Work bounds, not a clock,
   // so that pruning twice with the same flags gives byte-identical checkpoints on any machine.
   double permute_time_budget_s = 0.0;   // <= 0: none

@@ -174,6 +174,13 @@ struct PruneOptions {
   // on an already pruned weight); magnitude and Wanda zero the others. `pattern` must hold for
   // it (checked), and it rules out `permute`. Re-quantizing a fine-tuned sparse model uses it.
   std::span<const uint8_t> fixed_mask;
+  // GPTQ's act-order (Frantar et al. 2022, "desc_act"): SparseGPT sweeps the columns in order of
+  // decreasing H_jj, so the inputs with the most energy are quantized first and the others absorb
+  // their error. The quantizer's groups stay column ranges of the original order (what the stored
+  // formats hold), so they are fitted before the sweep on the weights as given ("static groups").
+  // Needs SparseGPT with a quantizer, and a dense pattern or a fixed mask: the N:M and
+  // unstructured masks are chosen in column order as the sweep reaches them.
+  bool act_order = false;
   ThreadPool* pool = nullptr;  // null: single-threaded row loops
   // Compute ReconstructionError for the report (costs two m x k x k dgemms).
   bool compute_error = true;

@@ -270,6 +270,7 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   po.what = job.name;
   po.fixed_mask = fixed_mask;
   if (!fixed_mask.empty()) po.permute = false;
+  po.act_order = opt.act_order && gptq;
   std::optional<GroupQuantizer> gq;
   if (gptq) {
     SPARQ_ASSIGN_OR_RETURN(GroupQuantizer q,
@@ -386,6 +387,17 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
       opt.pattern.kind != PatternKind::kUnstructured) {
     return InvalidInput("prune: --allocation owl spreads an unstructured sparsity over the blocks; " +
                         opt.pattern.ToString() + " fixes every layer's sparsity");
+  }
+  if (opt.act_order && (!opt.values.quantized() ||
+                        opt.quant_method != ModelPruneOptions::QuantMethod::kGptq)) {
+    return InvalidInput("prune: act-order orders GPTQ's sweep: it needs int8 / int4 values and "
+                        "--quant-method gptq");
+  }
+  if (opt.act_order && opt.pattern.kind != PatternKind::kDense) {
+    return InvalidInput("prune: act-order runs GPTQ on dense weights or with the masks fixed "
+                        "(`sparq quantize`, also on a pruned .sparq); pattern " +
+                        opt.pattern.ToString() + " chooses its masks in column order during the "
+                        "sweep");
   }
   if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM &&
       opt.pattern.kind != PatternKind::kDense && PickFormat(opt.pattern) != FormatKind::kCsr) {
@@ -658,6 +670,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   if (opt.values.quantized()) {
     how["quant_method"] =
         opt.quant_method == ModelPruneOptions::QuantMethod::kGptq ? "gptq" : "rtn";
+    if (opt.act_order) how["act_order"] = true;
   }
   ck.metadata["sparq.prune"] = how.dump();
   SPARQ_RETURN_IF_ERROR(WriteCheckpoint(out_path, ck));

@@ -167,6 +167,18 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
       return InvalidInput(what + ": the fixed mask does not satisfy pattern " + pattern.ToString());
     }
   }
+  if (opt.act_order) {
+    if (opt.method != PruneMethod::kSparseGpt || opt.quantizer == nullptr) {
+      return InvalidInput(what + ": act-order orders GPTQ's sweep: it needs SparseGPT's sweep with "
+                          "quantized values");
+    }
+    if (pattern.kind != PatternKind::kDense && opt.fixed_mask.empty()) {
+      return InvalidInput(what + ": act-order needs a dense pattern or a fixed mask (quantize a "
+                          "pruned checkpoint): pattern " + pattern.ToString() +
+                          " chooses its mask in column order during the sweep");
+    }
+    if (opt.permute) return InvalidInput(what + ": act-order and channel permutation exclude each other");
+  }
   if (opt.method == PruneMethod::kSparseGpt && !(opt.damp >= 0.0 && std::isfinite(opt.damp))) {
     return InvalidInput(what + ": damp must be a finite value >= 0");
   }
@@ -205,7 +217,9 @@ Result<PruneReport> Prune(std::span<float> w, int64_t m, int64_t k, std::span<co
   }
 
   if (opt.method == PruneMethod::kSparseGpt) {
-    SPARQ_RETURN_IF_ERROR(prune_internal::SparseGpt(cur, m, k, hw, pattern, opt, &rep));
+    SPARQ_RETURN_IF_ERROR(opt.act_order
+                              ? prune_internal::SparseGptActOrder(cur, m, k, hw, pattern, opt, &rep)
+                              : prune_internal::SparseGpt(cur, m, k, hw, pattern, opt, &rep));
   } else {
     std::vector<float> scores = opt.method == PruneMethod::kMagnitude
                                     ? prune_internal::MagnitudeScores(cur)

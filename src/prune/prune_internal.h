@@ -13,6 +13,11 @@ namespace sparq::prune_internal {
 Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const double> h,
                  const Pattern& p, const PruneOptions& opt, PruneReport* report);
 
+// SparseGPT with opt.act_order (PruneOptions): static groups fitted, columns swept in order of
+// decreasing H_jj, W returned in its original column order.
+Status SparseGptActOrder(std::span<float> w, int64_t m, int64_t k, std::span<const double> h,
+                         const Pattern& p, const PruneOptions& opt, PruneReport* report);
+
 // Upper Cholesky factor U of (H + lambda I)^-1 (Hinv = U^T U), in double, k x k row-major.
 // Returns false if H + lambda I is not positive definite.
 bool InverseCholeskyUpper(std::span<const double> h, int64_t k, double lambda,

@@ -352,4 +352,70 @@ Status SparseGpt(std::span<float> w, int64_t m, int64_t k, std::span<const doubl
   return Status::Ok();
 }
 
+namespace {
+
+// The swept (permuted) column j is original column perm[j]: the inner quantizer's static groups
+// are looked up there. No lazy fitting (group_size 0): the groups were fitted before the sweep.
+class PermutedQuantizer : public Quantizer {
+ public:
+  PermutedQuantizer(const Quantizer& inner, const std::vector<int32_t>& perm)
+      : inner_(inner), perm_(perm) {}
+  float Quantize(int64_t row, int64_t col, float w) const override {
+    return inner_.Quantize(row, perm_[static_cast<size_t>(col)], w);
+  }
+
+ private:
+  const Quantizer& inner_;
+  const std::vector<int32_t>& perm_;
+};
+
+}  // namespace
+
+Status SparseGptActOrder(std::span<float> w, int64_t m, int64_t k, std::span<const double> h,
+                         const Pattern& p, const PruneOptions& opt, PruneReport* report) {
+  if (m == 0 || k == 0) return Status::Ok();
+  Quantizer* quant = opt.quantizer;
+  std::vector<uint8_t> ones;
+  std::span<const uint8_t> mask = opt.fixed_mask;
+  if (mask.empty()) {
+    ones.assign(static_cast<size_t>(m * k), 1);
+    mask = ones;
+  }
+  // Static groups: each group's grid from the weights as given (the stored formats keep groups
+  // as column ranges of the original order, which the permuted sweep visits out of order).
+  if (const int64_t g = quant->group_size(); g > 0) {
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < k; c += g) {
+        quant->FitGroup(r, c, &w[r * k + c], &mask[r * k + c], std::min(g, k - c));
+      }
+    }
+  }
+  // Decreasing H_jj; ties (and dead inputs, H_jj = 0, last) in column order.
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](int32_t a, int32_t b) { return h[a * k + a] > h[b * k + b]; });
+  std::vector<float> wp(static_cast<size_t>(m * k));
+  PermuteColumns(w, wp, m, k, perm);
+  std::vector<double> hp(static_cast<size_t>(k * k));
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < k; ++j) hp[i * k + j] = h[perm[i] * k + perm[j]];
+  }
+  std::vector<uint8_t> maskp;
+  PruneOptions o = opt;
+  if (!opt.fixed_mask.empty()) {
+    maskp.resize(static_cast<size_t>(m * k));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < k; ++j) maskp[r * k + j] = opt.fixed_mask[r * k + perm[j]];
+    }
+    o.fixed_mask = maskp;
+  }
+  PermutedQuantizer pq(*quant, perm);
+  o.quantizer = &pq;
+  o.act_order = false;
+  SPARQ_RETURN_IF_ERROR(SparseGpt(wp, m, k, hp, p, o, report));
+  UnpermuteColumns(wp, w, m, k, perm);
+  return Status::Ok();
+}
+
 }  // namespace sparq::prune_internal

@@ -559,6 +559,31 @@ TEST_F(PruneModelTest, QuantizingAPrunedCheckpointKeepsItsMasks) {
                 p1, p2);
     EXPECT_LT(p2, p1 * 1.10);
 
+    // The same with act-order: the masks survive bit for bit, the run is recorded, and the
+    // perplexity stays within the same bound.
+    q.act_order = true;
+    const std::string out_ao = Out(std::string("requant-ao-") + pattern + ".sparq");
+    r = PruneLlama(pruned, calib_, q, out_ao, testing::MachineConfig(), &pool);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto ck_ao = ReadCheckpoint(out_ao);
+    ASSERT_TRUE(ck_ao.ok()) << ck_ao.status().ToString();
+    EXPECT_NE(ck_ao->metadata.at("sparq.prune").find("\"act_order\":true"), std::string::npos);
+    for (const CheckpointTensor& ct : ck_ao->matrices) {
+      if (ct.name.rfind("blk.0.", 0) != 0) continue;
+      const Tensor a = ToDense(in->FindMatrix(ct.name)->matrix), b = ToDense(ct.matrix);
+      int64_t moved = 0;
+      for (uint64_t i = 0; i < a.numel(); ++i) {
+        moved += (a.data_as<float>()[i] == 0.0f) && (b.data_as<float>()[i] != 0.0f);
+      }
+      EXPECT_EQ(moved, 0) << ct.name << ": pruned weights that became nonzero under act-order";
+    }
+    auto m3 = LlamaModel::Load(out_ao, testing::MachineConfig());
+    ASSERT_TRUE(m3.ok()) << m3.status().ToString();
+    const double p3 = Ppl(*m3);
+    std::printf("%s int4:g64 keeping the masks, act-order: %.3f\n", pattern, p3);
+    EXPECT_LT(p3, p1 * 1.10);
+    std::remove(out_ao.c_str());
+
     ModelPruneOptions again = SmallOptions(PruneMethod::kSparseGpt, "2:4");
     auto bad = PruneLlama(pruned, calib_, again, Out("x.sparq"), testing::MachineConfig(), &pool);
     ASSERT_FALSE(bad.ok());
@@ -581,6 +606,22 @@ TEST_F(PruneModelTest, BadOptionsAreErrors) {
   r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("fewer than --calib-len"), std::string::npos);
+  // act-order: GPTQ only, and only where the masks do not come from the sweep.
+  o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.values = *ValueSpec::Parse("int4:g64");
+  o.act_order = true;
+  r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("chooses its masks in column order"), std::string::npos)
+      << r.status().ToString();
+  o = SmallOptions(PruneMethod::kSparseGpt, "dense");
+  o.values = *ValueSpec::Parse("int4:g64");
+  o.act_order = true;
+  o.quant_method = ModelPruneOptions::QuantMethod::kRtn;
+  r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--quant-method gptq"), std::string::npos)
+      << r.status().ToString();
   EXPECT_FALSE(LlamaModel::Load(Out("does-not-exist.sparq"), testing::MachineConfig()).ok());
 }
 
