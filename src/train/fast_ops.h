@@ -64,7 +64,8 @@ Status LinearBackwardInput(std::span<const float> dy, std::span<const float> w, 
 Status LinearBackwardWeight(std::span<const float> dy, std::span<const float> x, int64_t n,
                             int64_t k, int64_t m, std::span<float> dw, ThreadPool* pool);
 // dw_kept[i] += (dY^T X)[kept[i]] (kept: flat indices into W[m, k], each in range; repeats are
-// allowed as in the reference). Computes the dense [m, k] product, then gathers.
+// allowed as in the reference). At most 20% kept, strictly ascending (a mask's positions): only
+// the kept dot products (cpu::MaskedWeightGrad); otherwise the dense [m, k] product, then gathers.
 Status LinearBackwardWeightMasked(std::span<const float> dy, std::span<const float> x, int64_t n,
                                   int64_t k, int64_t m, std::span<const int64_t> kept,
                                   std::span<float> dw_kept, ThreadPool* pool);

@@ -1,0 +1,281 @@
+// MaskedWeightGrad (sparq/sddmm.h): dW at the kept positions only, one dot product over the tokens
+// per kept weight. dY and X are first transposed into token tiles ([tile][row][T], tokens
+// contiguous, 64-byte aligned); then, tile by tile, each row's kept weights of a column block
+// (whose X^T slice stays in L1) are taken 16 at a time (AVX-512): 16 sums over the tile's tokens,
+// reduced together (a transpose-and-add tree, 45 shuffles and adds) into 16 values added to
+// dw_kept with one vector. A dense dY^T X does twice the work at 2:4 and 10x at 90%.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/cpu/sddmm.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstdint>
+
+#ifndef SPARQ_CPU_SDDMM_TASK_
+#define SPARQ_CPU_SDDMM_TASK_
+namespace sparq::cpu {
+struct SddmmTask {
+  const float* dyt;  // [tiles][m][T]
+  const float* xt;   // [tiles][k][T]
+  const int64_t* row_begin;  // [m + 1] into kept
+  float* out;
+  int64_t m, k, tiles, cblock;
+};
+}  // namespace sparq::cpu
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace sparq::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// 256 tokens: a column block of 32 X^T rows (a 2:4 row's 16 kept weights) is 32 KiB, in L1.
+constexpr int64_t kSddmmTile = 256;
+
+// r[j] = sum of a[j]'s 16 lanes: unpack pairs, then 64-bit pairs, then 128-bit blocks twice.
+HWY_INLINE __m512 Reduce16(const __m512 (&a)[16]) {
+  __m512 s2[8];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    s2[p] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]),
+                          _mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]));
+  }
+  // Each 128-bit block b of q[p]: the block-b sums of a[4p..4p+3].
+  __m512 q[4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    const __m512d x = _mm512_castps_pd(s2[2 * p]), y = _mm512_castps_pd(s2[2 * p + 1]);
+    q[p] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x88),
+                                 _mm512_shuffle_f32x4(q[0], q[1], 0xDD));
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x88),
+                                 _mm512_shuffle_f32x4(q[2], q[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
+}
+
+// cnt (1..16) kept weights of one row, columns col[0..cnt); xt: this tile's X^T. Per 16 tokens:
+// one dY vector, then 16 FMAs into 16 independent sums, each with its column's X^T vector as the
+// memory operand; one reduction at the end of the tile. One vector load per FMA is the bound:
+// measured on an Emerald Rapids VM, FMAs with a 512-bit load each run at half the rate of FMAs on
+// registers (0.43 against 0.20 ns), so this reaches about half the FMA peak (docs/kernels.md).
+template <bool kFull>
+HWY_INLINE void SddmmGroup(const float* dyr, const float* xt, const int32_t* col, int cnt,
+                           float* out) {
+  __m512 acc[16];
+  const float* p[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) {
+    acc[j] = _mm512_setzero_ps();
+    p[j] = xt + static_cast<int64_t>(col[kFull || j < cnt ? j : 0]) * kSddmmTile;
+  }
+  for (int v = 0; v < 16; ++v) {
+    const __m512 d = _mm512_loadu_ps(dyr + 16 * v);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      if (kFull || j < cnt) acc[j] = _mm512_fmadd_ps(d, _mm512_loadu_ps(p[j] + 16 * v), acc[j]);
+    }
+  }
+  const __m512 r = Reduce16(acc);
+  const __mmask16 mk = kFull ? __mmask16(0xFFFF) : __mmask16((1u << cnt) - 1u);
+  _mm512_mask_storeu_ps(out, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, out), r));
+}
+
+HWY_INLINE void SddmmRun(const float* dyr, const float* xt, const int32_t* col, int64_t cnt,
+                         float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= cnt; i += 16) SddmmGroup<true>(dyr, xt, col + i, 16, out + i);
+  if (i < cnt) SddmmGroup<false>(dyr, xt, col + i, static_cast<int>(cnt - i), out + i);
+}
+#else
+constexpr int64_t kSddmmTile = 8 * HWY_LANES(float);
+
+// One dot product per kept weight, each reduced on its own (the portable form).
+HWY_INLINE void SddmmRun(const float* dyr, const float* xt, const int32_t* col, int64_t cnt,
+                         float* out) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t i = 0; i < cnt; ++i) {
+    const float* p = xt + static_cast<int64_t>(col[i]) * kSddmmTile;
+    auto s = hn::Mul(hn::LoadU(df, dyr), hn::LoadU(df, p));
+    for (int64_t t = L; t < kSddmmTile; t += L) {
+      s = hn::MulAdd(hn::LoadU(df, dyr + t), hn::LoadU(df, p + t), s);
+    }
+    out[i] += hn::GetLane(hn::SumOfLanes(df, s));
+  }
+}
+#endif
+
+int64_t SddmmTileT() { return kSddmmTile; }
+
+// Rows [r0, r1) of the task, every token tile in order, column blocks of t.cblock. col: the task's
+// kept columns (index 0 = kept weight row_begin[r0]); bstart[(r - r0) * (nblk + 1) + b]: where
+// row r's block b starts in col.
+void SddmmRowsT(const SddmmTask* tp, int64_t r0, int64_t r1, const int32_t* col,
+                const int64_t* bstart) {
+  const SddmmTask& t = *tp;
+  const int64_t nblk = (t.k + t.cblock - 1) / t.cblock;
+  float* out = t.out + t.row_begin[r0];
+  for (int64_t tile = 0; tile < t.tiles; ++tile) {
+    const float* dyt = t.dyt + tile * t.m * kSddmmTile;
+    const float* xt = t.xt + tile * t.k * kSddmmTile;
+    for (int64_t b = 0; b < nblk; ++b) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t* bs = bstart + (r - r0) * (nblk + 1) + b;
+        if (bs[1] > bs[0]) SddmmRun(dyt + r * kSddmmTile, xt, col + bs[0], bs[1] - bs[0], out + bs[0]);
+      }
+    }
+  }
+}
+
+}  // namespace sparq::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <hwy/aligned_allocator.h>
+#include <climits>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sparq/sddmm.h"
+#include "src/cpu/kernel_entry.h"
+
+namespace sparq::cpu {
+
+HWY_EXPORT(SddmmTileT);
+HWY_EXPORT(SddmmRowsT);
+
+namespace {
+
+Status CheckLen(const char* what, size_t have, int64_t want) {
+  if (static_cast<int64_t>(have) != want) {
+    return InvalidInput(std::string("MaskedWeightGrad: ") + what + " has " + std::to_string(have) +
+                        " values, the shapes say " + std::to_string(want));
+  }
+  return Status::Ok();
+}
+
+void ForTasks(ThreadPool* pool, int64_t n, const std::function<void(int64_t)>& fn) {
+  if (pool != nullptr && n > 1) {
+    pool->ParallelFor(n, [&](int64_t i, int) { fn(i); });
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
+float* TileBuffer(int slot, size_t len) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buf[2];
+  thread_local size_t cap[2] = {0, 0};
+  if (cap[slot] < len) {
+    buf[slot] = hwy::AllocateAligned<float>(len);
+    cap[slot] = buf[slot] ? len : 0;
+  }
+  return buf[slot].get();
+}
+
+// src [n, cols] -> dst [tiles][cols][T]; the last tile's tokens past n are zeroed (they add 0).
+void ToTiles(const KernelConfig& cfg, const float* src, int64_t n, int64_t cols, int64_t T,
+             float* dst, ThreadPool* pool) {
+  constexpr int64_t kChunk = 256;
+  const int64_t tiles = (n + T - 1) / T, chunks = (cols + kChunk - 1) / kChunk;
+  ForTasks(pool, tiles * chunks, [&](int64_t task) {
+    const int64_t tile = task / chunks, c0 = task % chunks * kChunk;
+    const int64_t rows = std::min(T, n - tile * T), nc = std::min(kChunk, cols - c0);
+    float* d = dst + (tile * cols + c0) * T;
+    TransposeAt(cfg, src + tile * T * cols + c0, cols, rows, nc, d, T, false);
+    if (rows < T) {
+      for (int64_t c = 0; c < nc; ++c) std::memset(d + c * T + rows, 0, (T - rows) * sizeof(float));
+    }
+  });
+}
+
+}  // namespace
+
+Status MaskedWeightGrad(std::span<const float> dy, std::span<const float> x, int64_t n, int64_t k,
+                        int64_t m, std::span<const int64_t> kept, std::span<float> dw_kept,
+                        ThreadPool* pool, const KernelConfig& cfg) {
+  if (n < 0 || k < 0 || m < 0) return InvalidInput("MaskedWeightGrad: negative shape");
+  SPARQ_RETURN_IF_ERROR(CheckLen("dy", dy.size(), n * m));
+  SPARQ_RETURN_IF_ERROR(CheckLen("x", x.size(), n * k));
+  SPARQ_RETURN_IF_ERROR(CheckLen("dw_kept", dw_kept.size(), static_cast<int64_t>(kept.size())));
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] < 0 || kept[i] >= m * k || (i > 0 && kept[i] <= kept[i - 1])) {
+      return InvalidInput("MaskedWeightGrad: kept[" + std::to_string(i) + "] = " +
+                          std::to_string(kept[i]) +
+                          (kept[i] < 0 || kept[i] >= m * k
+                               ? " is outside W[" + std::to_string(m) + ", " + std::to_string(k) + "]"
+                               : std::string(" is not above the entry before it")));
+    }
+  }
+  if (n == 0 || kept.empty()) return Status::Ok();
+  const int c = cfg.dispatch_index;
+  const int64_t T = HWY_DISPATCH_TABLE(SddmmTileT)[c]();
+  const int64_t tiles = (n + T - 1) / T;
+  // 64-byte aligned: every tile row starts a cache line, so no vector load splits two lines.
+  // Kept per calling thread and grown, not freed: a training step calls this for every layer,
+  // and fresh pages (faulted in one at a time) cost as much as the product at 99% sparsity.
+  const size_t dyt_len = static_cast<size_t>(tiles * T * m), xt_len = static_cast<size_t>(tiles * T * k);
+  float* dyt = TileBuffer(0, dyt_len);
+  float* xt = TileBuffer(1, xt_len);
+  if (dyt == nullptr || xt == nullptr) return Internal("MaskedWeightGrad: no memory for the token tiles");
+  ToTiles(cfg, dy.data(), n, m, T, dyt, pool);
+  ToTiles(cfg, x.data(), n, k, T, xt, pool);
+  if (k > INT32_MAX) return InvalidInput("MaskedWeightGrad: k = " + std::to_string(k) + " over 2^31");
+  std::vector<int64_t> row_begin(static_cast<size_t>(m + 1));
+  for (int64_t r = 0; r <= m; ++r) {
+    row_begin[r] = std::lower_bound(kept.begin(), kept.end(), r * k) - kept.begin();
+  }
+  // Column blocks whose X^T slice fills about two thirds of L1 (row_xt_block_bytes: 32 columns
+  // of 256 tokens at 48 KiB), widened where a row would keep fewer than 8 weights in one, to about
+  // 16 (measured on 4096 x 4096, n = 512: 70% sparse runs best unwidened, 90% widened to 256).
+  const double density = static_cast<double>(kept.size()) / static_cast<double>(m * k);
+  int64_t cblock = std::max<int64_t>(16, cfg.row_xt_block_bytes / (T * 4));
+  if (density * static_cast<double>(cblock) < 8.0) {
+    cblock = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(16.0 / density)));
+  }
+  const SddmmTask task{dyt, xt, row_begin.data(), dw_kept.data(),
+                       m, k, tiles, cblock};
+  // Row ranges of about equal kept counts: at most kTaskKept each, so that a task's sums and
+  // columns (8 bytes per kept weight) stay in L2 over the token tiles, and a few per thread.
+  constexpr int64_t kTaskKept = 1 << 16;
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t nk = static_cast<int64_t>(kept.size());
+  const int64_t ntasks = std::min<int64_t>(m, std::max(threads * 8, (nk + kTaskKept - 1) / kTaskKept));
+  std::vector<int64_t> bounds(static_cast<size_t>(ntasks + 1), m);
+  bounds[0] = 0;
+  for (int64_t q = 1, r = 0; q < ntasks; ++q) {
+    const int64_t want = nk * q / ntasks;
+    while (r < m && row_begin[r] < want) ++r;
+    bounds[q] = std::max(r, bounds[q - 1]);
+  }
+  const int64_t nblk = (k + cblock - 1) / cblock;
+  ForTasks(pool, ntasks, [&](int64_t q) {
+    const int64_t r0 = bounds[q], r1 = bounds[q + 1];
+    if (r1 <= r0) return;
+    // The task's columns as int32 (half the bytes of the positions; L2-resident over the tiles)
+    // and where each row's column blocks start among them.
+    const int64_t base = row_begin[r0];
+    std::vector<int32_t> col(static_cast<size_t>(row_begin[r1] - base));
+    std::vector<int64_t> bstart(static_cast<size_t>((r1 - r0) * (nblk + 1)));
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t* bs = bstart.data() + (r - r0) * (nblk + 1);
+      int64_t b = 0;
+      for (int64_t i = row_begin[r]; i < row_begin[r + 1]; ++i) {
+        const int64_t cc = kept[i] - r * k;
+        col[i - base] = static_cast<int32_t>(cc);
+        while (b <= cc / cblock) bs[b++] = i - base;
+      }
+      while (b <= nblk) bs[b++] = row_begin[r + 1] - base;
+    }
+    HWY_DISPATCH_TABLE(SddmmRowsT)[c](&task, r0, r1, col.data(), bstart.data());
+  });
+  return Status::Ok();
+}
+
+}  // namespace sparq::cpu
+#endif  // HWY_ONCE
