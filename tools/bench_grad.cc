@@ -1,11 +1,13 @@
-// `sparq bench grad`: the weight gradient of a linear layer whose mask is fixed, dW = dY^T X at
-// the kept positions only (cpu::MaskedWeightGrad, a masked SDDMM) against the dense dY^T X that
-// OpenBLAS computes in one sgemm (what a dense layer's backward, or a masked one without the
-// SDDMM, pays), same shape, same threads, interleaved, medians.
+// `sparq bench grad`: the backward products of a linear layer whose mask is fixed, against the
+// dense ones OpenBLAS computes in one sgemm each, same shape, same threads, interleaved, medians:
+// dW = dY^T X at the kept positions only (cpu::MaskedWeightGrad, a masked SDDMM), and dX = dY W
+// as sparq's forward kernel on W^T (CSR, packed as the library chooses: a bit mask from 20% kept).
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <span>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +15,8 @@
 #include <sstream>
 
 #include "sparq/blas_threads.h"
+#include "sparq/format.h"
+#include "sparq/linear.h"
 #include "sparq/pattern.h"
 #include "sparq/sddmm.h"
 #include "sparq/thread_pool.h"
@@ -96,6 +100,19 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+Status CheckClose(const char* what, std::span<const float> got, std::span<const float> want) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+  }
+  if (worst > 1e-4 * scale + 1e-6) {
+    return Internal(std::string("bench grad: the sparse ") + what + " differs from the dense one by " +
+                    std::to_string(worst) + " (largest entry " + std::to_string(scale) + ")");
+  }
+  return Status::Ok();
+}
+
 Status RunGrad(const GradOptions& o, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(auto shapes, (SplitList<std::pair<int64_t, int64_t>>(o.shapes, "--shapes", ParseShape)));
   SPARQ_ASSIGN_OR_RETURN(auto ns, SplitList<int64_t>(o.ns, "--n", ParsePositive));
@@ -107,25 +124,39 @@ Status RunGrad(const GradOptions& o, const KernelConfig& cfg) {
   nlohmann::json rows = nlohmann::json::array();
   const bool text = !o.json.to_stdout();
   if (text) {
-    std::printf("isa: %s; dense = OpenBLAS sgemm dY^T X (its threads = T); sparse = "
-                "MaskedWeightGrad (sparq's pool of T)\n", cfg.target_name().c_str());
-    std::printf("%6s %6s %5s %2s %-18s %10s %10s %8s %9s %10s %10s\n", "m", "k", "n", "T",
-                "pattern", "dense ms", "sparse ms", "speedup", "kept GF/s", "dense min", "sparse min");
+    std::printf("isa: %s. dW: OpenBLAS sgemm dY^T X (its threads = T) vs MaskedWeightGrad; dX: "
+                "OpenBLAS sgemm dY W vs sparq's forward kernel on W^T (packed once: pack ms)\n",
+                cfg.target_name().c_str());
+    std::printf("%6s %6s %5s %2s %-18s %9s %9s %7s %9s %9s %7s %8s %8s\n", "m", "k", "n", "T",
+                "pattern", "dW dense", "dW sparse", "dW x", "dX dense", "dX sparse", "dX x",
+                "dX+dW x", "pack ms");
   }
   std::mt19937_64 rng(1);
   for (const auto& [m, k] : shapes) {
     for (const int64_t n : ns) {
       std::vector<float> dy(static_cast<size_t>(n * m)), x(static_cast<size_t>(n * k)),
-          dw(static_cast<size_t>(m * k));
+          dw(static_cast<size_t>(m * k)), dx(static_cast<size_t>(n * k)),
+          dx2(static_cast<size_t>(n * k));
       std::normal_distribution<float> nd;
       for (float& v : dy) v = nd(rng);
       for (float& v : x) v = nd(rng);
       for (const Pattern& p : patterns) {
         SPARQ_ASSIGN_OR_RETURN(std::vector<int64_t> kept, RandomKept(p, m, k, rng));
         std::vector<float> out(kept.size());
+        // W with random kept values (zeros elsewhere), and W^T packed for the forward kernels:
+        // dX [n, k] = dY W is the forward product of dY with the [k, m] weight W^T.
+        std::vector<float> w(static_cast<size_t>(m * k), 0.0f), wt(static_cast<size_t>(m * k));
+        for (const int64_t i : kept) w[i] = nd(rng);
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t c = 0; c < k; ++c) wt[c * m + r] = w[r * k + c];
+        }
+        const double tp0 = Now();
+        SPARQ_ASSIGN_OR_RETURN(CsrMatrix csr, CsrMatrix::FromDense(wt, k, m, DType::kF32));
+        SPARQ_ASSIGN_OR_RETURN(LinearWeight lt, LinearWeight::FromMatrix(std::move(csr), "W^T", cfg));
+        const double pack = Now() - tp0;
         for (const int64_t t : threads) {
           ThreadPool pool(static_cast<int>(t));
-          std::vector<double> td, ts;
+          std::vector<double> tdw, tsw, tdx, tsx;
           for (int rep = 0; rep < o.repeats + 1; ++rep) {  // the first round warms up, unrecorded
             double t0 = Now();
             {
@@ -135,42 +166,51 @@ Status RunGrad(const GradOptions& o, const KernelConfig& cfg) {
                           static_cast<int>(m), x.data(), static_cast<int>(k), 0.0f, dw.data(),
                           static_cast<int>(k));
             }
-            const double d = Now() - t0;
+            const double d1 = Now() - t0;
             std::fill(out.begin(), out.end(), 0.0f);
             t0 = Now();
             SPARQ_RETURN_IF_ERROR(cpu::MaskedWeightGrad(dy, x, n, k, m, kept, out, &pool, cfg));
-            const double s = Now() - t0;
+            const double s1 = Now() - t0;
+            t0 = Now();
+            {
+              blas::OpenBlasThreads bt(static_cast<int>(t));
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
+                          static_cast<int>(k), static_cast<int>(m), 1.0f, dy.data(),
+                          static_cast<int>(m), w.data(), static_cast<int>(k), 0.0f, dx.data(),
+                          static_cast<int>(k));
+            }
+            const double d2 = Now() - t0;
+            t0 = Now();
+            lt.Forward(dy.data(), n, dx2.data(), &pool);
+            const double s2 = Now() - t0;
             if (rep > 0) {
-              td.push_back(d);
-              ts.push_back(s);
+              tdw.push_back(d1);
+              tsw.push_back(s1);
+              tdx.push_back(d2);
+              tsx.push_back(s2);
             }
           }
-          // The two must agree (a benchmark of a wrong result is no benchmark): every kept entry
-          // within f32 rounding of the dense product's.
-          double worst = 0, scale = 0;
-          for (size_t i = 0; i < kept.size(); ++i) {
-            worst = std::max(worst, static_cast<double>(std::abs(out[i] - dw[kept[i]])));
-            scale = std::max(scale, static_cast<double>(std::abs(dw[kept[i]])));
-          }
-          if (worst > 1e-4 * scale + 1e-6) {
-            return Internal("bench grad: the masked product differs from the dense one by " +
-                            std::to_string(worst) + " (largest entry " + std::to_string(scale) + ")");
-          }
-          const double md = Median(td), ms = Median(ts);
-          const double gf = 2.0 * static_cast<double>(n) * static_cast<double>(kept.size()) / ms / 1e9;
+          // A benchmark of a wrong result is no benchmark: the sparse products agree with the
+          // dense ones within f32 rounding.
+          std::vector<float> dw_kept(kept.size());
+          for (size_t i = 0; i < kept.size(); ++i) dw_kept[i] = dw[kept[i]];
+          SPARQ_RETURN_IF_ERROR(CheckClose("dW", out, dw_kept));
+          SPARQ_RETURN_IF_ERROR(CheckClose("dX", dx2, dx));
+          const double mdw = Median(tdw), msw = Median(tsw), mdx = Median(tdx), msx = Median(tsx);
           if (text) {
-            std::printf("%6lld %6lld %5lld %2lld %-18s %10.3f %10.3f %7.2fx %9.1f %10.3f %10.3f\n",
+            std::printf("%6lld %6lld %5lld %2lld %-18s %9.2f %9.2f %6.2fx %9.2f %9.2f %6.2fx %7.2fx %8.1f\n",
                         static_cast<long long>(m), static_cast<long long>(k),
                         static_cast<long long>(n), static_cast<long long>(t),
-                        p.ToString().c_str(), md * 1e3, ms * 1e3, md / ms, gf,
-                        *std::min_element(td.begin(), td.end()) * 1e3,
-                        *std::min_element(ts.begin(), ts.end()) * 1e3);
+                        p.ToString().c_str(), mdw * 1e3, msw * 1e3, mdw / msw, mdx * 1e3,
+                        msx * 1e3, mdx / msx, (mdw + mdx) / (msw + msx), pack * 1e3);
             std::fflush(stdout);
           }
           rows.push_back({{"m", m}, {"k", k}, {"n", n}, {"threads", t},
                           {"pattern", p.ToString()}, {"kept", kept.size()},
-                          {"dense_median_s", md}, {"sparse_median_s", ms},
-                          {"speedup", md / ms}, {"isa", cfg.target_name()}});
+                          {"dw_dense_median_s", mdw}, {"dw_sparse_median_s", msw},
+                          {"dx_dense_median_s", mdx}, {"dx_sparse_median_s", msx},
+                          {"dx_kernel", lt.kernel_name(n)}, {"pack_s", pack},
+                          {"speedup", (mdw + mdx) / (msw + msx)}, {"isa", cfg.target_name()}});
         }
       }
     }

@@ -32,52 +32,54 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 256 tokens: a column block of 32 X^T rows (a 2:4 row's 16 kept weights) is 32 KiB, in L1.
 constexpr int64_t kSddmmTile = 256;
 
-// r[j] = sum of a[j]'s 16 lanes: unpack pairs, then 64-bit pairs, then 128-bit blocks twice.
-HWY_INLINE __m512 Reduce16(const __m512 (&a)[16]) {
-  __m512 s2[8];
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; ++p) {
-    s2[p] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]),
-                          _mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]));
-  }
-  // Each 128-bit block b of q[p]: the block-b sums of a[4p..4p+3].
-  __m512 q[4];
-#pragma GCC unroll 4
-  for (int p = 0; p < 4; ++p) {
-    const __m512d x = _mm512_castps_pd(s2[2 * p]), y = _mm512_castps_pd(s2[2 * p + 1]);
-    q[p] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x88),
-                                 _mm512_shuffle_f32x4(q[0], q[1], 0xDD));
-  const __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x88),
-                                 _mm512_shuffle_f32x4(q[2], q[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
+// The reduction tree of 16 vectors a[0..15] into one whose lane j is the sum of a[j]'s lanes, in
+// three steps that the group below interleaves with its dot products: Pair(a[2p], a[2p+1]) (each
+// 128-bit block: block sums of the two, by unpack and add), Quad of two pairs (64-bit unpack: each
+// block holds 4 vectors' block sums), then Blk twice across 128-bit blocks.
+HWY_INLINE __m512 Pair(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+}
+HWY_INLINE __m512 Quad(__m512 x, __m512 y) {
+  const __m512d a = _mm512_castps_pd(x), b = _mm512_castps_pd(y);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+HWY_INLINE __m512 Blk(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
 }
 
-// cnt (1..16) kept weights of one row, columns col[0..cnt); xt: this tile's X^T. Per 16 tokens:
-// one dY vector, then 16 FMAs into 16 independent sums, each with its column's X^T vector as the
-// memory operand; one reduction at the end of the tile. One vector load per FMA is the bound:
-// measured on an Emerald Rapids VM, FMAs with a 512-bit load each run at half the rate of FMAs on
-// registers (0.43 against 0.20 ns), so this reaches about half the FMA peak (docs/kernels.md).
+// cnt (1..16) kept weights of one row, columns col[0..cnt); xt: this tile's X^T. The row's 16 dY
+// vectors (256 tokens) stay in registers; each column's dot product runs as two FMA chains whose
+// other operand is its X^T vector straight from memory (one pointer, immediate offsets), and the
+// 16 results fold into the reduction tree as they come, so registers never spill. (Keeping 16
+// sums over an outer token loop instead needs 16 column pointers, which spill: 0.27 against
+// 0.20 ns per FMA on an Emerald Rapids VM, where a dense FMA loop takes 0.14.)
 template <bool kFull>
 HWY_INLINE void SddmmGroup(const float* dyr, const float* xt, const int32_t* col, int cnt,
                            float* out) {
-  __m512 acc[16];
-  const float* p[16];
+  __m512 d[16];
 #pragma GCC unroll 16
-  for (int j = 0; j < 16; ++j) {
-    acc[j] = _mm512_setzero_ps();
-    p[j] = xt + static_cast<int64_t>(col[kFull || j < cnt ? j : 0]) * kSddmmTile;
-  }
-  for (int v = 0; v < 16; ++v) {
-    const __m512 d = _mm512_loadu_ps(dyr + 16 * v);
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) {
-      if (kFull || j < cnt) acc[j] = _mm512_fmadd_ps(d, _mm512_loadu_ps(p[j] + 16 * v), acc[j]);
+  for (int v = 0; v < 16; ++v) d[v] = _mm512_loadu_ps(dyr + 16 * v);
+  auto dot = [&](int j) {
+    if (!kFull && j >= cnt) return _mm512_setzero_ps();
+    const float* p = xt + static_cast<int64_t>(col[j]) * kSddmmTile;
+    __m512 s0 = _mm512_mul_ps(d[0], _mm512_loadu_ps(p));
+    __m512 s1 = _mm512_mul_ps(d[1], _mm512_loadu_ps(p + 16));
+#pragma GCC unroll 7
+    for (int v = 2; v < 16; v += 2) {
+      s0 = _mm512_fmadd_ps(d[v], _mm512_loadu_ps(p + 16 * v), s0);
+      s1 = _mm512_fmadd_ps(d[v + 1], _mm512_loadu_ps(p + 16 * v + 16), s1);
     }
+    return _mm512_add_ps(s0, s1);
+  };
+  __m512 q[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m512 a = Pair(dot(4 * g), dot(4 * g + 1));
+    const __m512 b = Pair(dot(4 * g + 2), dot(4 * g + 3));
+    q[g] = Quad(a, b);
   }
-  const __m512 r = Reduce16(acc);
+  const __m512 r = Blk(Blk(q[0], q[1]), Blk(q[2], q[3]));
   const __mmask16 mk = kFull ? __mmask16(0xFFFF) : __mmask16((1u << cnt) - 1u);
   _mm512_mask_storeu_ps(out, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, out), r));
 }
@@ -240,12 +242,20 @@ Status MaskedWeightGrad(std::span<const float> dy, std::span<const float> x, int
   }
   const SddmmTask task{dyt, xt, row_begin.data(), dw_kept.data(),
                        m, k, tiles, cblock};
-  // Row ranges of about equal kept counts: at most kTaskKept each, so that a task's sums and
-  // columns (8 bytes per kept weight) stay in L2 over the token tiles, and a few per thread.
+  // Row ranges of about equal kept counts, a few per thread. Two costs set their size (measured
+  // at 4096 x 4096, 512 tokens, 1 thread, 32 to 2048 rows a task): a task's sums and columns
+  // (8 bytes per kept weight) are read once per tile, best from L2 (<= kTaskKept: 2:4 ran 15%
+  // faster at 32 rows than at 512); and each task reads the whole X^T tile again, which costs
+  // where the column blocks are wide (sparse masks: their X^T slices come from L2 and L3; 90%
+  // ran 1.6x faster at 2048 rows than at 32).
   constexpr int64_t kTaskKept = 1 << 16;
   const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
   const int64_t nk = static_cast<int64_t>(kept.size());
-  const int64_t ntasks = std::min<int64_t>(m, std::max(threads * 8, (nk + kTaskKept - 1) / kTaskKept));
+  const int64_t per_row = std::max<int64_t>(1, nk / m);
+  const int64_t task_rows = cblock > std::max<int64_t>(16, cfg.row_xt_block_bytes / (T * 4))
+                                ? 2048
+                                : std::max<int64_t>(32, kTaskKept / per_row);
+  const int64_t ntasks = std::min<int64_t>(m, std::max(threads * 4, (m + task_rows - 1) / task_rows));
   std::vector<int64_t> bounds(static_cast<size_t>(ntasks + 1), m);
   bounds[0] = 0;
   for (int64_t q = 1, r = 0; q < ntasks; ++q) {

@@ -194,9 +194,9 @@ Status LinearBackwardWeightMasked(std::span<const float> dy, std::span<const flo
   }
   if (n == 0 || kept.empty()) return Status::Ok();
   // Sparse masks in row-major order: only the kept dot products (cpu::MaskedWeightGrad). Denser
-  // ones: the dense dY^T X, then the kept entries, which was faster down to ~20% kept (`sparq
-  // bench grad`, 4096 x 4096, 512 tokens, Emerald Rapids: 80% sparse 1.03x / 0.97x, 90% 2.0x,
-  // 2:4 0.64x: the SDDMM reads one X vector per FMA, at half the FMA rate).
+  // ones: the dense dY^T X, then the kept entries, which stays faster down to ~20% kept (`sparq
+  // bench grad`, 4096 x 4096, 512 tokens, Emerald Rapids VM: the SDDMM at 80% sparse ~1.0x the
+  // dense dW, 90% ~2x, 2:4 and 50% 0.5-0.7x; docs/measurements/xeon-backward-grad-2026-12-06.md).
   if (static_cast<double>(kept.size()) <= kSddmmMaxDensity * static_cast<double>(m * k) &&
       std::adjacent_find(kept.begin(), kept.end(), std::greater_equal<int64_t>()) == kept.end()) {
     return cpu::MaskedWeightGrad(dy, x, n, k, m, kept, dw_kept, pool, MachineKernelConfig());
