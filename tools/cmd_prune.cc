@@ -24,6 +24,7 @@ struct PruneCliOptions {
   uint64_t seed = 0;
   int threads = 0;
   bool permute = false;
+  bool act_order = false;
   JsonOutput json;
 };
 
@@ -43,6 +44,7 @@ Status RunPrune(const PruneCliOptions& o, const KernelConfig& cfg) {
   opt.owl_lambda = o.owl_lambda;
   opt.owl_threshold = o.owl_threshold;
   opt.permute = o.permute;
+  opt.act_order = o.act_order;
   opt.permute_max_work = o.permute_work;
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
@@ -119,6 +121,10 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                     ->capture_default_str()
                     ->check(CLI::Range(1.0, 1000.0));
                 sub.add_flag("--permute", o->permute, "Channel permutation (N:M, V:N:M)");
+                sub.add_flag("--act-order", o->act_order,
+                             "With int8 / int4 values (GPTQ): prune with SparseGPT in f32 first, "
+                             "then quantize the kept weights with the masks fixed, inputs in order "
+                             "of decreasing H_jj (static groups)");
                 sub.add_option("--permute-work", o->permute_work,
                                "Work bound of the permutation search per layer: candidate swaps x "
                                "rows scored (the same on every machine, so reruns are identical)")

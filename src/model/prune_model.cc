@@ -271,6 +271,11 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   po.fixed_mask = fixed_mask;
   if (!fixed_mask.empty()) po.permute = false;
   po.act_order = opt.act_order && gptq;
+  // Act-order with a pattern whose mask the sweep would choose (SparseGPT N:M, unstructured):
+  // two passes on the same Hessian, SparseGPT's pruning in f32 (its masks and compensation),
+  // then GPTQ in act-order on the kept weights with that mask fixed (what `prune --values bf16`
+  // then `quantize --act-order` does, in one run).
+  const bool two_pass = po.act_order && fixed_mask.empty() && opt.pattern.kind != PatternKind::kDense;
   std::optional<GroupQuantizer> gq;
   if (gptq) {
     SPARQ_ASSIGN_OR_RETURN(GroupQuantizer q,
@@ -282,7 +287,19 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   // the dense weights to measure the stored ones again.
   const bool rtn = quantized && !gq;
   std::vector<float> orig;
-  if (rtn && po.compute_error) orig = w;
+  if ((rtn || two_pass) && po.compute_error) orig = w;
+  std::vector<uint8_t> first_mask;
+  if (two_pass) {
+    PruneOptions p1 = po;
+    p1.quantizer = nullptr;
+    p1.act_order = false;
+    p1.compute_error = false;
+    SPARQ_RETURN_IF_ERROR(Prune(w, job.m, job.k, *job.acc, opt.pattern, p1).status());
+    first_mask.resize(w.size());
+    for (size_t i = 0; i < w.size(); ++i) first_mask[i] = w[i] != 0.0f;
+    po.fixed_mask = first_mask;
+    po.compute_error = false;  // measured below on what is stored, against the dense weights
+  }
   SPARQ_ASSIGN_OR_RETURN(PruneReport rep, Prune(w, job.m, job.k, *job.acc, opt.pattern, po));
   if (gq) {
     SPARQ_RETURN_IF_ERROR(gq->status().WithContext(job.name));
@@ -393,11 +410,15 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     return InvalidInput("prune: act-order orders GPTQ's sweep: it needs int8 / int4 values and "
                         "--quant-method gptq");
   }
-  if (opt.act_order && opt.pattern.kind != PatternKind::kDense) {
-    return InvalidInput("prune: act-order runs GPTQ on dense weights or with the masks fixed "
-                        "(`sparq quantize`, also on a pruned .sparq); pattern " +
-                        opt.pattern.ToString() + " chooses its masks in column order during the "
-                        "sweep");
+  if (opt.act_order && opt.permute) {
+    return InvalidInput("prune: act-order and --permute exclude each other (the act-order pass "
+                        "keeps the first pass's masks in the original column order)");
+  }
+  if (opt.act_order && opt.pattern.kind != PatternKind::kDense &&
+      opt.method != PruneMethod::kSparseGpt) {
+    return InvalidInput("prune: act-order with pattern " + opt.pattern.ToString() +
+                        " runs SparseGPT, then GPTQ on its masks: --method sparsegpt, not " +
+                        std::string(PruneMethodName(opt.method)));
   }
   if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM &&
       opt.pattern.kind != PatternKind::kDense && PickFormat(opt.pattern) != FormatKind::kCsr) {

@@ -175,6 +175,48 @@ TEST_F(PruneModelTest, Int4TwoFourCheckpointStoresAndRunsItsCodes) {
   for (const auto& p : {out, rtn_out}) std::remove(p.c_str());
 }
 
+// `prune --values int4:g64 --act-order`: SparseGPT prunes in f32, then GPTQ in act-order quantizes
+// the kept weights with that mask fixed, in one run. Every layer keeps 2:4 and its int4 codes;
+// each report's error is that of the stored weights against the dense ones; the model runs.
+TEST_F(PruneModelTest, ActOrderPrunesThenQuantizesOnTheMasks) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.values = *ValueSpec::Parse("int4:g64");
+  o.act_order = true;
+  const std::string out = Out("sgpt_int4_ao.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->layers.size(), 14u);
+  for (const LayerPruneResult& l : r->layers) {
+    EXPECT_GT(l.report.rel_error, 0.0) << l.name;
+    EXPECT_LT(l.report.rel_error, 0.5) << l.name;
+    EXPECT_NEAR(l.report.sparsity, 0.5, 0.01) << l.name;
+  }
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  EXPECT_NE(ck->metadata.at("sparq.prune").find("\"act_order\":true"), std::string::npos);
+  int quantized = 0;
+  for (const CheckpointTensor& ct : ck->matrices) {
+    if (ct.name.rfind("blk.0.", 0) != 0 && ct.name.rfind("blk.1.", 0) != 0) continue;
+    ++quantized;
+    ASSERT_NE(std::get_if<NmMatrix>(&ct.matrix), nullptr) << ct.name;
+    EXPECT_EQ(ValuesName(ct.matrix), "int4:g64") << ct.name;
+    const Tensor d = ToDense(ct.matrix);
+    EXPECT_TRUE(Satisfies(Pattern::NM(2, 4), std::span(d.data_as<float>(), d.numel()),
+                          Rows(ct.matrix), Cols(ct.matrix)))
+        << ct.name;
+  }
+  EXPECT_EQ(quantized, 14);
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const double dense = Ppl(*dense_), ao = Ppl(*m);
+  std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt 2:4 then int4:g64 act-order "
+              "(2 blocks) %.3f\n", dense, ao);
+  // The bound of Int4TwoFourCheckpointStoresAndRunsItsCodes (int4 within 6% of f32 values' cost).
+  EXPECT_LT(ao / dense, 1.06 * 38.67 / 26.99);
+  std::remove(out.c_str());
+}
+
 // Issue 27, item 1 for unstructured sparsity: SparseGPT unstructured:0.5 with int4:g64 values
 // fitted in its sweep (GPTQ) -> a .sparq of quantized CSR matrices (groups of 64 columns) whose
 // positions are exactly the mask the sweep applied: SparseGPT keeps llround(0.5 m k) weights per
@@ -606,13 +648,22 @@ TEST_F(PruneModelTest, BadOptionsAreErrors) {
   r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("fewer than --calib-len"), std::string::npos);
-  // act-order: GPTQ only, and only where the masks do not come from the sweep.
-  o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  // act-order: GPTQ only; with a pattern, after SparseGPT's pruning (no other method), and not
+  // with a channel permutation.
+  o = SmallOptions(PruneMethod::kWanda, "2:4");
   o.values = *ValueSpec::Parse("int4:g64");
   o.act_order = true;
   r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("chooses its masks in column order"), std::string::npos)
+  EXPECT_NE(r.status().message().find("--method sparsegpt, not wanda"), std::string::npos)
+      << r.status().ToString();
+  o = SmallOptions(PruneMethod::kSparseGpt, "2:4");
+  o.values = *ValueSpec::Parse("int4:g64");
+  o.act_order = true;
+  o.permute = true;
+  r = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("act-order and --permute"), std::string::npos)
       << r.status().ToString();
   o = SmallOptions(PruneMethod::kSparseGpt, "dense");
   o.values = *ValueSpec::Parse("int4:g64");

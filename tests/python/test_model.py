@@ -238,8 +238,8 @@ def test_prune_model_equals_the_cli_and_keeps_the_pattern(tiny_model_dir, text_f
     assert np.isfinite(pruned.eval(text, ctx=128)["perplexity"])
 
 
-def test_act_order_equals_the_cli_and_is_refused_where_masks_are_chosen(tiny_model_dir, text_file,
-                                                                        sparq_cli, tmp_path):
+def test_act_order_equals_the_cli_and_needs_sparsegpt(tiny_model_dir, text_file, sparq_cli,
+                                                      tmp_path):
     ref = tmp_path / "cli.sparq"
     run_cli(sparq_cli, "quantize", tiny_model_dir, "--values", "int4:g64", "--act-order",
             "--calib", text_file, *CALIB, "--threads", THREADS, "-o", ref)
@@ -252,9 +252,10 @@ def test_act_order_equals_the_cli_and_is_refused_where_masks_are_chosen(tiny_mod
     with open(plain.path, "rb") as f:
         assert f.read() != out.read_bytes()  # the order changes the codes
     assert q.prune_report["layers"][0]["format"] == "dense"
-    with pytest.raises(ValueError, match="chooses its masks in column order"):
-        sparq.prune_model(tiny_model_dir, "2:4", calib=pathlib.Path(text_file), values="int4:g64",
-                          act_order=True, calib_samples=4, calib_len=64, threads=THREADS)
+    with pytest.raises(ValueError, match="--method sparsegpt, not wanda"):
+        sparq.prune_model(tiny_model_dir, "2:4", method="wanda", calib=pathlib.Path(text_file),
+                          values="int4:g64", act_order=True, calib_samples=4, calib_len=64,
+                          threads=THREADS)
 
 
 def test_prune_model_methods_values_and_a_model_argument(model, text_file, tmp_path):
