@@ -121,13 +121,12 @@ double RowError(const std::vector<double>& h, int64_t k, const float* w, const f
 // lazy batching: every processed column updates all later columns at once. Per-row masks only
 // (N:M groups chosen at each group's first column, or unstructured-row chosen per block of B
 // columns at the block's start). Returns W'.
-std::vector<double> NaiveSparseGpt(const Problem& pr, const Pattern& p, int64_t bsz, double damp) {
-  const int64_t k = pr.k;
-  std::vector<double> h = pr.h;
+// U, the upper Cholesky factor of (H + damp * mean(diag H) I)^-1 (Hinv = U^T U), in double:
+// Hinv by Gauss-Jordan, then U row by row.
+std::vector<double> NaiveUpperFactor(std::vector<double> h, int64_t k, double damp) {
   double mean = 0;
   for (int64_t j = 0; j < k; ++j) mean += h[j * k + j] / k;
   for (int64_t j = 0; j < k; ++j) h[j * k + j] += damp * mean;
-  // Hinv by Gauss-Jordan, then U = upper Cholesky factor of Hinv (Hinv = U^T U).
   std::vector<double> a(k * 2 * k, 0.0);
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t j = 0; j < k; ++j) a[i * 2 * k + j] = h[i * k + j];
@@ -154,6 +153,12 @@ std::vector<double> NaiveSparseGpt(const Problem& pr, const Pattern& p, int64_t 
       u[i * k + j] = v / u[i * k + i];
     }
   }
+  return u;
+}
+
+std::vector<double> NaiveSparseGpt(const Problem& pr, const Pattern& p, int64_t bsz, double damp) {
+  const int64_t k = pr.k;
+  const std::vector<double> u = NaiveUpperFactor(pr.h, k, damp);
   std::vector<double> out(pr.w.begin(), pr.w.end());
   for (int64_t r = 0; r < pr.m; ++r) {
     double* w = &out[r * k];
@@ -584,39 +589,7 @@ std::vector<double> NaiveActOrder(const Problem& pr, double damp, const Grid& gr
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t j = 0; j < k; ++j) pp.h[i * k + j] = pr.h[order[i] * k + order[j]];
   }
-  // Damped H^-1 by Gauss-Jordan and its upper Cholesky factor, as NaiveSparseGpt computes them.
-  std::vector<double> h = pp.h;
-  double mean = 0;
-  for (int64_t j = 0; j < k; ++j) mean += h[j * k + j] / k;
-  for (int64_t j = 0; j < k; ++j) h[j * k + j] += damp * mean;
-  std::vector<double> hinv(static_cast<size_t>(k * k)), u(static_cast<size_t>(k * k), 0.0);
-  {
-    std::vector<double> a(static_cast<size_t>(k * 2 * k), 0.0);
-    for (int64_t i = 0; i < k; ++i) {
-      for (int64_t j = 0; j < k; ++j) a[i * 2 * k + j] = h[i * k + j];
-      a[i * 2 * k + k + i] = 1;
-    }
-    for (int64_t c = 0; c < k; ++c) {
-      for (int64_t r = 0; r < k; ++r) {
-        if (r == c) continue;
-        const double f = a[r * 2 * k + c] / a[c * 2 * k + c];
-        for (int64_t j = 0; j < 2 * k; ++j) a[r * 2 * k + j] -= f * a[c * 2 * k + j];
-      }
-    }
-    for (int64_t i = 0; i < k; ++i) {
-      for (int64_t j = 0; j < k; ++j) hinv[i * k + j] = a[i * 2 * k + k + j] / a[i * 2 * k + i];
-    }
-  }
-  for (int64_t i = 0; i < k; ++i) {
-    double d = hinv[i * k + i];
-    for (int64_t t = 0; t < i; ++t) d -= u[t * k + i] * u[t * k + i];
-    u[i * k + i] = std::sqrt(d);
-    for (int64_t j = i + 1; j < k; ++j) {
-      double v = hinv[i * k + j];
-      for (int64_t t = 0; t < i; ++t) v -= u[t * k + i] * u[t * k + j];
-      u[i * k + j] = v / u[i * k + i];
-    }
-  }
+  const std::vector<double> u = NaiveUpperFactor(pp.h, k, damp);
   std::vector<double> out(pr.w.size());
   for (int64_t r = 0; r < pr.m; ++r) {
     std::vector<double> w(static_cast<size_t>(k));
