@@ -295,8 +295,9 @@ struct ModelPruneOptions {
   std::optional<ValueSpec> embedding_values;
   enum class QuantMethod { kGptq, kRtn } quant_method = QuantMethod::kGptq;
   bool permute = false;              // channel permutation for N:M / V:N:M
-  // GPTQ's act-order (PruneOptions::act_order, static groups): the dense pattern only (`sparq
-  // quantize`, also keeping a pruned .sparq's masks), GPTQ only.
+  // GPTQ's act-order (PruneOptions::act_order, static groups), GPTQ only: dense layers (`sparq
+  // quantize`, also keeping a pruned .sparq's masks), or with a pattern and SparseGPT two passes
+  // per layer (SparseGPT in f32, then act-order GPTQ on the kept weights with that mask fixed).
   bool act_order = false;
   // Bounds of the permutation search per layer (see PermuteOptions). Work bounds, not a clock,
   // so that pruning twice with the same flags gives byte-identical checkpoints on any machine.

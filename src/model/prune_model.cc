@@ -300,7 +300,11 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
     po.fixed_mask = first_mask;
     po.compute_error = false;  // measured below on what is stored, against the dense weights
   }
-  SPARQ_ASSIGN_OR_RETURN(PruneReport rep, Prune(w, job.m, job.k, *job.acc, opt.pattern, po));
+  // The second pass keeps W's zeros as its mask: checked as a dense pattern, since a weight the
+  // first pass kept may be exactly 0 (a dead input's), which an exact-count pattern would refuse.
+  const Pattern sweep_pattern = two_pass ? Pattern::Dense() : opt.pattern;
+  SPARQ_ASSIGN_OR_RETURN(PruneReport rep, Prune(w, job.m, job.k, *job.acc, sweep_pattern, po));
+  if (two_pass) rep.pattern = opt.pattern.ToString();
   if (gq) {
     SPARQ_RETURN_IF_ERROR(gq->status().WithContext(job.name));
   }
