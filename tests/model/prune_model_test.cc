@@ -182,13 +182,15 @@ TEST_F(PruneModelTest, ActOrderPrunesThenQuantizesOnTheMasks) {
   ThreadPool pool(2);
   for (const char* pattern : {"2:4", "unstructured:0.5"}) {
     SCOPED_TRACE(pattern);
+    const bool nm = std::string(pattern) == "2:4";
     ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, pattern);
     o.values = *ValueSpec::Parse("int4:g64");
     o.act_order = true;
+    if (!nm) o.max_blocks = 1;  // one block is enough for the CSR path (the ASan tier's time)
     const std::string out = Out("sgpt_int4_ao.sparq");
     auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->layers.size(), 14u);
+    ASSERT_EQ(r->layers.size(), nm ? 14u : 7u);
     for (const LayerPruneResult& l : r->layers) {
       EXPECT_EQ(l.report.pattern, o.pattern.ToString()) << l.name;
       EXPECT_GT(l.report.rel_error, 0.0) << l.name;
@@ -200,12 +202,12 @@ TEST_F(PruneModelTest, ActOrderPrunesThenQuantizesOnTheMasks) {
     EXPECT_NE(ck->metadata.at("sparq.prune").find("\"act_order\":true"), std::string::npos);
     int quantized = 0;
     for (const CheckpointTensor& ct : ck->matrices) {
-      if (ct.name.rfind("blk.0.", 0) != 0 && ct.name.rfind("blk.1.", 0) != 0) continue;
+      if (ct.name.rfind("blk.0.", 0) != 0 && (!nm || ct.name.rfind("blk.1.", 0) != 0)) continue;
       ++quantized;
       EXPECT_EQ(ValuesName(ct.matrix), "int4:g64") << ct.name;
       const Tensor d = ToDense(ct.matrix);
       const std::span<const float> v(d.data_as<float>(), d.numel());
-      if (std::string(pattern) == "2:4") {
+      if (nm) {
         ASSERT_NE(std::get_if<NmMatrix>(&ct.matrix), nullptr) << ct.name;
         EXPECT_TRUE(Satisfies(Pattern::NM(2, 4), v, Rows(ct.matrix), Cols(ct.matrix))) << ct.name;
       } else {
@@ -215,12 +217,12 @@ TEST_F(PruneModelTest, ActOrderPrunesThenQuantizesOnTheMasks) {
         EXPECT_NEAR(double(zeros) / double(v.size()), 0.5, 0.01) << ct.name;
       }
     }
-    EXPECT_EQ(quantized, 14);
+    EXPECT_EQ(quantized, nm ? 14 : 7);
     auto m = LlamaModel::Load(out, testing::MachineConfig());
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     const double dense = Ppl(*dense_), ao = Ppl(*m);
     std::printf("perplexity (1024 WikiText tokens): dense %.3f, sparsegpt %s then int4:g64 "
-                "act-order (2 blocks) %.3f\n", dense, pattern, ao);
+                "act-order (%s) %.3f\n", dense, pattern, nm ? "2 blocks" : "1 block", ao);
     // The bound of Int4TwoFourCheckpointStoresAndRunsItsCodes (int4 within 6% of 2:4 f32 values'
     // cost; 50% costs less than 2:4).
     EXPECT_LT(ao / dense, 1.06 * 38.67 / 26.99);
