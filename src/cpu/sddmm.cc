@@ -1,9 +1,10 @@
 // MaskedWeightGrad (sparq/sddmm.h): dW at the kept positions only, one dot product over the tokens
 // per kept weight. dY and X are first transposed into token tiles ([tile][row][T], tokens
 // contiguous, 64-byte aligned); then, tile by tile, each row's kept weights of a column block
-// (whose X^T slice stays in L1) are taken 16 at a time (AVX-512): 16 sums over the tile's tokens,
-// reduced together (a transpose-and-add tree, 45 shuffles and adds) into 16 values added to
-// dw_kept with one vector. A dense dY^T X does twice the work at 2:4 and 10x at 90%.
+// (whose X^T slice stays in L1) are taken 16 at a time (AVX-512): 16 dot products over the tile's
+// tokens with the row's dY tile in registers, reduced together (a transpose-and-add tree, 45
+// shuffles and adds) into 16 values added to dw_kept with one vector. A dense dY^T X does twice
+// the work at 2:4 and 10x at 90%.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/sddmm.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -214,6 +215,7 @@ Status MaskedWeightGrad(std::span<const float> dy, std::span<const float> x, int
                                : std::string(" is not above the entry before it")));
     }
   }
+  if (k > INT32_MAX) return InvalidInput("MaskedWeightGrad: k = " + std::to_string(k) + " over 2^31");
   if (n == 0 || kept.empty()) return Status::Ok();
   const int c = cfg.dispatch_index;
   const int64_t T = HWY_DISPATCH_TABLE(SddmmTileT)[c]();
@@ -227,7 +229,6 @@ Status MaskedWeightGrad(std::span<const float> dy, std::span<const float> x, int
   if (dyt == nullptr || xt == nullptr) return Internal("MaskedWeightGrad: no memory for the token tiles");
   ToTiles(cfg, dy.data(), n, m, T, dyt, pool);
   ToTiles(cfg, x.data(), n, k, T, xt, pool);
-  if (k > INT32_MAX) return InvalidInput("MaskedWeightGrad: k = " + std::to_string(k) + " over 2^31");
   std::vector<int64_t> row_begin(static_cast<size_t>(m + 1));
   for (int64_t r = 0; r <= m; ++r) {
     row_begin[r] = std::lower_bound(kept.begin(), kept.end(), r * k) - kept.begin();
