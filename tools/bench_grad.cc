@@ -5,14 +5,12 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <span>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
 #include "sparq/blas_threads.h"
 #include "sparq/format.h"
@@ -21,6 +19,7 @@
 #include "sparq/sddmm.h"
 #include "sparq/thread_pool.h"
 #include "tools/bench_hooks.h"
+#include "tools/bench_util.h"
 #include "tools/json_output.h"
 
 namespace sparq::cli {
@@ -32,38 +31,6 @@ struct GradOptions {
   int repeats = 5;
   JsonOutput json;
 };
-
-template <class T, class Parse>
-Result<std::vector<T>> SplitList(const std::string& s, const char* what, Parse parse) {
-  std::vector<T> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto v = parse(item);
-    if (!v.ok()) return v.status().WithContext(what);
-    out.push_back(*v);
-  }
-  if (out.empty()) return InvalidInput(std::string(what) + ": empty list");
-  return out;
-}
-
-Result<int64_t> ParsePositive(const std::string& s) {
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(s, &used);
-    if (used == s.size() && v > 0) return static_cast<int64_t>(v);
-  } catch (...) {
-  }
-  return InvalidInput("'" + s + "' is not a positive integer");
-}
-
-Result<std::pair<int64_t, int64_t>> ParseShape(const std::string& s) {
-  const size_t x = s.find('x');
-  if (x == std::string::npos) return InvalidInput("shape '" + s + "' is not MxK");
-  SPARQ_ASSIGN_OR_RETURN(int64_t m, ParsePositive(s.substr(0, x)));
-  SPARQ_ASSIGN_OR_RETURN(int64_t k, ParsePositive(s.substr(x + 1)));
-  return std::make_pair(m, k);
-}
 
 // Random kept positions of the pattern (ascending): N:M exactly n of each m columns, unstructured
 // each weight kept with probability 1 - fraction.
@@ -91,15 +58,6 @@ Result<std::vector<int64_t>> RandomKept(const Pattern& p, int64_t m, int64_t k, 
   return kept;
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 Status CheckClose(const char* what, std::span<const float> got, std::span<const float> want) {
   double worst = 0, scale = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -114,12 +72,10 @@ Status CheckClose(const char* what, std::span<const float> got, std::span<const 
 }
 
 Status RunGrad(const GradOptions& o, const KernelConfig& cfg) {
-  SPARQ_ASSIGN_OR_RETURN(auto shapes, (SplitList<std::pair<int64_t, int64_t>>(o.shapes, "--shapes", ParseShape)));
-  SPARQ_ASSIGN_OR_RETURN(auto ns, SplitList<int64_t>(o.ns, "--n", ParsePositive));
-  SPARQ_ASSIGN_OR_RETURN(auto threads, SplitList<int64_t>(o.threads, "--threads", ParsePositive));
-  SPARQ_ASSIGN_OR_RETURN(auto patterns, SplitList<Pattern>(o.patterns, "--patterns", [](const std::string& s) {
-                           return Pattern::Parse(s);
-                         }));
+  SPARQ_ASSIGN_OR_RETURN(auto shapes, ParseShapes(o.shapes));
+  SPARQ_ASSIGN_OR_RETURN(auto ns, ParseList<int64_t>(o.ns, "--n"));
+  SPARQ_ASSIGN_OR_RETURN(auto threads, ParseList<int64_t>(o.threads, "--threads"));
+  SPARQ_ASSIGN_OR_RETURN(auto patterns, ParsePatterns(o.patterns));
   if (o.repeats < 1) return InvalidInput("--repeats must be >= 1");
   nlohmann::json rows = nlohmann::json::array();
   const bool text = !o.json.to_stdout();
@@ -158,28 +114,23 @@ Status RunGrad(const GradOptions& o, const KernelConfig& cfg) {
           ThreadPool pool(static_cast<int>(t));
           std::vector<double> tdw, tsw, tdx, tsx;
           for (int rep = 0; rep < o.repeats + 1; ++rep) {  // the first round warms up, unrecorded
-            double t0 = Now();
-            {
+            // Row-major C [rows, cols] = op(A) B over `depth`, on OpenBLAS's t threads; seconds.
+            auto sgemm = [&](CBLAS_TRANSPOSE ta, int64_t rows, int64_t cols, int64_t depth,
+                             const float* a, int64_t lda, const float* b, float* c) {
+              const double t0 = Now();
               blas::OpenBlasThreads bt(static_cast<int>(t));
-              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m),
-                          static_cast<int>(k), static_cast<int>(n), 1.0f, dy.data(),
-                          static_cast<int>(m), x.data(), static_cast<int>(k), 0.0f, dw.data(),
-                          static_cast<int>(k));
-            }
-            const double d1 = Now() - t0;
+              cblas_sgemm(CblasRowMajor, ta, CblasNoTrans, static_cast<int>(rows),
+                          static_cast<int>(cols), static_cast<int>(depth), 1.0f, a,
+                          static_cast<int>(lda), b, static_cast<int>(cols), 0.0f, c,
+                          static_cast<int>(cols));
+              return Now() - t0;
+            };
+            const double d1 = sgemm(CblasTrans, m, k, n, dy.data(), m, x.data(), dw.data());
             std::fill(out.begin(), out.end(), 0.0f);
-            t0 = Now();
+            double t0 = Now();
             SPARQ_RETURN_IF_ERROR(cpu::MaskedWeightGrad(dy, x, n, k, m, kept, out, &pool, cfg));
             const double s1 = Now() - t0;
-            t0 = Now();
-            {
-              blas::OpenBlasThreads bt(static_cast<int>(t));
-              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
-                          static_cast<int>(k), static_cast<int>(m), 1.0f, dy.data(),
-                          static_cast<int>(m), w.data(), static_cast<int>(k), 0.0f, dx.data(),
-                          static_cast<int>(k));
-            }
-            const double d2 = Now() - t0;
+            const double d2 = sgemm(CblasNoTrans, n, k, m, dy.data(), m, w.data(), dx.data());
             t0 = Now();
             lt.Forward(dy.data(), n, dx2.data(), &pool);
             const double s2 = Now() - t0;

@@ -21,6 +21,7 @@
 #include "sparq/machine.h"
 #include "tools/bench_hooks.h"
 #include "tools/bench_peers.h"
+#include "tools/bench_util.h"
 #include "tools/json_output.h"
 #include "tools/machine_info.h"
 #include "tools/python_path.h"
@@ -29,10 +30,6 @@ namespace sparq::cli {
 namespace {
 
 using nlohmann::json;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // One timing sample of fn: repeats the call until at least 2 ms have passed (calls of a few
 // microseconds are otherwise dominated by the clock), returns seconds per call. Sleeps 2 ms first,
@@ -49,31 +46,6 @@ double Sample(Fn&& fn) {
     t = Now() - t0;
   } while (t < 2e-3);
   return t / calls;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-template <typename T>
-Result<std::vector<T>> ParseList(const std::string& s, const char* what) {
-  std::vector<T> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    if constexpr (std::is_same_v<T, std::string>) {
-      out.push_back(item);
-    } else {
-      char* end = nullptr;
-      const long long v = std::strtoll(item.c_str(), &end, 10);
-      if (*end || v <= 0) return InvalidInput(std::string(what) + ": bad value '" + item + "'");
-      out.push_back(static_cast<T>(v));
-    }
-  }
-  if (out.empty()) return InvalidInput(std::string(what) + ": empty list");
-  return out;
 }
 
 struct Options {
@@ -200,27 +172,13 @@ std::string PeerScriptDir(const Options& o) {
 
 Status RunKernels(const Options& o, const KernelConfig& cfg) {
   if (!o.plot_path.empty()) SPARQ_RETURN_IF_ERROR(CheckPlotter(PeerScriptDir(o)));
-  SPARQ_ASSIGN_OR_RETURN(auto shape_list, ParseList<std::string>(o.shapes, "--shapes"));
+  SPARQ_ASSIGN_OR_RETURN(auto shapes, ParseShapes(o.shapes));
   SPARQ_ASSIGN_OR_RETURN(auto ns, ParseList<int64_t>(o.ns, "--n"));
+  // Patterns as the user spelled them, for messages and the JSON rows' "pattern".
   SPARQ_ASSIGN_OR_RETURN(auto pattern_list, ParseList<std::string>(o.patterns, "--patterns"));
+  SPARQ_ASSIGN_OR_RETURN(auto patterns, ParsePatterns(o.patterns));
   SPARQ_ASSIGN_OR_RETURN(auto threads_list, ParseList<int>(o.threads, "--threads"));
   SPARQ_ASSIGN_OR_RETURN(auto value_list, ParseList<std::string>(o.values, "--values"));
-  std::vector<std::pair<int64_t, int64_t>> shapes;
-  for (const auto& s : shape_list) {
-    long long m = 0, k = 0;
-    char x = 0;
-    if (std::sscanf(s.c_str(), "%lld%c%lld", &m, &x, &k) != 3 || x != 'x' || m <= 0 || k <= 0 ||
-        m > (1 << 20) || k > (1 << 20)) {
-      return InvalidInput("--shapes: bad shape '" + s + "' (want MxK, e.g. 4096x4096)");
-    }
-    shapes.emplace_back(m, k);
-  }
-  std::vector<Pattern> patterns;
-  for (const auto& s : pattern_list) {
-    auto p = Pattern::Parse(s);
-    if (!p.ok()) return p.status().WithContext("--patterns");
-    patterns.push_back(*p);
-  }
   // Value types: f32 / bf16 as encoded; int8 / int4 specs quantize the f32 encoding at pack time.
   std::vector<ValueSpec> specs;
   for (const auto& v : value_list) {

@@ -585,11 +585,11 @@ std::vector<double> NaiveActOrder(const Problem& pr, double damp, const Grid& gr
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return pr.h[a * k + a] > pr.h[b * k + b];
   });
-  Problem pp = pr;
+  std::vector<double> hp(pr.h.size());
   for (int64_t i = 0; i < k; ++i) {
-    for (int64_t j = 0; j < k; ++j) pp.h[i * k + j] = pr.h[order[i] * k + order[j]];
+    for (int64_t j = 0; j < k; ++j) hp[i * k + j] = pr.h[order[i] * k + order[j]];
   }
-  const std::vector<double> u = NaiveUpperFactor(pp.h, k, damp);
+  const std::vector<double> u = NaiveUpperFactor(std::move(hp), k, damp);
   std::vector<double> out(pr.w.size());
   for (int64_t r = 0; r < pr.m; ++r) {
     std::vector<double> w(static_cast<size_t>(k));
