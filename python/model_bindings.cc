@@ -331,15 +331,29 @@ nb::dict ConfigDict(const Model& model) {
   return d;
 }
 
-// A copy of the .sparq file the model was loaded from (a pruned model's), written atomically:
-// the checkpoint holds exactly what was loaded, so copying it is saving the model.
-void Save(const Model& model, const std::string& path) {
+// A model loaded from a .sparq is saved as a copy of that file (written atomically: the
+// checkpoint holds exactly what was loaded); one loaded from a GGUF or a Hugging Face folder by
+// SaveLlamaCheckpoint (its layers as loaded: GGUF codes as stored, f32 weights as `values`).
+void Save(const Model& model, const std::string& path, const std::optional<std::string>& values) {
   const std::string& src = model.m.source();
   const ModelFileKind kind = Take(DetectModelFile(src));
   if (kind != ModelFileKind::kSparq) {
-    Raise(InvalidInput("save: " + src + " is not a .sparq checkpoint; a model loaded from GGUF or "
-                       "a Hugging Face folder is saved by pruning it (sparq.prune_model(..., "
-                       "out=PATH); pattern 'dense' keeps every weight)"));
+    const std::string name = values.value_or("f32");
+    const std::optional<DType> dt = ParseDType(name);
+    if (!dt || (*dt != DType::kF32 && *dt != DType::kBF16 && *dt != DType::kF16)) {
+      Raise(InvalidInput("save: values must be 'f32', 'bf16' or 'f16', not '" + name + "'"));
+    }
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = SaveLlamaCheckpoint(model.m, path, *dt);
+    }
+    Check(st);
+    return;
+  }
+  if (values) {
+    Raise(InvalidInput("save: " + src + " is a .sparq checkpoint, saved as loaded (a copy); "
+                       "values applies to models loaded from GGUF files or Hugging Face folders"));
   }
   Status st;
   {
@@ -424,7 +438,7 @@ void BindModel(nb::module_& mod) {
             return Take(std::move(ids));
           },
           nb::arg("text"))
-      .def("save", &Save, nb::arg("path"))
+      .def("save", &Save, nb::arg("path"), nb::arg("values").none() = nb::none())
       .def("layer", &FindLayer, nb::arg("name"), nb::keep_alive<0, 1>())
       .def_prop_ro("int8_activations", &Int8Activations)
       .def_prop_ro("layers", &Layers)

@@ -18,13 +18,18 @@
 //     dense` gives back exactly the stored (masked, rounded) weights. --pattern is optional then;
 //     if given, the selected tensors are masked first.
 //   Free-form metadata of a safetensors / sparq input is carried over.
+// `sparq convert IN OUT --model [--values f32|bf16|f16]` writes instead a model checkpoint every
+// sparq command loads (SaveLlamaCheckpoint: configuration, tokenizer, weights as loaded; a GGUF's
+// Q4_0 / Q4_1 / Q8_0 layers keep their codes and scales, other weights are stored as --values).
 // Exit codes: 0 ok, 1 bad input (file, flag, pattern), 2 internal error.
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <regex>
 
 #include "sparq/checkpoint.h"
 #include "sparq/format.h"
+#include "sparq/model.h"
 #include "sparq/pattern.h"
 #include "sparq/thread_pool.h"
 #include "tools/command.h"
@@ -39,6 +44,7 @@ constexpr char kDefaultExclude[] =
 struct Options {
   std::string in, out, pattern, format = "auto", include, values;
   int threads = 0;
+  bool model = false;
 };
 
 struct Slot {
@@ -48,6 +54,29 @@ struct Slot {
   Status status;
   bool converted = false;
 };
+
+// --model: the whole model, as loaded, in the layout LlamaModel::FromSparq reads.
+Status RunModel(const Options& o, const KernelConfig& cfg) {
+  if (!o.pattern.empty() || o.format != "auto" || !o.include.empty()) {
+    return InvalidInput("convert --model writes the model as loaded: --pattern, --format and "
+                        "--include do not apply (prune with `sparq prune`)");
+  }
+  const std::string name = o.values.empty() ? "f32" : o.values;
+  const std::optional<DType> dt = ParseDType(name);
+  if (!dt || (*dt != DType::kF32 && *dt != DType::kBF16 && *dt != DType::kF16)) {
+    return InvalidInput("convert --model: --values must be f32, bf16 or f16, not '" + name +
+                        "' (quantizing is `sparq quantize`)");
+  }
+  SPARQ_ASSIGN_OR_RETURN(LlamaModel m,
+                         LlamaModel::Load(o.in, cfg, {.gguf_values = GgufValues::kAsStored}));
+  SPARQ_RETURN_IF_ERROR(SaveLlamaCheckpoint(m, o.out, *dt));
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(o.out, ec);
+  std::printf("%s: the model of %s (its blocks' layers %s, as loaded), %llu bytes\n",
+              o.out.c_str(), o.in.c_str(), m.block_linear_values().c_str(),
+              static_cast<unsigned long long>(ec ? 0 : bytes));
+  return Status::Ok();
+}
 
 Status Run(const Options& o) {
   const bool to_dense = o.format == "dense";
@@ -202,7 +231,13 @@ Registrar reg("convert", "Magnitude-prune the selected weights of a model file t
                                "values of converted tensors: f32 | bf16 | f16 | int8[:gN] | "
                                "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm and csr formats)");
                 sub.add_option("--threads", o->threads, "worker threads");
-                return [o](const KernelConfig&) { return Run(*o); };
+                sub.add_flag("--model", o->model,
+                             "write the whole model (GGUF or Hugging Face folder) as a checkpoint "
+                             "sparq commands load: Q4_0 / Q4_1 / Q8_0 layers keep their codes, "
+                             "other weights stored as --values (f32, bf16 or f16)");
+                return [o](const KernelConfig& cfg) {
+                  return o->model ? RunModel(*o, cfg) : Run(*o);
+                };
               });
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -79,6 +80,10 @@ class LinearWeight {
   ValueSpec values() const;
   // The weights [rows, cols] row-major when stored dense f32 (what pruning starts from), else null.
   const float* dense_f32() const;
+  // A dense weight stored quantized (a GGUF's Q4_0 / Q4_1 / Q8_0 run as stored, a .sparq's dense
+  // int8 / int4) as the checkpoint stores it (format.h DenseMatrix with QuantParts): the same
+  // codes, scales and mins; nullopt for every other layout.
+  std::optional<DenseMatrix> dense_quant() const;
   // The configuration the weight was packed for and runs with (a default-constructed one, target
   // 0, for an empty weight, which runs nothing).
   const KernelConfig& config() const;

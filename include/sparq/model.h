@@ -191,6 +191,17 @@ class LlamaModel {
   std::unique_ptr<Impl> impl_;
 };
 
+// Writes the model as a .sparq checkpoint (checkpoint.h; the layout FromSparq reads) holding it
+// as loaded: configuration, tokenizer, norms, embedding, and each linear layer as a dense matrix,
+// its codes, scales and mins where it runs quantized as stored (a GGUF's Q4_0 / Q4_1 / Q8_0 with
+// GgufValues::kAsStored; a tied head so stored makes the embedding that matrix), else its f32
+// weights stored as `values` (f32: bit for bit; bf16 / f16 rounded to nearest, f16 refused where
+// a weight exceeds its range). For models loaded from GGUF files and Hugging Face folders; a
+// sparse or bf16 layer (a model loaded from a .sparq: save it by copying that file) is an error
+// naming it. Atomic.
+Status SaveLlamaCheckpoint(const LlamaModel& model, const std::string& path,
+                           DType values = DType::kF32);
+
 // Parameters of the model: every linear layer's rows x cols (the head only when untied), the
 // embedding and the norms; the denominator of bits per weight (`sparq bench model`).
 double ParameterCount(const LlamaModel& m);

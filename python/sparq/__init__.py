@@ -524,13 +524,17 @@ class Model:
             "isa": self._m.isa,
         }
 
-    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
-        """Writes the model as a .sparq checkpoint the command line reads (atomically). Models
-        from :func:`prune_model` or loaded from a .sparq file only: their checkpoint is copied
-        byte for byte. A GGUF / Hugging Face model raises ValueError (prune_model with
-        pattern="dense" and out=PATH writes one). OSError where the file cannot be written (a
-        missing folder, say); nothing is left behind then."""
-        self._m.save(os.fspath(path))
+    def save(self, path: Union[str, "os.PathLike[str]"], values: Optional[str] = None) -> None:
+        """Writes the model as a .sparq checkpoint every sparq command reads (atomically), as
+        loaded. A model loaded from a .sparq file (or made by :func:`prune_model`): a byte copy
+        of that file. One loaded from a GGUF file or a Hugging Face folder: its configuration,
+        tokenizer and weights, GGUF layers run as stored (``gguf_values="as-stored"``: Q4_0 /
+        Q4_1 / Q8_0) keeping their codes and scales (the same model bit for bit, about the
+        GGUF's size), f32 weights stored as ``values``: "f32" (default, bit for bit), "bf16" or
+        "f16" (rounded; f16 refuses a weight beyond its range). ``values`` on a .sparq model, or
+        another name, raises ValueError; OSError where the file cannot be written (a missing
+        folder, say); nothing is left behind then."""
+        self._m.save(os.fspath(path), values)
 
     def __repr__(self) -> str:
         c = self._m.config

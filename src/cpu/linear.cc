@@ -94,6 +94,42 @@ const float* LinearWeight::dense_f32() const {
   if (!impl_ || impl_->packed.kind() != cpu::PackedKind::kDenseF32) return nullptr;
   return impl_->packed.dense().data_as<float>();
 }
+std::optional<DenseMatrix> LinearWeight::dense_quant() const {
+  if (!impl_ || impl_->packed.kind() != cpu::PackedKind::kDenseQuant) return std::nullopt;
+  const cpu::DenseQuantWeight& q = impl_->packed.dense_quant();
+  DenseMatrix dm;
+  dm.rows = q.rows;
+  dm.cols = q.cols;
+  dm.quant.spec = q.values;
+  const bool i8 = q.values.dtype == DType::kI8;
+  // The packed rows interleave int4 codes per 16-column chunk (spmm_packed.h); the checkpoint
+  // keeps code 2i in the low nibble of byte i.
+  const int64_t row_bytes = i8 ? q.cols : (q.cols + 1) / 2;
+  dm.values = Tensor::Alloc(i8 ? DType::kI8 : DType::kU8, {q.rows, row_bytes});
+  auto* out = static_cast<uint8_t*>(dm.values.mutable_data());
+  for (int64_t r = 0; r < q.rows; ++r) {
+    uint8_t* row = out + r * row_bytes;
+    for (int64_t c = 0; c < q.cols; ++c) {
+      const int code = q.Code(r, c);
+      if (i8) {
+        row[c] = static_cast<uint8_t>(static_cast<int8_t>(code));
+      } else {
+        row[c / 2] = static_cast<uint8_t>(row[c / 2] | (code << (c % 2 == 0 ? 0 : 4)));
+      }
+    }
+  }
+  auto f16 = [&](const std::vector<float>& v) {
+    Tensor t = Tensor::Alloc(DType::kF16, {q.rows, q.groups_per_row});
+    auto* h = static_cast<uint16_t*>(t.mutable_data());
+    // Exact: the packed f32 values were widened from f16.
+    for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToF16(v[i]);
+    return t;
+  };
+  dm.quant.scales = f16(q.scales);
+  if (q.values.has_min()) dm.quant.mins = f16(q.mins);
+  return dm;
+}
+
 const KernelConfig& LinearWeight::config() const {
   static const KernelConfig kNone;
   return impl_ ? impl_->cfg : kNone;

@@ -7,6 +7,7 @@
 //   matrices                   blk.N.<slot>.weight in any format; output.weight when untied
 #include <cmath>
 
+#include <nlohmann/json.hpp>
 #include "src/model/llama_internal.h"
 
 namespace sparq {
@@ -55,7 +56,95 @@ Result<LinearWeight> MatrixLinear(Checkpoint& ck, const std::string& path,
   return InvalidInput(path + ": missing matrix '" + name + "'");
 }
 
+// A plain f32 vector as a tensor of `dt` (f32, bf16 or f16), refused when f16 cannot hold it.
+Result<Tensor> StoredTensor(const float* v, std::vector<int64_t> shape, DType dt,
+                            const std::string& name) {
+  Tensor f = Tensor::View(DType::kF32, std::move(shape), v);
+  if (dt == DType::kF16) {
+    for (uint64_t i = 0; i < f.numel(); ++i) {
+      if (!std::isfinite(F16ToF32(F32ToF16(v[i])))) {
+        return InvalidInput("save: " + name + ": value " + std::to_string(v[i]) + " at " +
+                            std::to_string(i) + " does not fit f16 (|v| <= 65504); use bf16 or f32");
+      }
+    }
+  }
+  if (dt == DType::kF32) return f.Clone();
+  return FromF32(f, dt);
+}
+
 }  // namespace
+
+Status SaveLlamaCheckpoint(const LlamaModel& model, const std::string& path, DType values) {
+  if (values != DType::kF32 && values != DType::kBF16 && values != DType::kF16) {
+    return InvalidInput("save: values must be f32, bf16 or f16, not " +
+                        std::string(DTypeName(values)));
+  }
+  const LlamaConfig& c = model.config();
+  const LlamaWeights& w = model.weights();
+  Checkpoint ck;
+  auto add_linear = [&](const LinearWeight& lw, const std::string& name) -> Status {
+    if (std::optional<DenseMatrix> q = lw.dense_quant()) {  // its codes, as loaded
+      ck.matrices.push_back({name, std::move(*q), Pattern::Dense()});
+      return Status::Ok();
+    }
+    const float* p = lw.dense_f32();
+    if (p == nullptr) {
+      return InvalidInput("save: " + name + " is stored " + lw.format() + " with " +
+                          lw.values().Name() +
+                          " values; only dense layers (f32, or quantized as a GGUF stores them) "
+                          "are written this way: a model loaded from a .sparq is saved by copying "
+                          "its file");
+    }
+    SPARQ_ASSIGN_OR_RETURN(Tensor t, StoredTensor(p, {lw.rows(), lw.cols()}, values, name));
+    DenseMatrix dm;
+    dm.rows = lw.rows();
+    dm.cols = lw.cols();
+    dm.values = std::move(t);
+    ck.matrices.push_back({name, std::move(dm), Pattern::Dense()});
+    return Status::Ok();
+  };
+  if (std::optional<DenseMatrix> q; c.tied_output && (q = w.output.dense_quant())) {
+    // A tied head run as stored (a GGUF's Q4_1, say): the embedding is that matrix (FromSparq
+    // looks tokens up in its dequantization, which is the f32 copy the model holds).
+    ck.matrices.push_back({"token_embd.weight", std::move(*q), Pattern::Dense()});
+  } else {
+    SPARQ_ASSIGN_OR_RETURN(Tensor te, StoredTensor(w.token_embd.data_as<float>(),
+                                                   {c.n_vocab, c.n_embd}, values,
+                                                   "token_embd.weight"));
+    ck.tensors.push_back({"token_embd.weight", std::move(te)});
+  }
+  // Norm gains stay f32 whatever the values: FromSparq reads them as f32 and they are tiny.
+  ck.tensors.push_back({"output_norm.weight", Tensor::View(DType::kF32, {c.n_embd},
+                                                           w.output_norm.data()).Clone()});
+  if (!c.tied_output) SPARQ_RETURN_IF_ERROR(add_linear(w.output, "output.weight"));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LlamaBlock& b = w.blocks[static_cast<size_t>(l)];
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    ck.tensors.push_back(
+        {blk + "attn_norm.weight", Tensor::View(DType::kF32, {c.n_embd}, b.attn_norm.data()).Clone()});
+    ck.tensors.push_back(
+        {blk + "ffn_norm.weight", Tensor::View(DType::kF32, {c.n_embd}, b.ffn_norm.data()).Clone()});
+    for (int s = 0; s < kNumSlots; ++s) {
+      const std::string name = blk + std::string(SlotName(static_cast<LinearSlot>(s))) + ".weight";
+      SPARQ_RETURN_IF_ERROR(add_linear(b.linear[static_cast<size_t>(s)], name));
+      const std::vector<int32_t>& perm = b.perm[static_cast<size_t>(s)];
+      if (!perm.empty()) {
+        ck.tensors.push_back({name + ".perm", Tensor::View(DType::kI32,
+                                                           {static_cast<int64_t>(perm.size())},
+                                                           perm.data()).Clone()});
+      }
+    }
+  }
+  ck.metadata["sparq.model"] = c.ToJson();
+  ck.metadata["sparq.tokenizer"] = model.tokenizer().data().ToJson();
+  std::string source = model.source();
+  while (source.size() > 1 && source.back() == '/') source.pop_back();  // a folder "dir/"
+  source = source.substr(source.find_last_of('/') + 1);
+  // "sparq.prune" records how a checkpoint was made; a saved model was not pruned.
+  ck.metadata["sparq.saved"] =
+      nlohmann::json{{"source", source}, {"values", std::string(DTypeName(values))}}.dump();
+  return WriteCheckpoint(path, ck);
+}
 
 Result<LlamaModel> LlamaModel::FromSparq(const std::string& path, const KernelConfig& cfg) {
   SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(path));

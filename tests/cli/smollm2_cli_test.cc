@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -207,6 +208,39 @@ TEST_F(SmolLm2Test, ConvertTo24Bf16AndBackGivesExactlyTheMaskedWeights) {
     ++compared;
   }
   EXPECT_EQ(compared, 210);
+}
+
+// `convert --model`: the GGUF as a .sparq model every command loads, its Q4_1 / Q8_0 codes kept,
+// so evaluating it gives the GGUF's perplexity to the last digit printed; flags that would change
+// the model are refused and leave no file.
+TEST_F(SmolLm2Test, ConvertModelKeepsTheGgufsCodesAndPerplexity) {
+  const std::string out = testing::TempDir() + "/conv_model.sparq";
+  std::string log;
+  ASSERT_EQ(testing::RunCommand(Cli() + " convert '" + path_ + "' '" + out + "' --model 2>&1", &log),
+            0)
+      << log;
+  EXPECT_THAT(log, ::testing::HasSubstr("int4:g32"));
+  const std::string text = std::string(SPARQ_SOURCE_DIR) + "/data/text/wikitext-2-raw-test.txt";
+  auto ppl = [&](const std::string& model) {
+    std::string j;
+    EXPECT_EQ(testing::RunCommand(Cli() + " eval '" + model + "' --text '" + text +
+                                      "' --max-tokens 600 --threads 1 --json",
+                                  &j),
+              0);
+    return json::parse(j)["perplexity"].get<double>();
+  };
+  EXPECT_EQ(ppl(out), ppl(path_));
+  const auto size = std::filesystem::file_size(out);
+  EXPECT_LT(size, std::filesystem::file_size(path_));  // the same codes; a tokenizer as JSON
+  std::remove(out.c_str());
+  for (const std::string bad : {" --pattern 2:4", " --values int4:g64", " --format nm"}) {
+    EXPECT_EQ(testing::RunCommand(Cli() + " convert '" + path_ + "' '" + out + "' --model" + bad +
+                                      " 2>&1",
+                                  &log),
+              1)
+        << bad;
+    EXPECT_FALSE(std::filesystem::exists(out)) << bad;
+  }
 }
 
 TEST_F(SmolLm2Test, TruncatedCopyMakesInspectExit1) {
