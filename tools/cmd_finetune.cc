@@ -129,9 +129,17 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
     if (tty && p.step == p.total_steps) std::fprintf(stderr, "\n");
   };
   o.lib.on_eval = [&](const train::FinetuneCurvePoint& p) {
-    std::fprintf(stderr, "%seval step %lld (%lld tokens trained): perplexity %.4f\n",
+    // One perplexity per --eval-text, each named when there are several.
+    std::string ppl;
+    for (size_t i = 0; i < p.perplexities.size(); ++i) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%s%.4f", i ? ", " : "", p.perplexities[i]);
+      ppl += buf;
+      if (p.perplexities.size() > 1) ppl += " (" + o.eval_files[i] + ")";
+    }
+    std::fprintf(stderr, "%seval step %lld (%lld tokens trained): perplexity %s\n",
                  tty ? "\r" : "", static_cast<long long>(p.step),
-                 static_cast<long long>(p.tokens), p.perplexity);
+                 static_cast<long long>(p.tokens), ppl.c_str());
   };
   if (o.timings) o.lib.timers = &o.timers;
   SPARQ_ASSIGN_OR_RETURN(train::FinetuneResult r, train::Finetune(o.lib, cfg, &pool));
@@ -262,13 +270,13 @@ Registrar reg(
           ->capture_default_str()
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
       sub.add_option("--eval-text", o->eval_files,
-                     "Held-out text for the curve (UTF-8; repeatable): perplexity before the "
-                     "first step, every --eval-every steps and at the end");
+                     "Held-out text for the curve (UTF-8; repeatable, each scored on its own): "
+                     "perplexity before the first step, every --eval-every steps and at the end");
       sub.add_option("--eval-every", l.eval_every, "Steps between the curve's points (0: none)")
           ->capture_default_str()
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
       sub.add_option("--eval-tokens", l.eval_tokens,
-                     "Tokens of --eval-text scored (its first; windows of --seq-len)")
+                     "Tokens of each --eval-text scored (its first; windows of --seq-len)")
           ->capture_default_str()
           ->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
       sub.add_option("--state", l.state_path, "Train state file (default: OUT.state)");

@@ -47,7 +47,11 @@ struct FinetuneText {
 struct FinetuneCurvePoint {
   int64_t step = 0;         // completed steps (0: the student as given)
   int64_t tokens = 0;       // trained tokens at that step
-  double perplexity = 0.0;  // on FinetuneOptions::eval_texts
+  double perplexity = 0.0;  // on the first of FinetuneOptions::eval_texts
+  // One per eval text, in their order (perplexities[0] == perplexity): each text scored on its
+  // own, so held-out text of another kind (WikiText beside the book's held-out part) shows
+  // whether the student gains on its training text's style only.
+  std::vector<double> perplexities;
 };
 
 struct FinetuneOptions {
@@ -78,8 +82,8 @@ struct FinetuneOptions {
   int64_t checkpoint_every = 0;  // 0: the state is saved at the end only
   bool resume = false;           // continue from state_path
   int64_t stop_at = -1;          // stop after this step without writing out (tests: interrupt)
-  // The curve: the student's perplexity on eval_texts (tokenized as `sparq eval` does, the first
-  // eval_tokens of them, windows of seq_len tokens) before the first step, every eval_every
+  // The curve: the student's perplexity on each of eval_texts (tokenized as `sparq eval` does,
+  // the first eval_tokens of each, windows of seq_len tokens) before the first step, every eval_every
   // steps and after the last; computed on the f32 masters by the training forward (a bf16 or
   // quantized OUT rounds them afterwards), so it costs no change to the run: a resumed run
   // gives the same points. eval_every 0: no curve.
@@ -103,7 +107,8 @@ struct FinetuneResult {
   // Trained quantized block matrices written back by GPTQ / by round to nearest.
   int64_t requant_gptq = 0, requant_rtn = 0;
   std::vector<FinetuneCurvePoint> curve;  // this call's points (FinetuneOptions::eval_every)
-  int64_t eval_predicted = 0;             // tokens each point predicts
+  int64_t eval_predicted = 0;             // tokens each point predicts (all eval texts)
+  std::vector<std::string> eval_names;    // the eval texts' names, in the points' order
   std::string ToJson() const;
 };
 

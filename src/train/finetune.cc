@@ -163,9 +163,13 @@ std::string FinetuneResult::ToJson() const {
   if (!curve.empty()) {
     nlohmann::json pts = nlohmann::json::array();
     for (const FinetuneCurvePoint& p : curve) {
-      pts.push_back({{"step", p.step}, {"tokens", p.tokens}, {"perplexity", p.perplexity}});
+      pts.push_back({{"step", p.step},
+                     {"tokens", p.tokens},
+                     {"perplexity", p.perplexity},
+                     {"perplexities", p.perplexities}});
     }
     j["curve"] = pts;
+    j["eval_texts"] = eval_names;
     j["eval_predicted"] = eval_predicted;
   }
   return j.dump(2);
@@ -203,16 +207,17 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     tokens.insert(tokens.end(), ids->begin(), ids->end());
     names += (names.empty() ? "" : ", ") + t.name;
   }
-  std::vector<int32_t> eval_ids;  // as `sparq eval` reads its text: no BOS, the first eval_tokens
+  // Each eval text as `sparq eval` reads it: no BOS, its first eval_tokens tokens.
+  std::vector<std::vector<int32_t>> eval_ids;
   for (const FinetuneText& t : o.eval_texts) {
     if (o.eval_every == 0) break;
     auto ids = student.tokenizer().Encode(t.text);
     if (!ids.ok()) return ids.status().WithContext("finetune: --eval-text " + t.name);
-    eval_ids.insert(eval_ids.end(), ids->begin(), ids->end());
-  }
-  if (static_cast<int64_t>(eval_ids.size()) > o.eval_tokens) eval_ids.resize(o.eval_tokens);
-  if (o.eval_every > 0 && eval_ids.size() < 2) {
-    return InvalidInput("finetune: the evaluation text holds fewer than 2 tokens");
+    if (static_cast<int64_t>(ids->size()) > o.eval_tokens) ids->resize(o.eval_tokens);
+    if (ids->size() < 2) {
+      return InvalidInput("finetune: the evaluation text " + t.name + " holds fewer than 2 tokens");
+    }
+    eval_ids.push_back(std::move(*ids));
   }
   if (static_cast<int64_t>(tokens.size()) < o.seq_len + 1) {
     return InvalidInput("finetune: the texts (" + names + ") hold " +
@@ -283,6 +288,9 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   tm = TrainableModel();
 
   FinetuneResult r;
+  for (const FinetuneText& t : o.eval_texts) {
+    if (o.eval_every > 0) r.eval_names.push_back(t.name);
+  }
   r.steps = steps;
   r.start_step = state.step();
   r.data_tokens = static_cast<int64_t>(tokens.size());
@@ -313,10 +321,16 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
     };
   }
   auto evaluate = [&]() -> Status {
-    FinetuneCurvePoint p{state.step(), state.step() * per_step, 0.0};
-    auto ppl = WindowPerplexity(c, state.weights, eval_ids, o.seq_len, pool, &r.eval_predicted);
-    if (!ppl.ok()) return ppl.status().WithContext("finetune: --eval-text");
-    p.perplexity = *ppl;
+    FinetuneCurvePoint p{state.step(), state.step() * per_step, 0.0, {}};
+    r.eval_predicted = 0;
+    for (size_t i = 0; i < eval_ids.size(); ++i) {
+      int64_t predicted = 0;
+      auto ppl = WindowPerplexity(c, state.weights, eval_ids[i], o.seq_len, pool, &predicted);
+      if (!ppl.ok()) return ppl.status().WithContext("finetune: --eval-text " + o.eval_texts[i].name);
+      p.perplexities.push_back(*ppl);
+      r.eval_predicted += predicted;
+    }
+    p.perplexity = p.perplexities.front();
     r.curve.push_back(p);
     if (o.on_eval) o.on_eval(p);
     return Status::Ok();

@@ -113,6 +113,18 @@ TEST_F(FinetuneCliTest, EvalEveryPrintsTheCurveAndWritesItToJson) {
   ASSERT_EQ(j["curve"].size(), 4u);  // steps 0, 3, 6, 8
   EXPECT_EQ(j["curve"][3]["step"], 8);
   EXPECT_LT(j["curve"][3]["perplexity"].get<double>(), j["curve"][0]["perplexity"].get<double>());
+  // Two texts: each scored on its own, named on the line and listed in the JSON.
+  std::ofstream(*dir_ + "/eval2.txt") << train::testing::LetterText(120, 5);
+  ASSERT_EQ(RunSplit(Args("curve3.sparq") + " --eval-text " + *dir_ + "/eval.txt --eval-text " +
+                         *dir_ + "/eval2.txt --eval-every 3 --json",
+                     &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(err, HasSubstr("/eval2.txt)\n")) << err;
+  const auto j2 = nlohmann::json::parse(out);
+  ASSERT_EQ(j2["eval_texts"].size(), 2u);
+  ASSERT_EQ(j2["curve"][3]["perplexities"].size(), 2u);
+  EXPECT_EQ(j2["curve"][3]["perplexities"][0], j["curve"][3]["perplexity"]);
   EXPECT_EQ(RunSplit(Args("curve2.sparq") + " --eval-text " + *dir_ + "/eval.txt", &out, &err), 1);
   EXPECT_THAT(err, HasSubstr("--eval-every")) << err;
 }

@@ -299,6 +299,27 @@ TEST_F(FinetuneTest, TheCurveIsTheRuntimesPerplexityAndAResumeGivesTheSamePoints
   EXPECT_EQ(b->curve[0].perplexity, r->curve[2].perplexity);
   EXPECT_EQ(b->curve[1].perplexity, r->curve[3].perplexity);
 
+  // A second eval text is scored on its own: the first text's points do not move, the second's
+  // are its own runtime perplexity, and the predicted tokens add up.
+  const std::string other = LetterText(150, 4);
+  o.out = TempPath("curve_two.sparq");
+  o.resume = false;
+  o.eval_texts = {{"eval.txt", eval_text}, {"other.txt", other}};
+  auto two = Run(o);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_EQ(two->curve.size(), 4u);
+  EXPECT_EQ(two->eval_names, (std::vector<std::string>{"eval.txt", "other.txt"}));
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(two->curve[i].perplexities.size(), 2u);
+    EXPECT_EQ(two->curve[i].perplexity, r->curve[i].perplexity);
+    EXPECT_EQ(two->curve[i].perplexities[0], r->curve[i].perplexity);
+  }
+  EXPECT_NEAR(std::log(two->curve[0].perplexities[1]),
+              std::log(RuntimePerplexity(student, other, o.seq_len)), 1e-4);
+  EXPECT_NEAR(std::log(two->curve[3].perplexities[1]),
+              std::log(RuntimePerplexity(o.out, other, o.seq_len)), 1e-4);
+  EXPECT_EQ(two->eval_predicted, 37 * 7 + 3 + 18 * 7 + 5);  // + 150 letters: 18 windows, 6 tokens
+
   FinetuneOptions bad = Options(full);
   bad.eval_every = 4;
   auto e = Run(bad);
