@@ -382,7 +382,8 @@ std::string PruneModel(const std::string& path, const std::string& calib_text,
                        const std::string& method, const std::string& values,
                        const std::string& embedding_values, const std::string& quant_method,
                        int64_t calib_samples, int64_t calib_len, int64_t blocks, double damp,
-                       uint64_t seed, const std::string& include, bool permute, bool act_order,
+                       uint64_t seed, const std::string& include, bool permute,
+                       std::optional<bool> act_order,
                        int threads) {
   ModelPruneOptions opt;
   opt.method = Take(ParsePruneMethod(method));
@@ -402,8 +403,9 @@ std::string PruneModel(const std::string& path, const std::string& calib_text,
   opt.damp = damp;
   opt.seed = seed;
   opt.permute = permute;
-  opt.act_order = act_order;
   if (!include.empty()) opt.include = include;
+  // None: the command line's default (on wherever it applies); True insists, False turns it off.
+  opt.act_order = act_order ? *act_order : ActOrderApplies(opt);
   opt.progress = false;  // no bar on the Python process's stderr
   const KernelConfig& cfg = Config("");
   Result<ModelPruneResult> r = Status();
@@ -475,7 +477,7 @@ void BindModel(nb::module_& mod) {
           nb::arg("pattern"), nb::arg("method"), nb::arg("values"), nb::arg("embedding_values"),
           nb::arg("quant_method"), nb::arg("calib_samples"), nb::arg("calib_len"),
           nb::arg("blocks"), nb::arg("damp"), nb::arg("seed"), nb::arg("include"),
-          nb::arg("permute"), nb::arg("act_order"), nb::arg("threads"));
+          nb::arg("permute"), nb::arg("act_order").none(), nb::arg("threads"));
 }
 
 }  // namespace sparq::python

@@ -24,7 +24,7 @@ struct PruneCliOptions {
   uint64_t seed = 0;
   int threads = 0;
   bool permute = false;
-  bool act_order = false;
+  bool act_order = false, no_act_order = false;
   JsonOutput json;
 };
 
@@ -44,7 +44,6 @@ Status RunPrune(const PruneCliOptions& o, const KernelConfig& cfg) {
   opt.owl_lambda = o.owl_lambda;
   opt.owl_threshold = o.owl_threshold;
   opt.permute = o.permute;
-  opt.act_order = o.act_order;
   opt.permute_max_work = o.permute_work;
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
@@ -52,6 +51,7 @@ Status RunPrune(const PruneCliOptions& o, const KernelConfig& cfg) {
   opt.damp = o.damp;
   opt.seed = o.seed;
   if (!o.include.empty()) opt.include = o.include;
+  SPARQ_RETURN_IF_ERROR(ApplyActOrderFlags(o.act_order, o.no_act_order, &opt));
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.calib));
   SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(o.model, text, opt, o.out, cfg, &pool));
   if (!o.report.empty()) {
@@ -124,7 +124,12 @@ Registrar reg("prune", "Calibrate and prune a whole model (GGUF) into a .sparq c
                 sub.add_flag("--act-order", o->act_order,
                              "With int8 / int4 values (GPTQ): prune with SparseGPT in f32 first, "
                              "then quantize the kept weights with the masks fixed, inputs in order "
-                             "of decreasing H_jj (static groups)");
+                             "of decreasing H_jj (static groups). The default wherever it applies "
+                             "(SparseGPT or a dense pattern, GPTQ, no --permute); given, it "
+                             "refuses where it does not");
+                sub.add_flag("--no-act-order", o->no_act_order,
+                             "With int8 / int4 values: GPTQ in column order (SparseGPT's joint "
+                             "sweep for a pattern)");
                 sub.add_option("--permute-work", o->permute_work,
                                "Work bound of the permutation search per layer: candidate swaps x "
                                "rows scored (the same on every machine, so reruns are identical)")

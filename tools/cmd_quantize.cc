@@ -1,4 +1,4 @@
-// `sparq quantize MODEL --values int4:g64 [--quant-method gptq|rtn] [--act-order] --calib TEXT
+// `sparq quantize MODEL --values int4:g64 [--quant-method gptq|rtn] [--no-act-order] --calib TEXT
 // -o OUT.sparq`:
 // weight-only quantization of a whole Llama model, `sparq prune` with the dense pattern
 // (PruneLlama in sparq/model.h): every block linear is stored as a dense quantized matrix, its
@@ -23,7 +23,7 @@ struct QuantizeCliOptions {
   std::string include;
   int64_t calib_samples = 64, calib_len = 512, blocks = -1;
   double damp = 0.01;
-  bool act_order = false;
+  bool act_order = false, no_act_order = false;
   uint64_t seed = 0;
   int threads = 0;
   JsonOutput json;
@@ -43,9 +43,9 @@ Status RunQuantize(const QuantizeCliOptions& o, const KernelConfig& cfg) {
   opt.calib_len = o.calib_len;
   opt.max_blocks = o.blocks;
   opt.damp = o.damp;
-  opt.act_order = o.act_order;
   opt.seed = o.seed;
   if (!o.include.empty()) opt.include = o.include;
+  SPARQ_RETURN_IF_ERROR(ApplyActOrderFlags(o.act_order, o.no_act_order, &opt));
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.calib));
   SPARQ_ASSIGN_OR_RETURN(ModelPruneResult r, PruneLlama(o.model, text, opt, o.out, cfg, &pool));
   SPARQ_RETURN_IF_ERROR(o.json.Write(r.ToJson(true)));
@@ -97,7 +97,8 @@ Registrar reg(
           ->capture_default_str();
       sub.add_flag("--act-order", o->act_order,
                    "GPTQ in order of decreasing input energy (H_jj), groups fitted before the "
-                   "sweep on the given weights (static groups)");
+                   "sweep on the given weights (static groups); the default with gptq");
+      sub.add_flag("--no-act-order", o->no_act_order, "GPTQ in column order");
       sub.add_option("--seed", o->seed, "Calibration sampling seed")->capture_default_str();
       sub.add_option("--threads", o->threads, "Threads");
       o->json.Register(sub, "the report (with timings)");

@@ -24,4 +24,14 @@ inline Status ApplyQuantFlags(const std::string& embedding_values, const std::st
   return Status::Ok();
 }
 
+// --act-order / --no-act-order: on where it applies unless turned off (ActOrderApplies);
+// --act-order insists, so that the library names what excludes it.
+inline Status ApplyActOrderFlags(bool act_order, bool no_act_order, ModelPruneOptions* opt) {
+  if (act_order && no_act_order) {
+    return InvalidInput("--act-order and --no-act-order exclude each other");
+  }
+  opt->act_order = act_order || (!no_act_order && ActOrderApplies(*opt));
+  return Status::Ok();
+}
+
 }  // namespace sparq::cli

@@ -309,6 +309,7 @@ struct ModelPruneOptions {
   // GPTQ's act-order (PruneOptions::act_order, static groups), GPTQ only: dense layers (`sparq
   // quantize`, also keeping a pruned .sparq's masks), or with a pattern and SparseGPT two passes
   // per layer (SparseGPT in f32, then act-order GPTQ on the kept weights with that mask fixed).
+  // Off here; the command line and Python turn it on wherever ActOrderApplies (their default).
   bool act_order = false;
   // Bounds of the permutation search per layer (see PermuteOptions). Work bounds, not a clock,
   // so that pruning twice with the same flags gives byte-identical checkpoints on any machine.
@@ -333,6 +334,12 @@ struct ModelPruneOptions {
   double owl_lambda = 0.08, owl_threshold = 5.0;  // OWL's defaults for LLaMA (lambda, M)
   bool progress = true;              // progress bar on stderr (only when it is a terminal)
 };
+
+// Whether act-order can run under `opt` (quantized values, GPTQ, no --permute, SparseGPT where a
+// pattern prunes): where `sparq prune` / `sparq quantize` run it unless told --no-act-order.
+// It took a third to a half of int4:g64's perplexity cost back on SmolLM2 (2:4: 181.0 -> 160.6;
+// docs/measurements/xeon-gptq-act-order-2026-12-06.md) for the same bytes.
+bool ActOrderApplies(const ModelPruneOptions& opt);
 
 struct LayerPruneResult {
   std::string name;

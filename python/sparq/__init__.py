@@ -582,7 +582,7 @@ def prune_model(
     permute: bool = False,
     embedding_values: Optional[str] = None,
     quant_method: str = "gptq",
-    act_order: bool = False,
+    act_order: Optional[bool] = None,
     threads: Optional[int] = None,
 ) -> Model:
     """Calibrates and prunes a whole model, as ``sparq prune MODEL --pattern P --method M
@@ -593,8 +593,9 @@ def prune_model(
     out: where the .sparq goes; None writes it to a temporary file that lives as long as the
     returned model (:meth:`Model.save` copies it). The other options are the command's flags
     (``blocks``: prune only the first N blocks; ``include``: regex over layer names;
-    ``act_order``: GPTQ's act-order, ``sparq quantize --act-order``: ``pattern="dense"`` with
-    int8 / int4 ``values``, or a pruned .sparq whose masks are kept).
+    ``act_order``: GPTQ's act-order, as the command line: None (default) runs it wherever it
+    applies (int8 / int4 ``values``, ``quant_method="gptq"``, no ``permute``, SparseGPT or
+    ``pattern="dense"``), True insists (ValueError where it cannot run), False turns it off).
     Returns the pruned model, loaded with the same threads (and a Model argument's
     ``int8_activations``); its ``prune_report`` is the command's JSON report.
     """
@@ -619,6 +620,6 @@ def prune_model(
         src, text, out, str(_pattern(pattern)), method, values, embedding_values or "",
         quant_method, operator.index(calib_samples), operator.index(calib_len),
         -1 if blocks is None else operator.index(blocks), float(damp), operator.index(seed),
-        include or "", bool(permute), bool(act_order), n)
+        include or "", bool(permute), None if act_order is None else bool(act_order), n)
     pruned = Model(_sparq._Model.load(out, n, "as-stored", int8), out, tmpdir, json.loads(report))
     return pruned

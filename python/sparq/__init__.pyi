@@ -149,7 +149,7 @@ def prune_model(
     permute: bool = False,
     embedding_values: Optional[str] = None,
     quant_method: str = "gptq",
-    act_order: bool = False,
+    act_order: Optional[bool] = None,
     threads: Optional[int] = None,
 ) -> Model:
     """`sparq prune` from Python: the pruned model (its .sparq at `out`, or a temporary file)."""

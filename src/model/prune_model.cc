@@ -24,6 +24,16 @@ double Since(Clock::time_point t) {
 
 // f16 holds magnitudes up to 65504: a weight beyond it would be stored as inf. Refused, naming the
 // tensor, rather than written (bf16 keeps f32's range).
+}  // namespace
+
+bool ActOrderApplies(const ModelPruneOptions& opt) {
+  return opt.values.quantized() && opt.quant_method == ModelPruneOptions::QuantMethod::kGptq &&
+         !opt.permute &&
+         (opt.pattern.kind == PatternKind::kDense || opt.method == PruneMethod::kSparseGpt);
+}
+
+namespace {
+
 Status FitsValueType(std::span<const float> w, DType dt, const std::string& name) {
   if (dt != DType::kF16) return Status::Ok();
   for (size_t i = 0; i < w.size(); ++i) {

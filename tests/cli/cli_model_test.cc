@@ -186,6 +186,26 @@ TEST_F(CliModelTest, QuantizeStoresDenseInt4AndRuns) {
   const CheckpointTensor* q = ck->FindMatrix("blk.0.attn_q.weight");
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(ValuesName(q->matrix), "int4:g64");
+  // GPTQ in act-order is the default where it applies, recorded with the run; both flags at once
+  // are refused; where it does not apply (Wanda's pattern) the default runs without it.
+  EXPECT_NE(ck->metadata.at("sparq.prune").find("\"act_order\":true"), std::string::npos);
+  EXPECT_EQ(RunSplit("quantize '" + *model_ + "' --values int4:g64 --act-order --no-act-order " +
+                         "--calib " + calib + " -o " + out + "_x",
+                     &rep, &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("--act-order and --no-act-order exclude each other")) << err;
+  EXPECT_FALSE(std::filesystem::exists(out + "_x"));
+  const std::string wanda = dir + "/wanda_int4.sparq";
+  ASSERT_EQ(RunSplit("prune '" + *model_ + "' --method wanda --pattern 2:4 --values int4:g64 "
+                         "--blocks 1 --calib " + calib +
+                         " --calib-samples 2 --calib-len 32 --threads 1 -o " + wanda,
+                     &rep, &err),
+            0)
+      << err;
+  auto ckw = ReadCheckpoint(wanda);
+  ASSERT_TRUE(ckw.ok()) << ckw.status().ToString();
+  EXPECT_EQ(ckw->metadata.at("sparq.prune").find("act_order"), std::string::npos);
+  std::filesystem::remove(wanda);
   std::string eval_out;
   EXPECT_EQ(RunSplit("eval " + out + " --text " + calib + " --max-tokens 64 --threads 1", &eval_out,
                      &err),

@@ -247,10 +247,21 @@ def test_act_order_equals_the_cli_and_needs_sparsegpt(tiny_model_dir, text_file,
     q = sparq.prune_model(tiny_model_dir, "dense", calib=pathlib.Path(text_file), values="int4:g64",
                           act_order=True, out=out, calib_samples=4, calib_len=64, threads=THREADS)
     assert out.read_bytes() == ref.read_bytes()
+    # The default runs it where it applies (the command line's too); False turns it off.
+    default = sparq.prune_model(tiny_model_dir, "dense", calib=pathlib.Path(text_file),
+                                values="int4:g64", calib_samples=4, calib_len=64, threads=THREADS)
+    with open(default.path, "rb") as f:
+        assert f.read() == out.read_bytes()
     plain = sparq.prune_model(tiny_model_dir, "dense", calib=pathlib.Path(text_file),
-                              values="int4:g64", calib_samples=4, calib_len=64, threads=THREADS)
+                              values="int4:g64", act_order=False, calib_samples=4, calib_len=64,
+                              threads=THREADS)
     with open(plain.path, "rb") as f:
         assert f.read() != out.read_bytes()  # the order changes the codes
+    cli_plain = tmp_path / "cli_plain.sparq"
+    run_cli(sparq_cli, "quantize", tiny_model_dir, "--values", "int4:g64", "--no-act-order",
+            "--calib", text_file, *CALIB, "--threads", THREADS, "-o", cli_plain)
+    with open(plain.path, "rb") as f:
+        assert f.read() == cli_plain.read_bytes()
     assert q.prune_report["layers"][0]["format"] == "dense"
     with pytest.raises(ValueError, match="--method sparsegpt, not wanda"):
         sparq.prune_model(tiny_model_dir, "2:4", method="wanda", calib=pathlib.Path(text_file),
