@@ -8,9 +8,9 @@
 #include "sparq/model.h"
 
 namespace sparq {
-namespace {
 
-int32_t Sample(std::span<const float> logits, const GenerateOptions& opt, std::mt19937_64* rng) {
+int32_t SampleToken(std::span<const float> logits, const GenerateOptions& opt,
+                    std::mt19937_64* rng) {
   if (opt.temperature <= 0.0) return Argmax(logits);
   const auto v = static_cast<int64_t>(logits.size());
   std::vector<int32_t> idx(static_cast<size_t>(v));
@@ -44,8 +44,6 @@ int32_t Sample(std::span<const float> logits, const GenerateOptions& opt, std::m
   return idx[k - 1];
 }
 
-}  // namespace
-
 Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t> prompt,
                                 const GenerateOptions& opt, ThreadPool* pool,
                                 const std::function<void(int32_t)>& on_token) {
@@ -65,7 +63,7 @@ Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t
   auto t1 = std::chrono::steady_clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int64_t i = 0; i < opt.max_new; ++i) {
-    const int32_t tok = Sample(logits, opt, &rng);
+    const int32_t tok = SampleToken(logits, opt, &rng);
     r.tokens.push_back(tok);
     if (on_token) on_token(tok);
     if (opt.stop_at_eos && tok == model.tokenizer().eos_id()) break;
