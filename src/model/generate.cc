@@ -16,9 +16,14 @@ int32_t SampleToken(std::span<const float> logits, const GenerateOptions& opt,
   std::vector<int32_t> idx(static_cast<size_t>(v));
   std::iota(idx.begin(), idx.end(), 0);
   int64_t k = (opt.top_k > 0 && opt.top_k < v) ? opt.top_k : v;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+  // The k likeliest in descending order, ties by index: a strict total order, so any sort gives
+  // the same order. nth_element + sort rather than partial_sort: partial_sort is a heap sort,
+  // ~4x slower for k near the vocabulary (top_k 0, self-distillation's default, sorts it all).
+  auto likelier = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  };
+  if (k < v) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), likelier);
+  std::sort(idx.begin(), idx.begin() + k, likelier);
   std::vector<double> p(static_cast<size_t>(k));
   const double mx = logits[idx[0]];
   double sum = 0.0;
