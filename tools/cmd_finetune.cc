@@ -53,11 +53,11 @@ Result<train::FinetuneText> SelfDistillData(FinetuneCliOptions& o, const KernelC
   char header[512];
   std::snprintf(header, sizeof header,
                 "# sparq self-distill: teacher %s, %lld tokens, samples of %lld, temperature %g, "
-                "top-k %lld, top-p %g, seed %llu\n",
+                "top-k %lld, top-p %g, seed %llu, batch %lld\n",
                 std::filesystem::path(o.lib.teacher).filename().string().c_str(),
                 static_cast<long long>(d.tokens), static_cast<long long>(d.sample_len),
                 d.temperature, static_cast<long long>(d.top_k), d.top_p,
-                static_cast<unsigned long long>(d.seed));
+                static_cast<unsigned long long>(d.seed), static_cast<long long>(d.batch));
   if (std::filesystem::exists(path)) {
     Result<std::string> cached = ReadTextFile(path);
     if (cached.ok() && cached->rfind(header, 0) == 0) {
@@ -224,6 +224,11 @@ Registrar reg(
           ->capture_default_str();
       sub.add_option("--distill-seed", o->distill.seed, "Self-distillation: sampling seed")
           ->capture_default_str();
+      sub.add_option("--distill-batch", o->distill.batch,
+                     "Self-distillation: samples decoded at once (one pass over the teacher's "
+                     "weights per step for all; the text can differ in rounding from batch 1)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 12));
       sub.add_option("--distill-cache", o->distill_cache,
                      "Self-distillation text cache (default: OUT.distill.txt); reused when made "
                      "with the same teacher and options");

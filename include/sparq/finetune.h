@@ -156,17 +156,30 @@ struct SelfDistillOptions {
   int64_t top_k = 0;          // 0: the whole vocabulary
   double top_p = 1.0;         // nucleus (GenerateOptions::top_p); 1: no cut
   uint64_t seed = 0;
-  std::function<void(int64_t generated, int64_t total)> progress;  // may be empty
+  // Samples decoded at once (LlamaModel::ForwardBatch: one pass over the teacher's weights per
+  // step for all of them); a slot freed by a sample that ends takes the next sample. >= 1.
+  int64_t batch = 16;
+  // Called as samples end, with the tokens sampled so far (at most total). May be empty.
+  std::function<void(int64_t generated, int64_t total)> progress;
 };
 
 // The openings samples start from: short, across topics (history, science, places, people,
 // how-to, dialogue); sample i starts from entry i mod size.
 const std::vector<std::string>& SelfDistillPrompts();
 
-// Samples from `teacher` (sparq/model.h Generate, top-k sampling seeded per sample) until
-// `o.tokens` new tokens are generated; returns each sample's prompt and decoded continuation
-// (bytes that do not form valid UTF-8 dropped), samples separated by a blank line. Deterministic in (teacher, options, pool-independent).
-// Errors: temperature <= 0 or non-finite, tokens or sample_len < 1.
+// Samples from `teacher` until `o.tokens` new tokens are generated; returns each sample's prompt
+// and decoded continuation (bytes that do not form valid UTF-8 dropped), samples in sample order
+// separated by a blank line. Sample i starts from prompt i mod size, prefilled alone
+// (LlamaModel::Forward), draws with its own seed by Generate's rule (SampleToken), and is decoded
+// with up to o.batch - 1 others (LlamaModel::ForwardBatch). Its length: up to and including an
+// EOS, at most sample_len, and cut to the budget the samples before it leave, o.tokens - (their
+// kept tokens); a sample with no budget left is not part of the text (nor drawn: one starts only
+// when the samples before it are certain to leave it a token). So the text holds exactly o.tokens
+// new tokens, each sample's tokens are a prefix of what it would draw without the cut, and batch
+// 1 gives the text Generate gave one sample at a time. Deterministic in (teacher, options): the
+// thread count does not change it; the batch may (its kernels sum in another order, which can
+// change a draw), not the prompts or the number of tokens.
+// Errors: temperature <= 0 or non-finite, tokens, sample_len or batch < 1.
 Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistillOptions& o,
                                     ThreadPool* pool);
 

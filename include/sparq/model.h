@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -181,6 +182,16 @@ class LlamaModel {
   // Errors: token id out of range, cache too small.
   Status Forward(std::span<const int32_t> tokens, KvCache* cache, float* logits, bool all_logits,
                  ThreadPool* pool) const;
+  // One decode step of B sequences at once (batched sampling, e.g. self-distillation): token b is
+  // the next token of the sequence whose cache is caches[b], at its position caches[b]->length(),
+  // and is appended to that cache. The linear layers run over all B tokens at once (n = B: one
+  // pass over the weights for B tokens instead of B passes), RoPE and attention per sequence.
+  // logits: [B, n_vocab], row b for sequence b. They equal per-sequence Forward calls up to the
+  // kernels' summation order (n = B and n = 1 may take different kernel paths); B = 1 runs
+  // Forward's own kernels. Errors: tokens and caches of different counts or none, a token id out
+  // of range, a null or repeated cache, a cache with no room left; nothing is run or appended then.
+  Status ForwardBatch(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
+                      float* logits, ThreadPool* pool) const;
   // Forward runs each block's MLP as one fused SwiGLU kernel call where its weights allow (on by
   // default). The bits are the same either way; off only serves to time the difference.
   void set_fuse_mlp(bool on);
@@ -250,6 +261,11 @@ struct GenerateResult {
   double decode_seconds = 0.0;
   int64_t prompt_tokens = 0;
 };
+// The token Generate picks from one position's logits [n_vocab]: the argmax at temperature <= 0,
+// else a draw from `rng` over the top_k / top_p cut at opt.temperature (ties in index order).
+// Exposed so that batched samplers (self-distillation) draw exactly as Generate does.
+int32_t SampleToken(std::span<const float> logits, const GenerateOptions& opt,
+                    std::mt19937_64* rng);
 // Prefills the prompt in one batch, then decodes one token at a time. `on_token` (optional) sees
 // each new token as it is produced.
 Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t> prompt,

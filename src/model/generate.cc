@@ -8,17 +8,22 @@
 #include "sparq/model.h"
 
 namespace sparq {
-namespace {
 
-int32_t Sample(std::span<const float> logits, const GenerateOptions& opt, std::mt19937_64* rng) {
+int32_t SampleToken(std::span<const float> logits, const GenerateOptions& opt,
+                    std::mt19937_64* rng) {
   if (opt.temperature <= 0.0) return Argmax(logits);
   const auto v = static_cast<int64_t>(logits.size());
   std::vector<int32_t> idx(static_cast<size_t>(v));
   std::iota(idx.begin(), idx.end(), 0);
   int64_t k = (opt.top_k > 0 && opt.top_k < v) ? opt.top_k : v;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+  // The k likeliest in descending order, ties by index: a strict total order, so any sort gives
+  // the same order. nth_element + sort rather than partial_sort: partial_sort is a heap sort,
+  // ~4x slower for k near the vocabulary (top_k 0, self-distillation's default, sorts it all).
+  auto likelier = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  };
+  if (k < v) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), likelier);
+  std::sort(idx.begin(), idx.begin() + k, likelier);
   std::vector<double> p(static_cast<size_t>(k));
   const double mx = logits[idx[0]];
   double sum = 0.0;
@@ -44,8 +49,6 @@ int32_t Sample(std::span<const float> logits, const GenerateOptions& opt, std::m
   return idx[k - 1];
 }
 
-}  // namespace
-
 Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t> prompt,
                                 const GenerateOptions& opt, ThreadPool* pool,
                                 const std::function<void(int32_t)>& on_token) {
@@ -65,7 +68,7 @@ Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t
   auto t1 = std::chrono::steady_clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int64_t i = 0; i < opt.max_new; ++i) {
-    const int32_t tok = Sample(logits, opt, &rng);
+    const int32_t tok = SampleToken(logits, opt, &rng);
     r.tokens.push_back(tok);
     if (on_token) on_token(tok);
     if (opt.stop_at_eos && tok == model.tokenizer().eos_id()) break;

@@ -294,25 +294,37 @@ bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadP
                                      pool);
 }
 
-}  // namespace
+// The attention of one sequence's n rows at positions pos0 .. pos0+n-1: RoPE on q / k [n, ...],
+// their K/V rows into the layer's cache rows kc / vc, and attention into att [n, n_embd]. RunBlock
+// calls it once for its n rows, RunBlockBatch once per sequence with n = 1.
+void SequenceAttention(const LlamaConfig& c, const LlamaBlock& b, float* q, float* k,
+                       const float* v, int64_t n, int64_t pos0, float* kc, float* vc, float* att,
+                       BlockScratch* s, ThreadPool* pool) {
+  const int64_t kvd = c.kv_dim();
+  RopeTable(n, c.rope_dim, pos0, c.rope_theta, s);
+  Rope(q, n, c.n_head, c.head_dim(), c.rope_dim, *s);
+  Rope(k, n, c.n_head_kv, c.head_dim(), c.rope_dim, *s);
+  std::memcpy(kc + pos0 * kvd, k, sizeof(float) * n * kvd);
+  std::memcpy(vc + pos0 * kvd, v, sizeof(float) * n * kvd);
+  // Attention runs on the target of the block's layers (their KernelConfig: --max-isa caps both).
+  Attention(c, b.linear[static_cast<int>(LinearSlot::kQ)].config(), q, kc, vc, n, pos0, att, s,
+            pool);
+}
 
-void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
-              float* kc, float* vc, BlockScratch* s, ThreadPool* pool) {
-  const int64_t d = c.n_embd, kvd = c.kv_dim();
-  s->Reserve(c, n, pos0 + n);
+// One block over x [n, n_embd] in place: the linear layers, norms and MLP over all n rows at once;
+// `attend(s)` turns s->q / k / v into s->att (RoPE, cache writes, attention), for however many
+// sequences the rows belong to.
+template <class AttendFn>
+void RunBlockRows(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, BlockScratch* s,
+                  ThreadPool* pool, const AttendFn& attend) {
+  const int64_t d = c.n_embd;
+  s->Reserve(c, n, n);
   const Epilogue none;
   RmsNorm(x, n, d, b.attn_norm.data(), c.rms_eps, s->attn_in.data(), pool);
   LinearShared(b, {{LinearSlot::kQ, s->q.data(), none}, {LinearSlot::kK, s->k.data(), none},
                    {LinearSlot::kV, s->v.data(), none}},
                s->attn_in.data(), n, s, pool);
-  RopeTable(n, c.rope_dim, pos0, c.rope_theta, s);
-  Rope(s->q.data(), n, c.n_head, c.head_dim(), c.rope_dim, *s);
-  Rope(s->k.data(), n, c.n_head_kv, c.head_dim(), c.rope_dim, *s);
-  std::memcpy(kc + pos0 * kvd, s->k.data(), sizeof(float) * n * kvd);
-  std::memcpy(vc + pos0 * kvd, s->v.data(), sizeof(float) * n * kvd);
-  // Attention runs on the target of the block's layers (their KernelConfig: --max-isa caps both).
-  Attention(c, b.linear[static_cast<int>(LinearSlot::kQ)].config(), s->q.data(), kc, vc, n, pos0,
-            s->att.data(), s, pool);
+  attend(s);
   // hidden = x + Wo att
   Epilogue res;
   res.residual = x;
@@ -332,6 +344,30 @@ void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, in
   Epilogue res2;
   res2.residual = s->hidden.data();
   Linear(b, LinearSlot::kDown, s->act.data(), n, x, res2, s, pool);
+}
+
+}  // namespace
+
+void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
+              float* kc, float* vc, BlockScratch* s, ThreadPool* pool) {
+  RunBlockRows(c, b, x, n, s, pool, [&](BlockScratch* sc) {
+    SequenceAttention(c, b, sc->q.data(), sc->k.data(), sc->v.data(), n, pos0, kc, vc,
+                      sc->att.data(), sc, pool);
+  });
+}
+
+void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
+                   std::span<const int64_t> pos, std::span<float* const> kc,
+                   std::span<float* const> vc, BlockScratch* s, ThreadPool* pool) {
+  const auto n = static_cast<int64_t>(pos.size());
+  const int64_t d = c.n_embd, kvd = c.kv_dim();
+  RunBlockRows(c, b, x, n, s, pool, [&](BlockScratch* sc) {
+    for (int64_t r = 0; r < n; ++r) {
+      SequenceAttention(c, b, sc->q.data() + r * d, sc->k.data() + r * kvd,
+                        sc->v.data() + r * kvd, 1, pos[r], kc[r], vc[r], sc->att.data() + r * d,
+                        sc, pool);
+    }
+  });
 }
 
 void LlamaModel::set_fuse_mlp(bool on) { impl_->fuse_mlp = on; }
@@ -371,6 +407,60 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, floa
   std::vector<float> xn(static_cast<size_t>(rows * d));
   RmsNorm(x.data() + first * d, rows, d, w.output_norm.data(), c.rms_eps, xn.data(), pool);
   w.output.Forward(xn.data(), rows, logits, pool);
+  return Status::Ok();
+}
+
+Status LlamaModel::ForwardBatch(std::span<const int32_t> tokens, std::span<KvCache* const> caches,
+                                float* logits, ThreadPool* pool) const {
+  const LlamaConfig& c = impl_->config;
+  const LlamaWeights& w = impl_->weights;
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return InvalidInput("forward batch: no tokens");
+  if (caches.size() != tokens.size()) {
+    return InvalidInput("forward batch: " + std::to_string(n) + " tokens but " +
+                        std::to_string(caches.size()) + " KV caches (one per sequence)");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab) {
+      return InvalidInput("forward batch: token " + std::to_string(i) + " has id " +
+                          std::to_string(tokens[i]) + " outside the vocabulary [0, " +
+                          std::to_string(c.n_vocab) + ")");
+    }
+    const KvCache* kv = caches[i];
+    if (kv == nullptr) return InvalidInput("forward batch: KV cache " + std::to_string(i) + " is null");
+    for (int64_t j = 0; j < i; ++j) {
+      if (caches[j] == kv) {
+        return InvalidInput("forward batch: sequences " + std::to_string(j) + " and " +
+                            std::to_string(i) + " share one KV cache");
+      }
+    }
+    if (kv->length() + 1 > kv->capacity()) {
+      return InvalidInput("forward batch: sequence " + std::to_string(i) + " is full: " +
+                          std::to_string(kv->length() + 1) +
+                          " positions exceed its KV cache capacity " +
+                          std::to_string(kv->capacity()));
+    }
+  }
+  const int64_t d = c.n_embd;
+  std::vector<float> x(static_cast<size_t>(n * d));
+  Embed(w, d, tokens, x.data());
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  std::vector<float*> kc(static_cast<size_t>(n)), vc(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = caches[i]->length();
+  BlockScratch s;
+  s.fuse_mlp = impl_->fuse_mlp;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (int64_t i = 0; i < n; ++i) {
+      kc[i] = caches[i]->k(l);
+      vc[i] = caches[i]->v(l);
+    }
+    RunBlockBatch(c, w.blocks[l], x.data(), pos, kc, vc, &s, pool);
+  }
+  for (int64_t i = 0; i < n; ++i) caches[i]->set_length(pos[i] + 1);
+  if (logits == nullptr) return Status::Ok();
+  std::vector<float> xn(static_cast<size_t>(n * d));
+  RmsNorm(x.data(), n, d, w.output_norm.data(), c.rms_eps, xn.data(), pool);
+  w.output.Forward(xn.data(), n, logits, pool);
   return Status::Ok();
 }
 

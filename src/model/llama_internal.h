@@ -1,6 +1,7 @@
 // Internals of the Llama runtime shared by loading, forward, calibration and checkpoint code.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,14 @@ struct BlockScratch {
 // this layer's cache rows [>= pos0 + n, kv_dim]; rows < pos0 must hold the earlier keys/values.
 void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
               float* kc, float* vc, BlockScratch* s, ThreadPool* pool);
+
+// One transformer block over x [n, n_embd] (in place) where row r is the next token of its own
+// sequence, at position pos[r], with this layer's cache rows kc[r] / vc[r] (rows < pos[r] hold
+// that sequence's earlier keys/values): the linear layers run over all n rows at once, RoPE and
+// attention per sequence (as RunBlock with n = 1).
+void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
+                   std::span<const int64_t> pos, std::span<float* const> kc,
+                   std::span<float* const> vc, BlockScratch* s, ThreadPool* pool);
 
 // A dense f32 [m, k] tensor as a LinearWeight named `name` (for error messages).
 Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name,

@@ -86,8 +86,8 @@ TEST(FinetuneSmolLm2, TwoStepsKeepTheStudentsFormatsAndRun) {
 
   // Self-distillation: text sampled from the teacher, cached, reused with the same options.
   const std::string sd = "finetune " + dir + "/pruned.sparq --teacher '" + model +
-                         "' --self-distill --distill-tokens 40 --distill-len 20 --tokens 32 "
-                         "--seq-len 16 --threads 2 -o " + dir + "/sd.sparq";
+                         "' --self-distill --distill-tokens 40 --distill-len 20 --distill-batch 2 "
+                         "--tokens 32 --seq-len 16 --threads 2 -o " + dir + "/sd.sparq";
   ASSERT_EQ(RunSplit(sd, &out, &err), 0) << err;
   EXPECT_THAT(err, HasSubstr("self-distill: 40/40 tokens")) << err;
   std::ifstream cache(dir + "/sd.sparq.distill.txt");
