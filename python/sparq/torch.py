@@ -38,10 +38,20 @@ __all__ = ["SparseLinear", "sparsify_", "from_torch_prune", "to_state_dict"]
 
 _F32, _BF16 = torch.float32, torch.bfloat16
 
-_NO_BACKWARD = (
-    "sparq.torch.SparseLinear has no backward: sparq's backward kernels (issue 28) are not "
-    "exposed to Python yet. Run it under torch.no_grad() / torch.inference_mode(), or fine-tune "
-    "the dense module (sparq.torch.to_state_dict gives its weights, zeros where pruned).")
+class _SparseLinearFn(torch.autograd.Function):
+    """y = x W^T + b with the gradient to x: dx = dy W, by sparq's forward kernel on W^T (packed
+    once, on the first backward; `sparq bench grad` times that product against a dense sgemm).
+    The layer holds no parameters, so x is the only input with a gradient."""
+
+    @staticmethod
+    def forward(ctx, x, layer):
+        ctx.layer = layer
+        with torch.no_grad():
+            return layer._infer(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        return ctx.layer._input_grad(gy), None
 
 
 def _weight_f32(t, name: str) -> np.ndarray:
@@ -71,6 +81,8 @@ class SparseLinear(nn.Module):
     given). format / values: as :meth:`sparq.SparseMatrix.from_dense` ("f32", "bf16", "f16").
     threads (None: every hardware thread) and isa: as :class:`sparq.Linear`.
 
+    Gradients flow to ``x`` (``dx = dy W`` by sparq's kernel on the transposed weight, packed on
+    the first backward), so the layer can sit frozen inside a model whose other parts train.
     The layer holds no ``nn.Parameter``: its weight lives packed in sparq. ``state_dict()`` writes
     it dense (zeros where pruned) under ``weight`` / ``bias``, like ``nn.Linear``; loading one
     re-encodes the given weight with this layer's pattern / mask.
@@ -99,6 +111,7 @@ class SparseLinear(nn.Module):
                                          format=self._format, values=self._values)
         lin = Linear(matrix, bias=b, threads=self._threads, isa=self._isa)
         self._matrix, self._lin = matrix, lin
+        self._lin_t = None  # W^T for the input gradient, packed on the first backward
         self.out_features, self.in_features = matrix.shape
         self._bias = None if b is None else np.array(b, dtype=np.float32)  # a copy, for export
 
@@ -115,9 +128,12 @@ class SparseLinear(nn.Module):
         if not x.is_cpu:
             raise ValueError(f"SparseLinear: x is on {x.device}; sparq runs on the CPU only "
                              "(x.cpu(), and the module on the CPU)")
+        if x.requires_grad and torch.is_grad_enabled():
+            return _SparseLinearFn.apply(x, self)
+        return self._infer(x)
+
+    def _infer(self, x: torch.Tensor) -> torch.Tensor:
         grad = x.requires_grad
-        if grad and torch.is_grad_enabled():
-            raise NotImplementedError(_NO_BACKWARD)
         dtype = x.dtype
         if dtype is not _F32:
             if dtype is not _BF16:
@@ -139,8 +155,20 @@ class SparseLinear(nn.Module):
         y = torch.from_numpy(y)
         return y if dtype is _F32 else y.to(dtype)
 
-    def backward(self, *args, **kwargs):
-        raise NotImplementedError(_NO_BACKWARD)
+    def _input_grad(self, gy: torch.Tensor) -> torch.Tensor:
+        """dy [..., out] -> dy W [..., in] (float32; bf16 back to bf16), W the stored weight (its
+        rounded values for bf16 / f16): exactly the gradient of what forward computes."""
+        if self._lin_t is None:
+            # W^T is not 2:4 (its groups of four run along the other axis): a CSR holding
+            # exactly the kept positions of the transposed mask.
+            wt = np.ascontiguousarray(self._matrix.to_dense().T)
+            mt = np.ascontiguousarray(self.mask.numpy().T)
+            self._lin_t = Linear(SparseMatrix.from_dense(wt, mask=mt), threads=self._threads,
+                                 isa=self._isa)
+        dtype = gy.dtype
+        g = gy.detach().to(_F32).reshape(-1, self.out_features).contiguous()
+        dx = torch.from_numpy(self._lin_t(g.numpy())).reshape(*gy.shape[:-1], self.in_features)
+        return dx if dtype is _F32 else dx.to(dtype)
 
     # ---- what it holds ------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import pytest
 
 import sparq
 from conftest import SEED
-from refs import prune_nm_reference
+from refs import assert_matmul_close, matmul_tolerance, prune_nm_reference
 
 try:
     import torch
@@ -331,8 +331,6 @@ def test_bad_input_raises(rng):
     with pytest.raises(TypeError, match="torch.Tensor"):
         sl(np.zeros((2, 16), np.float32))
     x = torch.zeros(2, 16, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="issue 28"):
-        sl(x)
     with torch.no_grad():
         assert sl(x).shape == (2, 8)  # no graph wanted: runs
     nan_w = torch.from_numpy(w.copy())
@@ -385,3 +383,52 @@ def test_bench_runs():
         # torch's semi-structured 2:4 runs on CUDA only: a time, or the reason it has none
         assert (r["semi_us"] or 0) > 0 or r["semi_note"]
     assert all(r["sparse_us"] > 0 and r["f32_over_sparse"] > 0 for r in rows[2:])
+
+
+@tm
+@pytest.mark.parametrize("pattern, dtype", [("2:4", "float32"), ("unstructured:0.5", "float32"),
+                                            ("2:4", "bfloat16")])
+def test_the_gradient_to_x_is_dy_times_the_stored_weight(pattern, dtype):
+    """x.grad after y = sl(x) equals dy W on the stored weight, within the f32 accumulation bound
+    of that product (dy W is a product of length out_features); the weight gets none (the layer
+    has no parameters), and a frozen SparseLinear passes gradients to the layers before it."""
+    from sparq.torch import SparseLinear
+    rng = np.random.default_rng(SEED)
+    w = rng.standard_normal((48, 64)).astype(np.float32)
+    pat = sparq.Pattern(pattern)
+    mask = None
+    if pattern == "2:4":
+        w = prune_nm_reference(w, 2, 4)
+    else:
+        mask = rng.random(w.shape) < 0.5
+        w = w * mask
+    sl = SparseLinear(torch.from_numpy(w), torch.zeros(48), pattern=pat if mask is None else None,
+                      mask=mask)
+    dt = getattr(torch, dtype)
+    x = torch.from_numpy(rng.standard_normal((3, 5, 64)).astype(np.float32)).to(dt)
+    x.requires_grad_(True)
+    y = sl(x)
+    assert y.dtype == dt and y.requires_grad
+    gy = torch.from_numpy(rng.standard_normal((3, 5, 48)).astype(np.float32)).to(dt)
+    y.backward(gy)
+    assert x.grad.dtype == dt and x.grad.shape == x.shape
+    ws = sl.to_dense().numpy()  # the stored values: what forward multiplies by
+    g2 = gy.float().numpy().reshape(-1, 48)
+    got = x.grad.float().numpy().reshape(-1, 64)
+    if dtype == "float32":
+        assert_matmul_close(got.T, ws.T, g2.T)
+    else:  # one bf16 rounding of the f32 result: half a bf16 step relative, plus the f32 bound
+        ref = g2.astype(np.float64) @ ws.astype(np.float64)
+        tol = matmul_tolerance(ws.T, g2.T).T + 2.0**-8 * np.abs(ref)
+        assert np.all(np.abs(got - ref) <= tol)
+    # A trainable layer before a frozen sparse one: its gradient is built from sparq's dx.
+    torch.manual_seed(SEED)
+    pre = nn.Linear(64, 64)
+    a = torch.from_numpy(rng.standard_normal((4, 64)).astype(np.float32))
+    h = pre(a)
+    h.retain_grad()
+    y2 = sl(h)
+    y2.square().sum().backward()
+    dy2 = (2 * y2.detach()).numpy()  # the loss's gradient, exact in f32
+    assert_matmul_close(h.grad.numpy().T, ws.T, dy2.T)
+    assert torch.equal(pre.weight.grad, h.grad.T @ a)
