@@ -27,17 +27,8 @@ namespace {
 // A row given another sequence's position, cache or RoPE angle moves logits by whole units.
 constexpr double kBatchTol = 1e-4;
 
-class ForwardBatchTest : public ::testing::Test {
+class ForwardBatchTest : public testing::SharedSmolLm<ForwardBatchTest> {
  protected:
-  static void SetUpTestSuite() { model_ = testing::NewSmolLm(); }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    SPARQ_REQUIRE_MODEL();
-    ASSERT_NE(model_, nullptr);
-  }
   // B caches holding prompts of different lengths (prompt b: the first 3 + 2b tokens of a
   // sentence), capacity for a few more positions.
   static std::vector<KvCache> Prefilled(int64_t b_count, const std::vector<int32_t>& ids,
@@ -59,7 +50,6 @@ class ForwardBatchTest : public ::testing::Test {
     EXPECT_GE(ids->size(), 13u);
     return ids.ok() ? *ids : std::vector<int32_t>{};
   }
-  static inline LlamaModel* model_ = nullptr;
 };
 
 TEST_F(ForwardBatchTest, BatchMatchesOneForwardPerSequence) {

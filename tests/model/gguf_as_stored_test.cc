@@ -15,34 +15,9 @@
 namespace sparq {
 namespace {
 
-class LlamaGgufAsStoredTest : public ::testing::Test {
+class LlamaGgufAsStoredTest : public testing::SharedSmolLmPair<LlamaGgufAsStoredTest> {
  protected:
-  static void SetUpTestSuite() {
-    path_ = testing::SmolLmPath();
-    if (path_.empty()) return;
-    f32_ = testing::NewSmolLm();
-    auto q =
-        LlamaModel::Load(path_, testing::MachineConfig(), {.gguf_values = GgufValues::kAsStored});
-    ASSERT_TRUE(q.ok()) << q.status().ToString();
-    stored_ = new LlamaModel(std::move(q).value());
-  }
-  static void TearDownTestSuite() {
-    delete f32_;
-    delete stored_;
-    f32_ = stored_ = nullptr;
-  }
-  void SetUp() override {
-    SPARQ_REQUIRE_MODEL();
-    ASSERT_NE(f32_, nullptr);
-    ASSERT_NE(stored_, nullptr);
-  }
-  static std::string path_;
-  static LlamaModel* f32_;
-  static LlamaModel* stored_;
 };
-std::string LlamaGgufAsStoredTest::path_;
-LlamaModel* LlamaGgufAsStoredTest::f32_ = nullptr;
-LlamaModel* LlamaGgufAsStoredTest::stored_ = nullptr;
 
 // What the file holds (checked, so the expectations below follow from it): Q4_1 blocks, a Q8_0
 // token embedding that is also the head.

@@ -48,4 +48,15 @@ LlamaModel* NewSmolLm() {
   return new LlamaModel(std::move(*m));
 }
 
+LlamaModel* NewSmolLmAsStored() {
+  const std::string path = SmolLmPath();
+  if (path.empty()) return nullptr;
+  auto m = LlamaModel::Load(path, MachineConfig(), {.gguf_values = GgufValues::kAsStored});
+  if (!m.ok()) {
+    ADD_FAILURE() << m.status().ToString();
+    return nullptr;
+  }
+  return new LlamaModel(std::move(*m));
+}
+
 }  // namespace sparq::testing

@@ -19,27 +19,8 @@
 namespace sparq {
 namespace {
 
-class SaveModelTest : public ::testing::Test {
+class SaveModelTest : public testing::SharedSmolLmPair<SaveModelTest> {
  protected:
-  static void SetUpTestSuite() {
-    path_ = testing::SmolLmPath();
-    if (path_.empty()) return;
-    f32_ = testing::NewSmolLm();
-    auto q =
-        LlamaModel::Load(path_, testing::MachineConfig(), {.gguf_values = GgufValues::kAsStored});
-    ASSERT_TRUE(q.ok()) << q.status().ToString();
-    stored_ = new LlamaModel(std::move(q).value());
-  }
-  static void TearDownTestSuite() {
-    delete f32_;
-    delete stored_;
-    f32_ = stored_ = nullptr;
-  }
-  void SetUp() override {
-    SPARQ_REQUIRE_MODEL();
-    ASSERT_NE(f32_, nullptr);
-    ASSERT_NE(stored_, nullptr);
-  }
   static std::string Temp(const std::string& name) {
     return ::testing::TempDir() + "/sparq_save_" + name + "_" + std::to_string(::getpid()) +
            ".sparq";
@@ -54,13 +35,7 @@ class SaveModelTest : public ::testing::Test {
     EXPECT_TRUE(m.Forward(tokens, &*cache, logits.data(), false, &pool).ok());
     return logits;
   }
-  static std::string path_;
-  static LlamaModel* f32_;
-  static LlamaModel* stored_;
 };
-std::string SaveModelTest::path_;
-LlamaModel* SaveModelTest::f32_ = nullptr;
-LlamaModel* SaveModelTest::stored_ = nullptr;
 
 bool SameBytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&

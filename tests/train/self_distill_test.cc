@@ -12,17 +12,8 @@
 namespace sparq::train {
 namespace {
 
-class SelfDistillTest : public ::testing::Test {
+class SelfDistillTest : public testing::SharedSmolLm<SelfDistillTest> {
  protected:
-  static void SetUpTestSuite() { model_ = testing::NewSmolLm(); }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    SPARQ_REQUIRE_MODEL();
-    ASSERT_NE(model_, nullptr);
-  }
   static std::string Text(int64_t tokens, uint64_t seed, int threads, int64_t batch = 1) {
     SelfDistillOptions o;
     o.tokens = tokens;
@@ -34,7 +25,6 @@ class SelfDistillTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : std::string();
   }
-  static inline LlamaModel* model_ = nullptr;
 };
 
 TEST_F(SelfDistillTest, SamplesFollowThePromptsAndTheSeed) {
