@@ -161,8 +161,9 @@ class SparseLinear(nn.Module):
         if self._lin_t is None:
             # W^T is not 2:4 (its groups of four run along the other axis): a CSR holding
             # exactly the kept positions of the transposed mask.
-            wt = np.ascontiguousarray(self._matrix.to_dense().T)
-            mt = np.ascontiguousarray(self.mask.numpy().T)
+            w = self._matrix.to_dense()
+            mt = np.ascontiguousarray((self._mask if self._mask is not None else w != 0).T)
+            wt = np.ascontiguousarray(w.T)
             self._lin_t = Linear(SparseMatrix.from_dense(wt, mask=mt), threads=self._threads,
                                  isa=self._isa)
         dtype = gy.dtype
