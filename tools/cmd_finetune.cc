@@ -5,11 +5,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <sstream>
 #include <utility>
 
 #include "sparq/atomic_write.h"
@@ -34,6 +38,7 @@ struct FinetuneCliOptions {
   bool timings = false;
   train::TrainTimers timers;
   JsonOutput json;
+  std::string log;  // --log FILE.csv
 };
 
 std::string Clock(double seconds) {
@@ -41,6 +46,92 @@ std::string Clock(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
   return buf;
+}
+
+// --log FILE: the run as CSV, one row per step and one per point of the curve and text, kept
+// whole across --resume: the JSON summary holds one invocation's points, a long run has many.
+// Rows are flushed as written, so a killed run leaves whole rows (a torn last one is dropped on
+// the next open); rows past the step a resumed state continues from are dropped then too (they
+// were trained again), so the log reads as one uninterrupted run's. `seconds` is wall time since
+// the run's first invocation started, the gaps between invocations left out.
+class CsvLog {
+ public:
+  static constexpr const char* kHeader =
+      "kind,step,tokens,loss,lr,grad_norm,tokens_per_s,seconds,text,perplexity";
+
+  // Checks an existing file before any training: refused unless it is such a log.
+  Status Open(const std::string& path) {
+    path_ = path;
+    if (!std::filesystem::exists(path)) return Status::Ok();
+    SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+    std::istringstream in(text);
+    std::string line;
+    if (!std::getline(in, line) || line != kHeader) {
+      return InvalidInput("finetune: --log " + path + " exists and is not a finetune log (its "
+                          "first line is not \"" + std::string(kHeader) + "\"): not overwritten");
+    }
+    while (std::getline(in, line)) {
+      // The last line, unterminated, is torn; a text's name may hold commas (quoted), so >= 10.
+      if (!in.eof() && Fields(line) >= 10) rows_.push_back(line);
+    }
+    return Status::Ok();
+  }
+
+  // The first event of this invocation: keep the rows up to the state's step (none for a fresh
+  // run), rewrite the file atomically with them and append from here on.
+  void Start(int64_t start_step) {
+    if (started_) return;
+    started_ = true;
+    std::string keep = std::string(kHeader) + "\n";
+    for (const std::string& r : rows_) {
+      const std::string step = Field(r, 1), sec = Field(r, 7);
+      char* end = nullptr;
+      const long long st = std::strtoll(step.c_str(), &end, 10);
+      if (start_step <= 0 || end == step.c_str() || *end != '\0' || st > start_step) continue;
+      keep += r + "\n";
+      offset_ = std::max(offset_, std::strtod(sec.c_str(), nullptr));
+    }
+    io::AtomicWriter w;
+    Status st = w.Open(path_);
+    if (st.ok()) st = w.Write(keep.data(), keep.size());
+    if (st.ok()) st = w.Commit();
+    if (st.ok()) file_ = std::fopen(path_.c_str(), "a");
+    if (!st.ok() || file_ == nullptr) {
+      std::fprintf(stderr, "warning: --log %s: cannot write (%s); the run goes on without it\n",
+                   path_.c_str(), st.ok() ? std::strerror(errno) : st.message().c_str());
+    }
+  }
+  void Row(const std::string& row) {
+    if (file_ == nullptr) return;
+    std::fprintf(file_, "%s\n", row.c_str());
+    std::fflush(file_);
+  }
+  double offset() const { return offset_; }
+  ~CsvLog() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+ private:
+  static int Fields(const std::string& line) {
+    return 1 + static_cast<int>(std::count(line.begin(), line.end(), ','));
+  }
+  static std::string Field(const std::string& line, int i) {
+    size_t a = 0;
+    for (int k = 0; k < i; ++k) a = line.find(',', a) + 1;
+    return line.substr(a, line.find(',', a) - a);
+  }
+  std::string path_;
+  std::vector<std::string> rows_;
+  bool started_ = false;
+  double offset_ = 0.0;
+  std::FILE* file_ = nullptr;
+};
+
+// A text's name as a CSV field: quoted (file names may hold commas); quotes doubled.
+std::string CsvName(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
 }
 
 // The self-distillation text, from its cache when that was made with the same teacher and
@@ -107,6 +198,11 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
   if (!o.eval_files.empty() && o.lib.eval_every == 0) {
     return InvalidInput("finetune: --eval-text needs --eval-every N (steps between points)");
   }
+  std::optional<CsvLog> log;
+  if (!o.log.empty()) {
+    log.emplace();
+    SPARQ_RETURN_IF_ERROR(log->Open(o.log));
+  }
   if (o.self_distill) {
     SPARQ_ASSIGN_OR_RETURN(train::FinetuneText t, SelfDistillData(o, cfg, &pool));
     o.lib.texts.push_back(std::move(t));
@@ -116,10 +212,19 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
   const bool tty = ::isatty(2) != 0;
   const auto start = std::chrono::steady_clock::now();
   int64_t first_step = -1;
+  const int64_t per_step = o.lib.seq_len * o.lib.accum;
   o.lib.progress = [&](const train::TrainProgress& p) {
     if (first_step < 0) first_step = p.step - 1;
     const double el =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (log) {
+      log->Start(p.step - 1);
+      char row[256];
+      std::snprintf(row, sizeof row, "step,%lld,%lld,%.9g,%.9g,%.9g,%.1f,%.1f,,",
+                    static_cast<long long>(p.step), static_cast<long long>(p.step * per_step),
+                    p.loss, p.lr, p.grad_norm, p.tokens_per_s, log->offset() + el);
+      log->Row(row);
+    }
     const double per = el / static_cast<double>(p.step - first_step);
     std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  lr %.2e  |g| %.3g  %.0f tok/s  ETA %s%s",
                  tty ? "\r" : "", static_cast<long long>(p.step),
@@ -129,6 +234,19 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
     if (tty && p.step == p.total_steps) std::fprintf(stderr, "\n");
   };
   o.lib.on_eval = [&](const train::FinetuneCurvePoint& p) {
+    if (log) {
+      log->Start(p.step);
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      for (size_t i = 0; i < p.perplexities.size(); ++i) {
+        char row[160];
+        std::snprintf(row, sizeof row, "eval,%lld,%lld,,,,,%.1f,", static_cast<long long>(p.step),
+                      static_cast<long long>(p.tokens), log->offset() + el);
+        char ppl[40];
+        std::snprintf(ppl, sizeof ppl, ",%.17g", p.perplexities[i]);
+        log->Row(row + CsvName(o.eval_files[i]) + ppl);
+      }
+    }
     // One perplexity per --eval-text, each named when there are several.
     std::string ppl;
     for (size_t i = 0; i < p.perplexities.size(); ++i) {
@@ -291,6 +409,9 @@ Registrar reg(
       sub.add_option("--stop-at", l.stop_at,
                      "Stop after this step, keeping the state, without writing OUT")
           ->group("");
+      sub.add_option("--log", o->log,
+                     "CSV of the run, kept whole across --resume: a row per step (loss, lr, "
+                     "gradient norm, tok/s, seconds) and per point of the curve and text");
       o->json.Register(sub, "the run's summary");
       sub.add_option("-o,--output", l.out, "Output .sparq")->required();
       return [o](const KernelConfig& cfg) {

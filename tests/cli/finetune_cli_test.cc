@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/cli/cli_testutil.h"
 #include "tests/train/finetune_testutil.h"
@@ -131,6 +133,90 @@ TEST_F(FinetuneCliTest, EvalEveryPrintsTheCurveAndWritesItToJson) {
 
 // --hidden W (SquareHead) trains and is recorded in OUT's metadata; a resume with another weight
 // is refused naming the flag.
+// --log FILE: a CSV row per step (its loss as the progress line prints it) and per point of the
+// curve (the JSON's perplexity bit for bit); a run stopped, its log given a row trained after the
+// last save and a torn line (what a SIGKILL leaves), then resumed, logs as the uninterrupted run
+// (all but the timing columns); a file that is not such a log is refused and left as it was.
+std::vector<std::vector<std::string>> CsvRows(const std::string& path) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(Slurp(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::string cell;
+    std::istringstream ls(line);
+    while (std::getline(ls, cell, ',')) f.push_back(cell);
+    if (!line.empty() && line.back() == ',') f.push_back("");
+    rows.push_back(f);
+  }
+  return rows;
+}
+
+TEST_F(FinetuneCliTest, LogWritesACsvRowPerStepAndPointAndKeepsItWholeAcrossResume) {
+  std::string out, err;
+  std::ofstream(*dir_ + "/evlog.txt") << train::testing::LetterText(200, 9);
+  const std::string curve = " --eval-text " + *dir_ + "/evlog.txt --eval-every 3";
+  const std::string full_log = *dir_ + "/full.csv";
+  ASSERT_EQ(RunSplit(Args("logfull.sparq") + curve + " --log " + full_log + " --json", &out, &err),
+            0)
+      << err;
+  const auto j = nlohmann::json::parse(out);
+  const auto full = CsvRows(full_log);
+  ASSERT_EQ(full.size(), 1u + 8 + 4);  // header, steps 1..8, points at 0, 3, 6, 8
+  EXPECT_EQ(full[0], (std::vector<std::string>{"kind", "step", "tokens", "loss", "lr", "grad_norm",
+                                                "tokens_per_s", "seconds", "text", "perplexity"}));
+  int steps = 0, points = 0;
+  double last_seconds = 0;
+  for (size_t i = 1; i < full.size(); ++i) {
+    const auto& r = full[i];
+    ASSERT_EQ(r.size(), 10u) << i;
+    EXPECT_GE(std::stod(r[7]), last_seconds) << i;
+    last_seconds = std::stod(r[7]);
+    if (r[0] == "step") {
+      ++steps;
+      EXPECT_EQ(std::stoll(r[1]), steps);
+      EXPECT_EQ(std::stoll(r[2]), steps * 16);
+      char line[64];
+      std::snprintf(line, sizeof line, "step %d/8  loss %.4f  ", steps, std::stod(r[3]));
+      EXPECT_THAT(err, HasSubstr(line)) << r[3];
+    } else {
+      ASSERT_EQ(r[0], "eval");
+      EXPECT_EQ(r[8], "\"" + *dir_ + "/evlog.txt\"");
+      EXPECT_EQ(std::stod(r[9]), j["curve"][points]["perplexity"].get<double>()) << r[1];
+      EXPECT_EQ(std::stoll(r[1]), j["curve"][points]["step"].get<int64_t>());
+      ++points;
+    }
+  }
+  EXPECT_EQ(steps, 8);
+  EXPECT_EQ(points, 4);
+
+  // Stopped after step 4 (saved there), then the rows a killed run would have left past it.
+  const std::string part_log = *dir_ + "/part.csv";
+  ASSERT_EQ(RunSplit(Args("logpart.sparq") + curve + " --log " + part_log +
+                         " --checkpoint-every 2 --stop-at 4",
+                     &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(CsvRows(part_log).size(), 1u + 4 + 2);
+  std::ofstream(part_log, std::ios::app) << "step,5,80,9,9,9,1,1,,\nstep,6,9";
+  ASSERT_EQ(RunSplit(Args("logpart.sparq") + curve + " --log " + part_log + " --resume", &out,
+                     &err),
+            0)
+      << err;
+  const auto part = CsvRows(part_log);
+  ASSERT_EQ(part.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    for (size_t c : {0, 1, 2, 3, 4, 5, 8, 9}) EXPECT_EQ(part[i][c], full[i][c]) << i << "," << c;
+  }
+
+  // Not a finetune log: refused before training, the file as it was.
+  std::ofstream(*dir_ + "/mine.csv") << "a,b\n1,2\n";
+  EXPECT_EQ(RunSplit(Args("logx.sparq") + " --log " + *dir_ + "/mine.csv", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("mine.csv exists and is not a finetune log")) << err;
+  EXPECT_EQ(Slurp(*dir_ + "/mine.csv"), "a,b\n1,2\n");
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/logx.sparq.state"));
+}
+
 TEST_F(FinetuneCliTest, HiddenTrainsAndAResumeWithAnotherWeightIsRefused) {
   std::string out, err;
   ASSERT_EQ(RunSplit(Args("hidden.sparq") + " --hidden 0.5", &out, &err), 0) << err;

@@ -433,6 +433,37 @@ TEST(ReadmeBench, ParetoPlotMarksTheFront) {
   EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
+// bench/finetune_curve.py (issue 28's curve plot) on a hand-made `finetune --log` file: the
+// points of two texts in one table with their wall time and the ratio to a reference, a text
+// named by its file name, a torn-free log of steps and points; the PNG decodes.
+TEST(ReadmeBench, FinetuneCurvePlotsTheLog) {
+  const std::string py = testing::PythonInterpreter();
+  std::string out, err;
+  SPARQ_REQUIRE(Shell(Quote(py) + " -c 'import matplotlib'", &out, &err) == 0,
+                "matplotlib missing in " + py + ": run scripts/install_deps.sh (it installs it in .venv/)");
+  const std::string log = OutDir() + "/run.csv", png = OutDir() + "/curve.png";
+  std::ofstream(log) << "kind,step,tokens,loss,lr,grad_norm,tokens_per_s,seconds,text,perplexity\n"
+                        "eval,0,0,,,,,12.0,\"/d/wiki.txt\",60\n"
+                        "eval,0,0,,,,,12.0,\"/d/book, part 2.txt\",30\n"
+                        "step,1,512,1.5,1e-4,2,50,22.0,,\n"
+                        "step,2,1024,1.25,2e-4,2,50,32.0,,\n"
+                        "eval,2,1024,,,,,3725.4,\"/d/wiki.txt\",45\n"
+                        "eval,2,1024,,,,,3725.4,\"/d/book, part 2.txt\",25\n";
+  ASSERT_EQ(Shell("cd " + Quote(SPARQ_SOURCE_DIR) + " && " + Quote(py) +
+                      " bench/finetune_curve.py " + Quote(log) + " " + Quote(png) +
+                      " --ref wiki.txt=30",
+                  &out, &err),
+            0)
+      << out << err;
+  EXPECT_THAT(out, HasSubstr("2 steps, 4 points of the curve")) << out;
+  EXPECT_THAT(out, HasSubstr("| step | tokens | wall time | wiki.txt | book, part 2.txt |")) << out;
+  EXPECT_THAT(out, HasSubstr("| 0 | 0 | 0:00:12 | 60.000 (2.000x) | 30.000 |")) << out;
+  EXPECT_THAT(out, HasSubstr("| 2 | 1024 | 1:02:05 | 45.000 (1.500x) | 25.000 |")) << out;
+  const std::string b = Slurp(png);
+  ASSERT_GE(b.size(), 33u);
+  EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
 // `bench machine`: the limits the kernel tables are measured against, for 1 and 2 threads.
 TEST(ReadmeBench, MachineLimits) {
   std::string out, err;
