@@ -279,15 +279,23 @@ Status RunFinetune(FinetuneCliOptions& o, const KernelConfig& cfg) {
   }
   SPARQ_RETURN_IF_ERROR(o.json.Write(r.ToJson()));
   if (o.json.to_stdout()) return Status::Ok();
+  const std::string state = o.lib.state_path.empty() ? o.lib.out + ".state" : o.lib.state_path;
+  const std::string snapshot = "wrote " + o.lib.out + ", a snapshot at step " +
+                               std::to_string(r.end_step) + " of " + std::to_string(r.steps) +
+                               " (the state is in " + state + ")";
   if (r.end_step == r.start_step) {
-    std::printf("nothing left to train (the state is at step %lld of %lld); wrote %s\n",
-                static_cast<long long>(r.end_step), static_cast<long long>(r.steps),
-                o.lib.out.c_str());
+    if (r.wrote_out && r.end_step < r.steps) {
+      std::printf("%s\n", snapshot.c_str());
+    } else {
+      std::printf("nothing left to train (the state is at step %lld of %lld); wrote %s\n",
+                  static_cast<long long>(r.end_step), static_cast<long long>(r.steps),
+                  o.lib.out.c_str());
+    }
     return Status::Ok();
   }
-  const std::string state = o.lib.state_path.empty() ? o.lib.out + ".state" : o.lib.state_path;
-  const std::string wrote =
-      r.wrote_out ? "wrote " + o.lib.out : "stopped; the state is in " + state;
+  const std::string wrote = !r.wrote_out             ? "stopped; the state is in " + state
+                            : r.end_step < r.steps ? snapshot
+                                                   : "wrote " + o.lib.out;
   std::printf(
       "trained steps %lld..%lld of %lld (%lld tokens of %lld in the texts); loss %.4f -> "
       "%.4f; %.1f s; %s\n",
@@ -407,8 +415,11 @@ Registrar reg(
                    "Continue from the train state (same student, data, "
                    "options: ends as an uninterrupted run)");
       sub.add_option("--stop-at", l.stop_at,
-                     "Stop after this step, keeping the state, without writing OUT")
-          ->group("");
+                     "Stop after this step, keeping the state, without writing OUT (unless "
+                     "--snapshot)");
+      sub.add_flag("--snapshot", l.write_at_stop,
+                   "With --stop-at: write OUT as of that step too (the state stays: --resume "
+                   "continues the run as if never stopped)");
       sub.add_option("--log", o->log,
                      "CSV of the run, kept whole across --resume: a row per step (loss, lr, "
                      "gradient norm, tok/s, seconds) and per point of the curve and text");

@@ -82,6 +82,9 @@ struct FinetuneOptions {
   int64_t checkpoint_every = 0;  // 0: the state is saved at the end only
   bool resume = false;           // continue from state_path
   int64_t stop_at = -1;          // stop after this step without writing out (tests: interrupt)
+  // With stop_at: write out as of that step too (a snapshot of the run in the student's formats:
+  // sample or evaluate it; the state stays, so a resume continues the run unchanged).
+  bool write_at_stop = false;
   // The curve: the student's perplexity on each of eval_texts (tokenized as `sparq eval` does,
   // the first eval_tokens of each, windows of seq_len tokens) before the first step, every eval_every
   // steps and after the last; computed on the f32 masters by the training forward (a bf16 or

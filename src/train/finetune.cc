@@ -185,6 +185,9 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   }
   if (o.texts.empty()) return InvalidInput("finetune: no training text (--text)");
   if (o.eval_every < 0) return InvalidInput("finetune: --eval-every must be >= 0");
+  if (o.write_at_stop && o.stop_at < 0) {
+    return InvalidInput("finetune: --snapshot writes OUT at --stop-at N: give the step");
+  }
   if (o.eval_every > 0 && o.eval_texts.empty()) {
     return InvalidInput("finetune: --eval-every needs an evaluation text (--eval-text)");
   }
@@ -364,7 +367,7 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   }
   r.end_step = state.step();
   r.trained_tokens = (r.end_step - r.start_step) * per_step;
-  if (state.step() >= steps) {
+  if (state.step() >= steps || (o.write_at_stop && o.stop_at >= 0)) {
     nlohmann::json how = {{"student", o.student},
                           {"teacher", o.teacher},
                           {"steps", steps},
@@ -397,6 +400,7 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
       r.requant_rtn = static_cast<int64_t>(TrainedQuantizedBlockMatrices(student_ck, out).size());
       how["requant"] = {{"method", "rtn"}, {"rtn", r.requant_rtn}};
     }
+    if (state.step() < steps) how["snapshot_step"] = state.step();  // write_at_stop
     out.metadata["sparq.finetune"] = how.dump();
     SPARQ_RETURN_IF_ERROR(WriteCheckpoint(o.out, out));
     r.wrote_out = true;

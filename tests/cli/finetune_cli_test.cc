@@ -217,6 +217,31 @@ TEST_F(FinetuneCliTest, LogWritesACsvRowPerStepAndPointAndKeepsItWholeAcrossResu
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/logx.sparq.state"));
 }
 
+// --stop-at N --snapshot writes OUT as of step N (marked in its metadata) and keeps the state:
+// the resumed run ends in the uninterrupted run's bytes; a snapshot of a state already at N (no
+// training) is the same file; --snapshot without --stop-at is refused.
+TEST_F(FinetuneCliTest, SnapshotWritesOutAtTheStopAndTheRunResumesUnchanged) {
+  std::string out, err;
+  ASSERT_EQ(RunSplit(Args("snapfull.sparq"), &out, &err), 0) << err;
+  ASSERT_EQ(RunSplit(Args("snap.sparq") + " --stop-at 4 --snapshot", &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("trained steps 1..4 of 8")) << out;
+  EXPECT_THAT(out, HasSubstr("snap.sparq, a snapshot at step 4 of 8 (the state is in ")) << out;
+  const std::string snap4 = Slurp(*dir_ + "/snap.sparq");
+  auto ck = ReadCheckpoint(*dir_ + "/snap.sparq");
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  EXPECT_THAT(ck->metadata.at("sparq.finetune"), HasSubstr("\"snapshot_step\":4")) << out;
+  EXPECT_NE(snap4, Slurp(*dir_ + "/student.sparq"));
+  ASSERT_EQ(RunSplit(Args("snap.sparq") + " --resume --stop-at 4 --snapshot", &out, &err), 0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("a snapshot at step 4 of 8")) << out;
+  EXPECT_TRUE(Slurp(*dir_ + "/snap.sparq") == snap4);
+  ASSERT_EQ(RunSplit(Args("snap.sparq") + " --resume", &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("trained steps 5..8 of 8")) << out;
+  EXPECT_TRUE(Slurp(*dir_ + "/snap.sparq") == Slurp(*dir_ + "/snapfull.sparq"));
+  EXPECT_EQ(RunSplit(Args("snapx.sparq") + " --snapshot", &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("--snapshot writes OUT at --stop-at N")) << err;
+}
+
 TEST_F(FinetuneCliTest, HiddenTrainsAndAResumeWithAnotherWeightIsRefused) {
   std::string out, err;
   ASSERT_EQ(RunSplit(Args("hidden.sparq") + " --hidden 0.5", &out, &err), 0) << err;
