@@ -60,14 +60,7 @@ Result<LinearWeight> MatrixLinear(Checkpoint& ck, const std::string& path,
 Result<Tensor> StoredTensor(const float* v, std::vector<int64_t> shape, DType dt,
                             const std::string& name) {
   Tensor f = Tensor::View(DType::kF32, std::move(shape), v);
-  if (dt == DType::kF16) {
-    for (uint64_t i = 0; i < f.numel(); ++i) {
-      if (!std::isfinite(F16ToF32(F32ToF16(v[i])))) {
-        return InvalidInput("save: " + name + ": value " + std::to_string(v[i]) + " at " +
-                            std::to_string(i) + " does not fit f16 (|v| <= 65504); use bf16 or f32");
-      }
-    }
-  }
+  SPARQ_RETURN_IF_ERROR(FitsValueType(std::span<const float>(v, f.numel()), dt, "save: " + name));
   if (dt == DType::kF32) return f.Clone();
   return FromF32(f, dt);
 }

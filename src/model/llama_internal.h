@@ -54,6 +54,11 @@ void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
 Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name,
                                         const KernelConfig& cfg);
 
+// f16 holds magnitudes up to 65504: a weight beyond it would be stored as inf. An error naming
+// `name` and the value where dt is f16 and a weight does not fit; ok otherwise (bf16 keeps f32's
+// range). Pruning's and SaveLlamaCheckpoint's check.
+Status FitsValueType(std::span<const float> w, DType dt, const std::string& name);
+
 // out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * w, for n rows of d.
 void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, float* out,
              ThreadPool* pool = nullptr);

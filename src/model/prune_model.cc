@@ -22,8 +22,6 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// f16 holds magnitudes up to 65504: a weight beyond it would be stored as inf. Refused, naming the
-// tensor, rather than written (bf16 keeps f32's range).
 }  // namespace
 
 bool ActOrderApplies(const ModelPruneOptions& opt) {
@@ -32,8 +30,7 @@ bool ActOrderApplies(const ModelPruneOptions& opt) {
          (opt.pattern.kind == PatternKind::kDense || opt.method == PruneMethod::kSparseGpt);
 }
 
-namespace {
-
+// llama_internal.h: refused, naming the tensor, rather than written as inf.
 Status FitsValueType(std::span<const float> w, DType dt, const std::string& name) {
   if (dt != DType::kF16) return Status::Ok();
   for (size_t i = 0; i < w.size(); ++i) {
@@ -44,6 +41,8 @@ Status FitsValueType(std::span<const float> w, DType dt, const std::string& name
   }
   return Status::Ok();
 }
+
+namespace {
 
 // The model file's own token_embd when the GGUF stores it on exactly the grid `spec` names (a Q4_1
 // embedding for int4:g32, Q8_0 for int8:g32, Q4_0 for int4:g32:sym; any of them for a null spec),
