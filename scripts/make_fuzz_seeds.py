@@ -207,6 +207,44 @@ def main():
     write("checkpoint", "csr_int4_g32_mask.sparq", csr_quant("int4:g32", 4, 41, mask=True))
     write("checkpoint", "csr_int8_g32_mask.sparq", csr_quant("int8:g32", 3, 40, mask=True))
 
+    # N:M / V:N:M meta as ranks (format version 4): per group the rank of its ascending indices
+    # among the C(m, n) subsets, in colex order (= ascending as bit sets), ceil(log2 C) bits LSB
+    # first; the groups cycle through every rank; one broken seed holds a rank C(m, n).
+    def nm_rank(n, m, rows, cols, v=1, bad_rank=None):
+        sets = [s for s in range(1 << m) if bin(s).count("1") == n]
+        rbits, groups, slabs = (len(sets) - 1).bit_length(), (cols + m - 1) // m, (rows + v - 1) // v
+        rrow = (groups * rbits + 7) // 8
+        ranks, bits = bytearray(slabs * rrow), []
+        for sl in range(slabs):
+            for g in range(groups):
+                r = (sl * 5 + g) % len(sets)
+                tail = cols - g * m
+                if tail < m:  # the tail group: its real columns first, then the padding
+                    r = sets.index(sum(1 << j for j in range(n))) if tail >= n else 0
+                if bad_rank is not None and sl == 0 and g == 0:
+                    r = bad_rank
+                for b in range(rbits):
+                    ranks[sl * rrow + (g * rbits + b) // 8] |= ((r >> b) & 1) << ((g * rbits + b) % 8)
+        vals = f32(*[0.25 * ((i % 7) - 3) + 0.5 for i in range(rows * groups * n)])
+        if cols % m and cols % m < n:  # padding positions of the tail must hold +0
+            vb = bytearray(vals)
+            for row in range(rows):
+                for j in range(cols % m, n):
+                    o = (row * groups * n + (groups - 1) * n + j) * 4
+                    vb[o:o + 4] = f32(0.0)
+            vals = bytes(vb)
+        parts = {"w.values": ("F32", [rows, groups * n], vals),
+                 "w.meta_rank": ("U8", [slabs, rrow], bytes(ranks))}
+        entry = {"format": "nm" if v == 1 else "vnm", "pattern": f"{n}:{m}" if v == 1 else f"vnm:{v}:{n}:{m}",
+                 "shape": [rows, cols], "dtype": "f32", "n": n, "m": m, "meta": "rank"}
+        if v > 1:
+            entry["v"] = v
+        return st(parts, {"sparq": json.dumps({"format_version": 4, "tensors": {"w": entry}})})
+    write("checkpoint", "nm_2_4_rank.sparq", nm_rank(2, 4, 3, 30))
+    write("checkpoint", "nm_4_8_rank.sparq", nm_rank(4, 8, 2, 37))
+    write("checkpoint", "vnm_2_2_4_rank.sparq", nm_rank(2, 4, 5, 33, v=2))
+    write("checkpoint", "broken_nm_rank_too_big.sparq", nm_rank(2, 4, 2, 30, bad_rank=6))
+
     if len(sys.argv) > 1:
         cli, tmp = sys.argv[1], os.path.join(ROOT, "..", "..", "build", "seed_tmp")
         os.makedirs(tmp, exist_ok=True)

@@ -26,6 +26,12 @@
 //     `<name>.mask`, u8 [rows, ceil(cols / 8)], bit (c % 8) of byte c / 8 of a row (LSB first)
 //     set when column c holds a stored value, in place of `.row_ptr` and `.col_idx` (which the
 //     reader rebuilds); bits past cols must be 0. Version 1 and 2 files read unchanged.
+//     Version 4 adds a second meta encoding for nm and vnm, written whenever it is the smaller
+//     one (2:4: 3 bits per group against 4; 4:8: 7 against 12; never for 1:M): "meta": "rank"
+//     and the part `<name>.meta_rank`, u8 [slabs, ceil(groups * R / 8)] with R = ceil(log2
+//     C(m, n)): per group, LSB first, the rank of its ascending indices c_1 < ... < c_n in the
+//     combinatorial number system, sum over j of C(c_j, j), below C(m, n); bits past the last
+//     group must be 0. The reader rebuilds `.meta` from it. Earlier versions read unchanged.
 // A tensor that is not listed under "sparq" is a plain tensor, so a plain safetensors file reads
 // as a checkpoint without matrices.
 //
@@ -48,7 +54,7 @@
 
 namespace sparq {
 
-inline constexpr int kCheckpointFormatVersion = 3;
+inline constexpr int kCheckpointFormatVersion = 4;
 inline constexpr char kCheckpointMetadataKey[] = "sparq";
 
 struct CheckpointTensor {
@@ -68,8 +74,11 @@ struct Checkpoint {
 
 // How matrices are written. csr_mask_index: a csr matrix's indices as a bit mask when that is
 // smaller (above); false writes row_ptr / col_idx always (what a version-2 reader needs).
+// nm_rank_meta: an nm / vnm meta as ranks when that is smaller; false writes the indices (what a
+// version-3 reader needs).
 struct CheckpointWriteOptions {
   bool csr_mask_index = true;
+  bool nm_rank_meta = true;
 };
 
 // The bytes a checkpoint spends on the matrix's parts (the index as written under `opt`):

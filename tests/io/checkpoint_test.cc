@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <limits>
@@ -95,8 +97,12 @@ TEST(CheckpointTest, EveryFormatRoundTripsThroughAFile) {
       EXPECT_NE(st->Find(mtx.name), nullptr);
     }
     if (KindOf(mtx.matrix) == FormatKind::kNM) {
+      // 2:4 at k = 42: 11 groups' ranks (33 bits, 5 bytes a row) beat their indices (6 bytes);
+      // 1:8's rank is its index (3 bits).
+      const bool rank = std::get<NmMatrix>(mtx.matrix).n == 2;
       EXPECT_NE(st->Find(mtx.name + ".values"), nullptr);
-      EXPECT_NE(st->Find(mtx.name + ".meta"), nullptr);
+      EXPECT_EQ(st->Find(mtx.name + ".meta_rank") != nullptr, rank) << mtx.name;
+      EXPECT_EQ(st->Find(mtx.name + ".meta") != nullptr, !rank) << mtx.name;
     }
     if (KindOf(mtx.matrix) == FormatKind::kCsr) {
       // 26 x 42: the bit mask (6 bytes a row) beats row_ptr (8 bytes a row) + col_idx.
@@ -109,7 +115,7 @@ TEST(CheckpointTest, EveryFormatRoundTripsThroughAFile) {
     }
   }
   auto doc = nlohmann::json::parse(st->metadata().at("sparq"));
-  EXPECT_EQ(doc["format_version"], kCheckpointFormatVersion);  // 3: csr mask indices
+  EXPECT_EQ(doc["format_version"], kCheckpointFormatVersion);  // 4: nm ranks
   const auto& e = doc["tensors"]["layer2.nm"];
   EXPECT_EQ(e["format"], "nm");
   EXPECT_EQ(e["pattern"], "2:4");
@@ -162,7 +168,8 @@ TEST(CheckpointTest, QuantizedNmValuesRoundTripThroughAFile) {
   EXPECT_NE(st->Find("q.int4:g64.mins"), nullptr);
   EXPECT_EQ(st->Find("q.int4:g32:sym.mins"), nullptr);
   auto doc = nlohmann::json::parse(st->metadata().at("sparq"));
-  EXPECT_EQ(doc["format_version"], 2);
+  EXPECT_EQ(doc["format_version"], 4);  // the meta as ranks (18 groups: 7 bytes a row, not 9)
+  EXPECT_EQ(doc["tensors"]["q.int4:g64"]["meta"], "rank");
   EXPECT_EQ(doc["tensors"]["q.int4:g64"]["values"], "int4:g64");
   EXPECT_EQ(doc["tensors"]["q.int4:g64"]["dtype"], "u8");
   EXPECT_EQ(doc["tensors"]["q.int8:g32"]["dtype"], "i8");
@@ -320,6 +327,166 @@ TEST(CheckpointTest, CsrIndexIsWrittenAsAMaskWhenSmaller) {
   EXPECT_EQ(f.doc["format_version"], 2);
 }
 
+// The nm meta as ranks (format version 4), against an independent reference: each group's rank
+// recomputed here by listing the subsets of m in colex order (the order the ranks count in), the
+// 3-bit 2:4 codes checked by hand; every N:M with M <= 8 (and V:N:M) round-trips its meta bit for
+// bit, with tail groups; ranks are written only where smaller (never for 1:M); StoredByteSize is
+// what the file holds; nm_rank_meta = false writes the indices and a version-3 file.
+std::vector<uint32_t> ColexSubsets(int n, int m) {
+  std::vector<uint32_t> sets;
+  for (uint32_t s = 0; s < (1u << m); ++s)
+    if (std::popcount(s) == n) sets.push_back(s);
+  // Ascending as numbers is colex order (the highest differing element decides).
+  return sets;
+}
+
+TEST(CheckpointTest, NmMetaIsWrittenAsRanksWhenSmaller) {
+  // 2:4 by hand: {0,1} {0,2} {1,2} {0,3} {1,3} {2,3} are ranks 0..5.
+  std::vector<float> w = {1, 2, 0, 0,  1, 0, 2, 0,  0, 1, 2, 0,  1, 0, 0, 2,
+                          0, 1, 0, 2,  0, 0, 1, 2,  3, 3, 0, 0};  // one row, seven groups
+  auto enc = Encode(w, 1, 28, FormatKind::kNM, Pattern::NM(2, 4), DType::kF32);
+  ASSERT_TRUE(enc.ok());
+  Checkpoint one;
+  one.matrices.push_back({"w", *enc, Pattern::NM(2, 4)});
+  Flat f = FlatOf(one, {});
+  EXPECT_EQ(f.doc["format_version"], 4);
+  EXPECT_EQ(f.doc["tensors"]["w"]["meta"], "rank");
+  const NamedTensor* rank = nullptr;
+  for (const auto& t : f.tensors) rank = t.name == "w.meta_rank" ? &t : rank;
+  ASSERT_NE(rank, nullptr);
+  ASSERT_EQ(rank->tensor.shape(), (std::vector<int64_t>{1, 3}));  // 21 bits, against 28
+  const uint8_t* b = rank->tensor.data_as<uint8_t>();
+  const uint32_t bits = b[0] | b[1] << 8 | b[2] << 16;
+  for (uint32_t g = 0; g < 7; ++g) EXPECT_EQ((bits >> (3 * g)) & 7u, g % 6) << "group " << g;
+  EXPECT_EQ(bits >> 21, 0u);
+
+  std::mt19937 rng(11);
+  for (int mm = 2; mm <= 8; ++mm) {
+    for (int n = 1; n < mm; ++n) {
+      for (int v : {1, 3}) {
+        SCOPED_TRACE(std::to_string(v) + ":" + std::to_string(n) + ":" + std::to_string(mm));
+        const int64_t rows = 7, cols = 5 * mm + mm / 2 + 1;  // a tail group
+        const Pattern p = v == 1 ? Pattern::NM(n, mm) : Pattern::VNM(v, n, mm);
+        auto mw = MaskedWeights(p, rows, cols, rng());
+        auto x = Encode(mw, rows, cols, v == 1 ? FormatKind::kNM : FormatKind::kVNM, p,
+                        DType::kF32);
+        ASSERT_TRUE(x.ok()) << x.status().ToString();
+        Checkpoint ck;
+        ck.matrices.push_back({"x", *x, p});
+        Flat fl = FlatOf(ck, {});
+        int bits = 1;
+        while ((1 << bits) < mm) ++bits;
+        const std::vector<uint32_t> sets = ColexSubsets(n, mm);
+        int rbits = 0;
+        while ((size_t{1} << rbits) < sets.size()) ++rbits;
+        const int64_t groups = (cols + mm - 1) / mm, slabs = (rows + v - 1) / v;
+        const bool want_rank = (groups * rbits + 7) / 8 < (groups * n * bits + 7) / 8;
+        if (n == 1) EXPECT_FALSE(want_rank);  // C(m, 1) = m: the rank is the index
+        EXPECT_EQ(fl.doc["tensors"]["x"].contains("meta"), want_rank);
+        const Tensor& meta = v == 1 ? std::get<NmMatrix>(*x).meta : std::get<VnmMatrix>(*x).meta;
+        for (const auto& t : fl.tensors) {
+          if (t.name != "x.meta_rank") continue;
+          ASSERT_TRUE(want_rank);
+          const int64_t mrow = meta.shape()[1], rrow = t.tensor.shape()[1];
+          for (int64_t s = 0; s < slabs; ++s) {
+            for (int64_t g = 0; g < groups; ++g) {
+              uint32_t set = 0;
+              for (int j = 0; j < n; ++j) {
+                uint32_t idx = 0;
+                for (int q = 0; q < bits; ++q) {
+                  const int64_t pos = (g * n + j) * bits + q;
+                  idx |= ((meta.data_as<uint8_t>()[s * mrow + pos / 8] >> (pos % 8)) & 1u) << q;
+                }
+                set |= 1u << idx;
+              }
+              uint32_t got = 0;
+              for (int q = 0; q < rbits; ++q) {
+                const int64_t pos = g * rbits + q;
+                got |= ((t.tensor.data_as<uint8_t>()[s * rrow + pos / 8] >> (pos % 8)) & 1u) << q;
+              }
+              const auto want = std::find(sets.begin(), sets.end(), set) - sets.begin();
+              ASSERT_EQ(got, static_cast<uint32_t>(want)) << "slab " << s << " group " << g;
+            }
+          }
+        }
+        auto bytes = SerializeCheckpoint(ck);
+        ASSERT_TRUE(bytes.ok());
+        auto st = SafetensorsFile::FromMemory(bytes->data(), bytes->size(), "c.sparq");
+        ASSERT_TRUE(st.ok());
+        uint64_t parts = 0;
+        for (const SafetensorsEntry& e : st->tensors()) parts += e.tensor.nbytes();
+        EXPECT_EQ(parts, StoredByteSize(ck.matrices[0].matrix));
+        auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        const SparseMatrix& back = r->matrices[0].matrix;
+        const Tensor& meta2 = v == 1 ? std::get<NmMatrix>(back).meta : std::get<VnmMatrix>(back).meta;
+        ASSERT_EQ(meta2.nbytes(), meta.nbytes());
+        EXPECT_EQ(std::memcmp(meta2.data(), meta.data(), meta.nbytes()), 0);
+        Tensor da = ToDense(*x), db = ToDense(back);
+        EXPECT_EQ(std::memcmp(da.data(), db.data(), da.nbytes()), 0);
+      }
+    }
+  }
+  Flat plain = FlatOf(one, {.nm_rank_meta = false});
+  EXPECT_EQ(plain.doc["format_version"], 2);
+  EXPECT_FALSE(plain.doc["tensors"]["w"].contains("meta"));
+}
+
+TEST(CheckpointMalformedTest, BadNmRanks) {
+  Checkpoint ck;
+  auto w = MaskedWeights(Pattern::NM(2, 4), 3, 20, 5);  // 5 groups: 15 bits of ranks, 2 bytes
+  auto enc = Encode(w, 3, 20, FormatKind::kNM, Pattern::NM(2, 4), DType::kF32);
+  ASSERT_TRUE(enc.ok());
+  ck.matrices.push_back({"w", std::move(*enc), Pattern::NM(2, 4)});
+  auto edit = [&](auto fn) {
+    Flat f = FlatOf(ck, {});
+    for (auto& t : f.tensors) {
+      if (t.name == "w.meta_rank") {
+        t.tensor = t.tensor.Clone();
+        fn(&t.tensor);
+      }
+    }
+    return f;
+  };
+  Flat f = edit([](Tensor* t) { t->mutable_data_as<uint8_t>()[2] |= 0x07; });  // row 1, rank 7
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.sparq: w.meta_rank: row 1, group 0 (columns 0..3): rank "));
+  EXPECT_THAT(ErrorOf(f), HasSubstr("is not below C(4, 2) = 6"));
+  f = edit([](Tensor* t) { t->mutable_data_as<uint8_t>()[5] |= 0x80; });  // bit 15 of row 2
+  EXPECT_THAT(ErrorOf(f), HasSubstr("w.meta_rank: row 2 has bits set past its 5 groups"));
+  f = edit([](Tensor* t) { *t = Tensor::Alloc(DType::kU8, {3, 3}); });
+  EXPECT_THAT(ErrorOf(f), HasSubstr("w.meta_rank: expected u8[3, 2], got u8[3, 3]"));
+  f = FlatOf(ck, {});
+  f.doc["tensors"]["w"]["meta"] = "huffman";
+  EXPECT_THAT(ErrorOf(f), HasSubstr("matrix 'w': unknown nm \"meta\" \"huffman\""));
+  f = FlatOf(ck, {});
+  f.doc["tensors"]["w"]["m"] = 17;
+  EXPECT_THAT(ErrorOf(f), HasSubstr("N:M = 2:17 is outside"));
+  f = FlatOf(ck, {});
+  std::erase_if(f.tensors, [](const NamedTensor& t) { return t.name == "w.meta_rank"; });
+  EXPECT_THAT(ErrorOf(f), HasSubstr("part 'w.meta_rank' is missing"));
+  // A rank that decodes to a padding position with a value: Validate's message, as for indices.
+  std::vector<float> tw(17, 0.0f);  // 5 groups, the tail (column 16) holds 1 real column
+  tw[0] = 1, tw[2] = 2, tw[5] = 3, tw[16] = 5;
+  auto tenc = Encode(tw, 1, 17, FormatKind::kNM, Pattern::NM(2, 4), DType::kF32);
+  ASSERT_TRUE(tenc.ok()) << tenc.status().ToString();
+  Checkpoint tail;
+  tail.matrices.push_back({"t", *tenc, Pattern::NM(2, 4)});
+  Flat tf = FlatOf(tail, {});
+  int edited = 0;
+  for (auto& t : tf.tensors) {
+    if (t.name != "t.meta_rank") continue;
+    t.tensor = t.tensor.Clone();
+    // The tail group holds {0, 1} (rank 0: column 16 and the padding); {1, 2} (rank 2, bits
+    // 12..14) puts its value 5 at padding column 17.
+    uint8_t* r = t.tensor.mutable_data_as<uint8_t>();
+    EXPECT_EQ((r[1] >> 4) & 7, 0);
+    r[1] = static_cast<uint8_t>((r[1] & ~0x70) | (2 << 4));
+    ++edited;
+  }
+  ASSERT_EQ(edited, 1);
+  EXPECT_THAT(ErrorOf(tf), HasSubstr("points into the padded tail beyond cols = 17"));
+}
+
 TEST(CheckpointMalformedTest, BadCsrMask) {
   Checkpoint ck;
   auto w = MaskedWeights(Pattern::Unstructured(0.5), 3, 12, 5);  // 2 mask bytes a row
@@ -341,7 +508,7 @@ TEST(CheckpointMalformedTest, BadCsrMask) {
   f = edit_mask([](Tensor* t) { t->mutable_data_as<uint8_t>()[0] ^= 0x01; });  // one more or less
   EXPECT_THAT(ErrorOf(f), HasSubstr("c.mask marks 19 values, c.values holds f32[18]"));
   f = edit_mask([](Tensor* t) { *t = Tensor::Alloc(DType::kU8, {3, 1}); });
-  EXPECT_THAT(ErrorOf(f), HasSubstr("c.mask: expected u8[3, 2]"));
+  EXPECT_THAT(ErrorOf(f), HasSubstr("c.mask: expected u8[3, 2], got u8[3, 1]"));
   f = FlatOf(ck, {});
   f.doc["tensors"]["c"]["index"] = "zip";
   EXPECT_THAT(ErrorOf(f), HasSubstr("unknown csr \"index\" \"zip\""));
