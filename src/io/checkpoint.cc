@@ -171,6 +171,50 @@ bool UseNmRank(const SparseMatrix& s, const CheckpointWriteOptions& opt) {
   return true;
 }
 
+// Sequential LSB-first bit streams over one row (the per-bit ReadBits / WriteBits made loading a
+// 2:4 model's 26 M groups cost as much as validating them).
+class BitReader {
+ public:
+  explicit BitReader(const uint8_t* p) : p_(p) {}
+  uint32_t Read(int bits) {  // bits <= 32
+    while (have_ < bits) {
+      buf_ |= static_cast<uint64_t>(*p_++) << have_;
+      have_ += 8;
+    }
+    const auto v = static_cast<uint32_t>(buf_ & ((uint64_t{1} << bits) - 1));
+    buf_ >>= bits;
+    have_ -= bits;
+    return v;
+  }
+
+ private:
+  const uint8_t* p_;
+  uint64_t buf_ = 0;
+  int have_ = 0;
+};
+
+class BitWriter {
+ public:
+  explicit BitWriter(uint8_t* p) : p_(p) {}
+  ~BitWriter() {
+    if (have_ > 0) *p_ = static_cast<uint8_t>(buf_);
+  }
+  void Write(uint32_t v, int bits) {  // bits <= 32, v < 2^bits
+    buf_ |= static_cast<uint64_t>(v) << have_;
+    have_ += bits;
+    while (have_ >= 8) {
+      *p_++ = static_cast<uint8_t>(buf_);
+      buf_ >>= 8;
+      have_ -= 8;
+    }
+  }
+
+ private:
+  uint8_t* p_;
+  uint64_t buf_ = 0;
+  int have_ = 0;
+};
+
 Tensor NmRankMeta(const Tensor& meta, const NmLayout& l) {
   const int rb = RankBits(l.n, l.m);
   const int64_t rrow = RankRowBytes(l);
@@ -178,15 +222,16 @@ Tensor NmRankMeta(const Tensor& meta, const NmLayout& l) {
   uint8_t* o = out.mutable_data_as<uint8_t>();
   std::fill(o, o + l.slabs * rrow, uint8_t{0});
   const uint8_t* src = meta.data_as<uint8_t>();
+  int64_t choose[17][17];  // choose[c][j] = C(c, j)
+  for (int c = 0; c <= 16; ++c)
+    for (int j = 0; j <= 16; ++j) choose[c][j] = Choose(c, j);
   for (int64_t r = 0; r < l.slabs; ++r) {
+    BitReader in(src + r * l.meta_row_bytes);
+    BitWriter w(o + r * rrow);
     for (int64_t g = 0; g < l.groups; ++g) {
-      uint32_t rank = 0;
-      for (int j = 0; j < l.n; ++j) {
-        const auto c = static_cast<int>(formats_internal::ReadBits(
-            src + r * l.meta_row_bytes, (g * l.n + j) * l.bits, l.bits));
-        rank += static_cast<uint32_t>(Choose(c, j + 1));
-      }
-      formats_internal::WriteBits(o + r * rrow, g * rb, rb, rank);
+      int64_t rank = 0;
+      for (int j = 0; j < l.n; ++j) rank += choose[in.Read(l.bits)][j + 1];  // indices < m <= 16
+      w.Write(static_cast<uint32_t>(rank), rb);
     }
   }
   return out;
@@ -200,15 +245,22 @@ Status NmMetaFromRank(const Tensor& rank, const NmLayout& l, const std::string& 
     return InvalidInput(part + ": expected u8[" + std::to_string(l.slabs) + ", " +
                         std::to_string(rrow) + "], got " + rank.ShapeString());
   }
-  // Subset of each rank (as a bit set of positions): every n-of-m set, ranked.
+  // The indices of each rank, packed as the meta stores them (n * bits <= 15 * 4 bits): every
+  // n-of-m set, ranked.
   const int64_t count = Choose(l.m, l.n);
-  std::vector<uint32_t> subset(static_cast<size_t>(count));
+  const int width = l.n * l.bits;
+  std::vector<uint64_t> packed(static_cast<size_t>(count));
   for (uint32_t set = 0; set < (1u << l.m); ++set) {
     if (std::popcount(set) != l.n) continue;
     int64_t r = 0;
+    uint64_t bits = 0;
     int j = 0;
-    for (uint32_t rest = set; rest; rest &= rest - 1) r += Choose(std::countr_zero(rest), ++j);
-    subset[static_cast<size_t>(r)] = set;
+    for (uint32_t rest = set; rest; rest &= rest - 1, ++j) {
+      const int c = std::countr_zero(rest);
+      r += Choose(c, j + 1);
+      bits |= static_cast<uint64_t>(c) << (j * l.bits);
+    }
+    packed[static_cast<size_t>(r)] = bits;
   }
   *meta = Tensor::Alloc(DType::kU8, {l.slabs, l.meta_row_bytes});
   uint8_t* o = meta->mutable_data_as<uint8_t>();
@@ -221,18 +273,22 @@ Status NmMetaFromRank(const Tensor& rank, const NmLayout& l, const std::string& 
       return InvalidInput(part + ": " + formats_internal::SlabText(l, s) + " has bits set past its " +
                           std::to_string(l.groups) + " groups");
     }
+    BitReader in(row);
+    BitWriter w(o + s * l.meta_row_bytes);
     for (int64_t g = 0; g < l.groups; ++g) {
-      const uint32_t r = formats_internal::ReadBits(row, g * rb, rb);
+      const uint32_t r = in.Read(rb);
       if (r >= count) {
         return InvalidInput(part + ": " + formats_internal::SlabText(l, s) + ", " +
                             formats_internal::GroupText(l, g) + ": rank " + std::to_string(r) +
                             " is not below C(" + std::to_string(l.m) + ", " + std::to_string(l.n) +
                             ") = " + std::to_string(count));
       }
-      int j = 0;
-      for (uint32_t rest = subset[r]; rest; rest &= rest - 1, ++j) {
-        formats_internal::WriteBits(o + s * l.meta_row_bytes, (g * l.n + j) * l.bits, l.bits,
-                                    static_cast<uint32_t>(std::countr_zero(rest)));
+      const uint64_t bits = packed[r];
+      if (width <= 32) {
+        w.Write(static_cast<uint32_t>(bits), width);
+      } else {
+        w.Write(static_cast<uint32_t>(bits), 32);
+        w.Write(static_cast<uint32_t>(bits >> 32), width - 32);
       }
     }
   }
