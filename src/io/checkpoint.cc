@@ -529,9 +529,10 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       };
       // An nm / vnm meta as stored: the indices, or (format version 4, "meta": "rank") their
       // groups' ranks, rebuilt into the indices.
+      const json& entry = e;  // (clang 14: no structured binding in a lambda, as above)
       auto read_meta = [&](int v, int n, int m, Tensor* meta) -> Status {
-        auto mt = e.find("meta");
-        if (mt == e.end()) {
+        auto mt = entry.find("meta");
+        if (mt == entry.end()) {
           SPARQ_ASSIGN_OR_RETURN(*meta, part("meta"));
           return Status::Ok();
         }
