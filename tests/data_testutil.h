@@ -57,8 +57,12 @@ inline constexpr const char* kGetModel =
     " or set SPARQ_MODEL to its path";
 
 // data/text/<name> of this checkout.
+// (Appended in place: GCC 12 warns -Warray-bounds, wrongly, on the chain of operator+ here.)
 inline std::string DataText(const std::string& name) {
-  return std::string(SPARQ_DATA_DIR) + "/text/" + name;
+  std::string path = SPARQ_DATA_DIR;
+  path += "/text/";
+  path += name;
+  return path;
 }
 inline constexpr const char* kGetText =
     "it is part of the repository (data/text/, see data/text/SOURCES.md): restore it with "
