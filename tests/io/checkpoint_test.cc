@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <limits>
 #include <random>
@@ -244,6 +245,19 @@ Flat FlatOf(const Checkpoint& ck, CheckpointWriteOptions opt = {.csr_mask_index 
   return f;
 }
 
+// ck as written by default, with the part `name` (a copy) changed by fn.
+Flat EditPart(const Checkpoint& ck, const std::string& name,
+              const std::function<void(Tensor*)>& fn) {
+  Flat f = FlatOf(ck, {});
+  for (auto& t : f.tensors) {
+    if (t.name == name) {
+      t.tensor = t.tensor.Clone();
+      fn(&t.tensor);
+    }
+  }
+  return f;
+}
+
 std::string ErrorOf(Flat f) {
   f.meta["sparq"] = f.doc.dump();
   auto bytes = SerializeSafetensors(f.tensors, f.meta);
@@ -438,16 +452,7 @@ TEST(CheckpointMalformedTest, BadNmRanks) {
   auto enc = Encode(w, 3, 20, FormatKind::kNM, Pattern::NM(2, 4), DType::kF32);
   ASSERT_TRUE(enc.ok());
   ck.matrices.push_back({"w", std::move(*enc), Pattern::NM(2, 4)});
-  auto edit = [&](auto fn) {
-    Flat f = FlatOf(ck, {});
-    for (auto& t : f.tensors) {
-      if (t.name == "w.meta_rank") {
-        t.tensor = t.tensor.Clone();
-        fn(&t.tensor);
-      }
-    }
-    return f;
-  };
+  auto edit = [&](auto fn) { return EditPart(ck, "w.meta_rank", fn); };
   Flat f = edit([](Tensor* t) { t->mutable_data_as<uint8_t>()[2] |= 0x07; });  // row 1, rank 7
   EXPECT_THAT(ErrorOf(f), HasSubstr("c.sparq: w.meta_rank: row 1, group 0 (columns 0..3): rank "));
   EXPECT_THAT(ErrorOf(f), HasSubstr("is not below C(4, 2) = 6"));
@@ -471,18 +476,15 @@ TEST(CheckpointMalformedTest, BadNmRanks) {
   ASSERT_TRUE(tenc.ok()) << tenc.status().ToString();
   Checkpoint tail;
   tail.matrices.push_back({"t", *tenc, Pattern::NM(2, 4)});
-  Flat tf = FlatOf(tail, {});
   int edited = 0;
-  for (auto& t : tf.tensors) {
-    if (t.name != "t.meta_rank") continue;
-    t.tensor = t.tensor.Clone();
+  Flat tf = EditPart(tail, "t.meta_rank", [&](Tensor* t) {
     // The tail group holds {0, 1} (rank 0: column 16 and the padding); {1, 2} (rank 2, bits
     // 12..14) puts its value 5 at padding column 17.
-    uint8_t* r = t.tensor.mutable_data_as<uint8_t>();
+    uint8_t* r = t->mutable_data_as<uint8_t>();
     EXPECT_EQ((r[1] >> 4) & 7, 0);
     r[1] = static_cast<uint8_t>((r[1] & ~0x70) | (2 << 4));
     ++edited;
-  }
+  });
   ASSERT_EQ(edited, 1);
   EXPECT_THAT(ErrorOf(tf), HasSubstr("points into the padded tail beyond cols = 17"));
 }
@@ -493,16 +495,7 @@ TEST(CheckpointMalformedTest, BadCsrMask) {
   auto enc = Encode(w, 3, 12, FormatKind::kCsr, Pattern::Unstructured(0.5), DType::kF32);
   ASSERT_TRUE(enc.ok());
   ck.matrices.push_back({"c", std::move(*enc), Pattern::Unstructured(0.5)});
-  auto edit_mask = [&](auto fn) {
-    Flat f = FlatOf(ck, {});
-    for (auto& t : f.tensors) {
-      if (t.name == "c.mask") {
-        t.tensor = t.tensor.Clone();
-        fn(&t.tensor);
-      }
-    }
-    return f;
-  };
+  auto edit_mask = [&](auto fn) { return EditPart(ck, "c.mask", fn); };
   Flat f = edit_mask([](Tensor* t) { t->mutable_data_as<uint8_t>()[3] |= 0x80; });  // column 15
   EXPECT_THAT(ErrorOf(f), HasSubstr("c.mask: row 1 has bits set past column 11"));
   f = edit_mask([](Tensor* t) { t->mutable_data_as<uint8_t>()[0] ^= 0x01; });  // one more or less
