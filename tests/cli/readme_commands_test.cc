@@ -348,13 +348,24 @@ uint32_t BigEndian32(const std::string& b, size_t at) {
          (uint32_t{static_cast<uint8_t>(b[at + 2])} << 8) | uint32_t{static_cast<uint8_t>(b[at + 3])};
 }
 
+// The plot scripts' dependency, and the start of every PNG they write (8 signature bytes, then
+// the IHDR chunk: 33 bytes at least).
+bool HasMatplotlib(const std::string& py) {
+  std::string out, err;
+  return Shell(Quote(py) + " -c 'import matplotlib'", &out, &err) == 0;
+}
+constexpr const char* kGetMatplotlib = "run scripts/install_deps.sh (it installs it in .venv/)";
+void ExpectPngSignature(const std::string& b) {
+  ASSERT_GE(b.size(), 33u);
+  EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
 // The README's `bench kernels --json out.json --plot speedup.png` at one shape and one pattern,
 // run from the repository root as the README does; then `targets_table.py out.json` on its rows.
 TEST(ReadmeBench, KernelsPlotIsAPngThatDecodes) {
   const std::string py = testing::PythonInterpreter();
   std::string out, err;
-  SPARQ_REQUIRE(Shell(Quote(py) + " -c 'import matplotlib'", &out, &err) == 0,
-                "matplotlib missing in " + py + ": run scripts/install_deps.sh (it installs it in .venv/)");
+  SPARQ_REQUIRE(HasMatplotlib(py), "matplotlib missing in " + py + ": " + kGetMatplotlib);
   const std::string rows_path = OutDir() + "/kernels.json", png = OutDir() + "/speedup.png";
   ASSERT_EQ(Shell("cd " + Quote(SPARQ_SOURCE_DIR) + " && " + Quote(SPARQ_CLI_PATH) +
                       " bench kernels --shapes 256x256 --n 1 --patterns 2:4 --threads 1 --repeats 1"
@@ -369,8 +380,8 @@ TEST(ReadmeBench, KernelsPlotIsAPngThatDecodes) {
 
   // The PNG: signature, then the IHDR chunk with a plausible size ...
   const std::string b = Slurp(png);
-  ASSERT_GE(b.size(), 33u);
-  EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  ExpectPngSignature(b);
+  if (HasFatalFailure()) return;  // too short for the IHDR reads below
   EXPECT_EQ(b.substr(12, 4), "IHDR");
   const uint32_t width = BigEndian32(b, 16), height = BigEndian32(b, 20);
   EXPECT_GE(width, 200u);
@@ -401,8 +412,7 @@ TEST(ReadmeBench, KernelsPlotIsAPngThatDecodes) {
 TEST(ReadmeBench, ParetoPlotMarksTheFront) {
   const std::string py = testing::PythonInterpreter();
   std::string out, err;
-  SPARQ_REQUIRE(Shell(Quote(py) + " -c 'import matplotlib'", &out, &err) == 0,
-                "matplotlib missing in " + py + ": run scripts/install_deps.sh (it installs it in .venv/)");
+  SPARQ_REQUIRE(HasMatplotlib(py), "matplotlib missing in " + py + ": " + kGetMatplotlib);
   const std::string rows_path = OutDir() + "/model-rows.json", png = OutDir() + "/pareto.png";
   // ppl / MB per token / tok/s: a 10 / 100 / 50, b 20 / 50 / 100, c 30 / 120 / 40 (dominated by
   // a in both panels), e without perplexity, llama.cpp 11 / 98 (file) / 60.
@@ -429,8 +439,7 @@ TEST(ReadmeBench, ParetoPlotMarksTheFront) {
   EXPECT_THAT(out, HasSubstr("front, perplexity vs decode tok/s: a (int4:g64); llama.cpp M.gguf; "
                              "b (int4:g64)\n"));
   const std::string b = Slurp(png);
-  ASSERT_GE(b.size(), 33u);
-  EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  ExpectPngSignature(b);
 }
 
 // bench/finetune_curve.py (issue 28's curve plot) on a hand-made `finetune --log` file: the
@@ -439,8 +448,7 @@ TEST(ReadmeBench, ParetoPlotMarksTheFront) {
 TEST(ReadmeBench, FinetuneCurvePlotsTheLog) {
   const std::string py = testing::PythonInterpreter();
   std::string out, err;
-  SPARQ_REQUIRE(Shell(Quote(py) + " -c 'import matplotlib'", &out, &err) == 0,
-                "matplotlib missing in " + py + ": run scripts/install_deps.sh (it installs it in .venv/)");
+  SPARQ_REQUIRE(HasMatplotlib(py), "matplotlib missing in " + py + ": " + kGetMatplotlib);
   const std::string log = OutDir() + "/run.csv", png = OutDir() + "/curve.png";
   std::ofstream(log) << "kind,step,tokens,loss,lr,grad_norm,tokens_per_s,seconds,text,perplexity\n"
                         "eval,0,0,,,,,12.0,\"/d/wiki.txt\",60\n"
@@ -460,8 +468,7 @@ TEST(ReadmeBench, FinetuneCurvePlotsTheLog) {
   EXPECT_THAT(out, HasSubstr("| 0 | 0 | 0:00:12 | 60.000 (2.000x) | 30.000 |")) << out;
   EXPECT_THAT(out, HasSubstr("| 2 | 1024 | 1:02:05 | 45.000 (1.500x) | 25.000 |")) << out;
   const std::string b = Slurp(png);
-  ASSERT_GE(b.size(), 33u);
-  EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  ExpectPngSignature(b);
 }
 
 // `bench machine`: the limits the kernel tables are measured against, for 1 and 2 threads.
