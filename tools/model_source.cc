@@ -70,7 +70,7 @@ Result<ModelSource> ModelSource::Open(const std::string& path) {
     t.shape = {Rows(m.matrix), Cols(m.matrix)};
     t.dtype = ValuesName(m.matrix);  // "int4:g64" rather than the codes' u8
     t.format = std::string(FormatName(KindOf(m.matrix)));
-    t.stored_bytes = StoredByteSize(m.matrix);  // as the file holds it (a csr mask index)
+    t.stored_bytes = FileByteSize(st, m.name, m.matrix);  // as this file holds it
     t.matrix_index = static_cast<int>(i);
     s.tensors.push_back(std::move(t));
   }

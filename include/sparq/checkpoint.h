@@ -85,6 +85,11 @@ struct CheckpointWriteOptions {
 // what `inspect` and the reports call stored.
 uint64_t StoredByteSize(const SparseMatrix& s, const CheckpointWriteOptions& opt = {});
 
+// The bytes `file` (a checkpoint) holds for the parts of the matrix `name`, read from it as `s`:
+// StoredByteSize under the options the file was written with (an older file's indices where
+// today's writer would write a mask or ranks), which `inspect` reports.
+uint64_t FileByteSize(const SafetensorsFile& file, const std::string& name, const SparseMatrix& s);
+
 // The safetensors tensors (parts and plain tensors) and __metadata__ a checkpoint is stored as.
 // Errors: duplicate names (a part colliding with a plain tensor too), the reserved metadata key.
 Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tensors,

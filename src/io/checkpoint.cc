@@ -362,6 +362,19 @@ uint64_t StoredByteSize(const SparseMatrix& s, const CheckpointWriteOptions& opt
          static_cast<uint64_t>(c->rows * MaskRowBytes(c->cols));
 }
 
+uint64_t FileByteSize(const SafetensorsFile& file, const std::string& name, const SparseMatrix& s) {
+  uint64_t bytes = 0;
+  auto add = [&](const std::string& suffix) {
+    if (const SafetensorsEntry* e = file.Find(PartName(name, suffix))) bytes += e->tensor.nbytes();
+  };
+  // The in-memory parts where the file holds them, and their alternative encodings.
+  for (const auto& [suffix, part] : PartsOf(s)) add(suffix);
+  if (std::holds_alternative<CsrMatrix>(s)) add("mask");
+  NmLayout l;
+  if (NmMetaOf(s, &l) != nullptr) add("meta_rank");
+  return bytes;
+}
+
 Status FlattenCheckpoint(const Checkpoint& ckpt, std::vector<NamedTensor>* tensors,
                          std::map<std::string, std::string>* metadata,
                          const CheckpointWriteOptions& opt) {

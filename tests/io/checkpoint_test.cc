@@ -395,7 +395,9 @@ TEST(CheckpointTest, NmMetaIsWrittenAsRanksWhenSmaller) {
         while ((size_t{1} << rbits) < sets.size()) ++rbits;
         const int64_t groups = (cols + mm - 1) / mm, slabs = (rows + v - 1) / v;
         const bool want_rank = (groups * rbits + 7) / 8 < (groups * n * bits + 7) / 8;
-        if (n == 1) EXPECT_FALSE(want_rank);  // C(m, 1) = m: the rank is the index
+        if (n == 1) {
+          EXPECT_FALSE(want_rank);  // C(m, 1) = m: the rank is the index
+        }
         EXPECT_EQ(fl.doc["tensors"]["x"].contains("meta"), want_rank);
         const Tensor& meta = v == 1 ? std::get<NmMatrix>(*x).meta : std::get<VnmMatrix>(*x).meta;
         for (const auto& t : fl.tensors) {
@@ -444,6 +446,45 @@ TEST(CheckpointTest, NmMetaIsWrittenAsRanksWhenSmaller) {
   Flat plain = FlatOf(one, {.nm_rank_meta = false});
   EXPECT_EQ(plain.doc["format_version"], 2);
   EXPECT_FALSE(plain.doc["tensors"]["w"].contains("meta"));
+}
+
+// What `inspect` reports as a matrix's stored bytes: the bytes of its parts in the file at hand,
+// counted here from the file's own entries, for a file written today (csr mask, nm ranks) and
+// one written as versions 2 / 3 were (indices); the two differ, and each matches its writer.
+TEST(CheckpointTest, FileByteSizeIsWhatTheFileHolds) {
+  Checkpoint ck;
+  const int64_t m = 8, k = 64;
+  auto nm = Encode(MaskedWeights(Pattern::NM(2, 4), m, k, 11), m, k, FormatKind::kNM,
+                   Pattern::NM(2, 4), DType::kF32);
+  auto csr = Encode(MaskedWeights(Pattern::Unstructured(0.5), m, k, 12), m, k, FormatKind::kCsr,
+                    Pattern::Unstructured(0.5), DType::kF32);
+  ASSERT_TRUE(nm.ok() && csr.ok());
+  ck.matrices.push_back({"a", std::move(*nm), Pattern::NM(2, 4)});
+  ck.matrices.push_back({"b", std::move(*csr), Pattern::Unstructured(0.5)});
+  std::vector<uint64_t> sizes;
+  for (const CheckpointWriteOptions opt : {CheckpointWriteOptions{},
+                                           CheckpointWriteOptions{.csr_mask_index = false,
+                                                                  .nm_rank_meta = false}}) {
+    auto bytes = SerializeCheckpoint(ck, opt);
+    ASSERT_TRUE(bytes.ok());
+    auto st = SafetensorsFile::FromMemory(bytes->data(), bytes->size(), "c.sparq");
+    ASSERT_TRUE(st.ok());
+    auto back = CheckpointFromSafetensors(*st);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string& name = back->matrices[i].name;
+      uint64_t parts = 0;
+      for (const SafetensorsEntry& e : st->tensors()) {
+        if (e.name.rfind(name + ".", 0) == 0) parts += e.data_end - e.data_begin;
+      }
+      const uint64_t got = FileByteSize(*st, name, back->matrices[i].matrix);
+      EXPECT_EQ(got, parts) << name;
+      EXPECT_EQ(got, StoredByteSize(ck.matrices[i].matrix, opt)) << name;
+      sizes.push_back(got);
+    }
+  }
+  EXPECT_LT(sizes[0], sizes[2]);  // 2:4: 3-bit ranks against 4 bits of indices per group
+  EXPECT_LT(sizes[1], sizes[3]);  // 50%: a bit mask against u16 column indices
 }
 
 TEST(CheckpointMalformedTest, BadNmRanks) {
