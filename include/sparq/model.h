@@ -328,7 +328,8 @@ struct ModelPruneOptions {
   // Off here; the command line and Python turn it on wherever ActOrderApplies (their default).
   bool act_order = false;
   // Bounds of the permutation search per layer (see PermuteOptions). Work bounds, not a clock,
-  // so that pruning twice with the same flags gives byte-identical checkpoints on any machine.
+  // so that pruning twice with the same flags gives byte-identical checkpoints on any machine of
+  // the same CPU model (the BLAS and kernels round by the CPU).
   double permute_time_budget_s = 0.0;   // <= 0: none
   int64_t permute_max_rounds = 64;
   int64_t permute_max_work = kDefaultPermuteWork;
