@@ -7,8 +7,10 @@
 #   bench/peers/build_llama_cpp.sh [PY_LIB_DIR]
 #
 # PY_LIB_DIR: the folder holding the installed package's libllama.so, libggml*.so (default: the
-# `lib/` folder of the llama_cpp package installed in the repository's .venv, e.g. by
-# `.venv/bin/pip install llama-cpp-python`, or $LLCPP_LIB). Work folders: $LLSRC, $LLBUILD;
+# `lib/` folder of the llama_cpp package installed in the repository's .venv, or $LLCPP_LIB).
+# Without either, the script first installs llama-cpp-python $VER into that Python (from its
+# sdist, GGML_NATIVE off; about 10 min on 2 cores) and the modules the peer scripts import, where
+# they are missing. Afterwards `sparq bench model MODEL --llama-cpp` finds the peer by itself. Work folders: $LLSRC, $LLBUILD;
 # result: $LLLIB (a copy of PY_LIB_DIR with the new libggml-cpu.so*). All three default to
 # ${SPARQ_CACHE:-~/.cache/sparq}/llama_cpp/, pip's cache to ${SPARQ_CACHE:-~/.cache/sparq}/pip.
 # Builds nice'd with 2 jobs.
@@ -21,6 +23,26 @@ export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$CACHE/pip}"
 VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}   # must equal the installed llama-cpp-python version (ABI)
 LLSRC=${LLSRC:-$CACHE/llama_cpp/src} LLBUILD=${LLBUILD:-$CACHE/llama_cpp/build}
 LLLIB=${LLLIB:-$CACHE/llama_cpp/lib}
+
+# 0. The package, where the Python has none (found without importing it: its import loads the
+# libraries). Its own build is portable (GGML_NATIVE off); step 2 replaces its CPU backend.
+has_mod() { "$PY" -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('$1') else 1)"; }
+if [ -z "${1:-}${LLCPP_LIB:-}" ]; then
+  if ! has_mod llama_cpp; then
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+      CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 10 "$PY" -m pip install "llama-cpp-python==$VER"
+  fi
+  have=$("$PY" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))')
+  [ "$have" = "$VER" ] || {
+    echo "llama-cpp-python $have is installed, this script builds $VER's backend: set" \
+         "LLAMA_CPP_PYTHON_VERSION=$have or install $VER" >&2
+    exit 1
+  }
+  # A `pip install --no-deps` leaves these out; the peer scripts import them.
+  for m in numpy typing_extensions diskcache jinja2; do
+    has_mod "$m" || "$PY" -m pip install "${m//_/-}"
+  done
+fi
 PY_LIB_DIR=${1:-${LLCPP_LIB:-$("$PY" -c 'import importlib.util as u, os; \
 print(os.path.join(os.path.dirname(u.find_spec("llama_cpp").origin), "lib"))')}}
 [ -f "$PY_LIB_DIR/libllama.so" ] || { echo "no libllama.so in $PY_LIB_DIR: pass the folder" >&2; exit 1; }

@@ -55,8 +55,12 @@ def main():
                     help="run llama.cpp on an F32 GGUF of the same weights, with f32 K/V")
     a = ap.parse_args()
 
-    from llama_cpp import Llama
     cache = os.environ.get("SPARQ_CACHE") or os.path.expanduser("~/.cache/sparq")
+    # As llama_cpp_bench.py: build_llama_cpp.sh's libraries unless the caller chose others.
+    built = os.path.join(cache, "llama_cpp", "lib")
+    if "LLAMA_CPP_LIB_PATH" not in os.environ and os.path.isfile(os.path.join(built, "libllama.so")):
+        os.environ["LLAMA_CPP_LIB_PATH"] = built
+    from llama_cpp import Llama
     os.makedirs(os.path.join(cache, "tmp"), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="llama_cpp_reference.", dir=os.path.join(cache, "tmp"))
     try:
