@@ -255,9 +255,6 @@ TEST(DenseQuantTest, Int8XRowsStayWithinTheRoundingOfX) {
     testing_cpu::MutableCfg().int8_activations = false;
   });
   EXPECT_GE(targets, 2);
-  const bool dl = std::find(KernelConfig::SupportedTargets().begin(),
-                            KernelConfig::SupportedTargets().end(),
-                            int64_t{HWY_AVX3_DL}) != KernelConfig::SupportedTargets().end();
   // Every dense int8-X row ran on its target where the CPU has it (AVX3_DL, AVX2).
   size_t want = 0;
   for (int64_t t : KernelConfig::SupportedTargets()) {
