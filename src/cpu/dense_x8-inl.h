@@ -134,8 +134,8 @@ SPARQ_DX8_ATTR HWY_INLINE void DenseX8Rows(const DenseQuantWeight& w, const Dens
   const __m512i pair_idx = kI4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
                                : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   // The far prefetch of the f32-X decode rows (prefetch-inl.h), pf_rows blocks of R rows ahead
-  // and pf_off bytes into the row: without it, two threads streaming these rows from DRAM ran
-  // slower than one on an AMD Zen 5 (docs/measurements/zen5-int4-issue27-targets-2026-12-06.md).
+  // and pf_off bytes into the row: 1.4-2x on one thread with the rows from DRAM on an AMD Zen 5
+  // (docs/measurements/zen5-int4-issue27-targets-2026-12-06.md).
   int64_t pf_rows = kNmStreamPrefetchBytes / rb, pf_off = kNmStreamPrefetchBytes % rb;
   for (int64_t s = 0; s < steps; ++s) {
     const __m512i xv = _mm512_loadu_si512(xt.xq + s * 64);
