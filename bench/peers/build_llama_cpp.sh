@@ -11,8 +11,9 @@
 # Without either, the script first installs llama-cpp-python $VER into that Python (from its
 # sdist, GGML_NATIVE off; about 10 min on 2 cores) and the modules the peer scripts import, where
 # they are missing. Afterwards `sparq bench model MODEL --llama-cpp` finds the peer by itself.
-# Work folders: $LLSRC, $LLBUILD; result: $LLLIB (a copy of PY_LIB_DIR with the new libggml-cpu.so*). All three default to
-# ${SPARQ_CACHE:-~/.cache/sparq}/llama_cpp/, pip's cache to ${SPARQ_CACHE:-~/.cache/sparq}/pip.
+# Work folders: $LLSRC, $LLBUILD; result: $LLLIB (a copy of PY_LIB_DIR with the new
+# libggml-cpu.so*). All three default to ${SPARQ_CACHE:-~/.cache/sparq}/llama_cpp/, pip's cache
+# to ${SPARQ_CACHE:-~/.cache/sparq}/pip.
 # Builds nice'd with 2 jobs.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
