@@ -133,19 +133,14 @@ SPARQ_DX8_ATTR HWY_INLINE void DenseX8Rows(const DenseQuantWeight& w, const Dens
   // the blocks out); 64 and more: one per step.
   const __m512i pair_idx = kI4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
                                : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  // The far prefetch of the f32-X decode rows (prefetch-inl.h), pf_rows blocks of R rows ahead
-  // and pf_off bytes into the row: 1.4-2x on one thread with the rows from DRAM on an AMD Zen 5
-  // (docs/measurements/zen5-int4-issue27-targets-2026-12-06.md).
-  int64_t pf_rows = kNmStreamPrefetchBytes / rb, pf_off = kNmStreamPrefetchBytes % rb;
+  // The far prefetch of the f32-X decode rows (prefetch-inl.h): 1.4-2x on one thread with the
+  // rows from DRAM on an AMD Zen 5 (docs/measurements/zen5-int4-issue27-targets-2026-12-06.md).
+  RowStreamAhead pf(rb);
   for (int64_t s = 0; s < steps; ++s) {
     const __m512i xv = _mm512_loadu_si512(xt.xq + s * 64);
     const __m512 sxv = _mm512_loadu_ps(xt.sx + s * 16);
-    for (int q = 0; q < R; ++q) PrefetchFar(codes + (q + R * pf_rows) * rb + pf_off);
-    pf_off += step_bytes;
-    if (pf_off >= rb) {
-      pf_off -= rb;
-      ++pf_rows;
-    }
+    for (int q = 0; q < R; ++q) PrefetchFar(codes + pf.Row(q, R) * rb + pf.off);
+    pf.Advance(step_bytes);
     for (int q = 0; q < R; ++q) {
       const uint8_t* cq = codes + q * rb + s * step_bytes;
       const float* sq = scales + q * gpr;

@@ -226,17 +226,11 @@ HWY_INLINE void NmDecodeRows(const NmWeight& w, const NmLaneTables& tab, const f
   auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
   auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
   auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
-  // The prefetch position in each stream (kNmStreamPrefetchBytes): pf_rows blocks of R rows
-  // ahead, pf_off bytes into the row.
-  int64_t pf_rows = kNmStreamPrefetchBytes / row_bytes, pf_off = kNmStreamPrefetchBytes % row_bytes;
+  RowStreamAhead pf(row_bytes);
   for (int64_t c = 0; c < w.chunks; ++c) {
     const int32_t col0 = static_cast<int32_t>(c * chunk_cols);
-    for (int q = 0; q < R; ++q) PrefetchFar(vals + (q + R * pf_rows) * row_bytes + pf_off);
-    pf_off += chunk_bytes;
-    if (pf_off >= row_bytes) {
-      pf_off -= row_bytes;
-      ++pf_rows;
-    }
+    for (int q = 0; q < R; ++q) PrefetchFar(vals + pf.Row(q, R) * row_bytes + pf.off);
+    pf.Advance(chunk_bytes);
     for (size_t p = 0; p < per_chunk; ++p) {
       hn::Vec<DF> xlo0, xhi0, xlo1, xhi1, xlo2, xhi2, xlo3, xhi3;
       if constexpr (kPerm) {

@@ -115,21 +115,17 @@ SPARQ_X8_ATTR HWY_INLINE void NmX8Rows(const NmWeight& w, const X8Token& xt, int
   // The far prefetch of the codes and the meta, as DenseX8Rows (the meta row is half the codes').
   const int64_t meta_bytes = w.chunks * 4;
   const uint8_t* meta_b = reinterpret_cast<const uint8_t*>(meta);
-  int64_t pf_rows = kNmStreamPrefetchBytes / row_bytes, pf_off = kNmStreamPrefetchBytes % row_bytes;
+  RowStreamAhead pf(row_bytes);
   for (int64_t s = 0; s < steps; ++s) {
     const __m512i xlo = _mm512_loadu_si512(xt.xq + s * 128);
     const __m512i xhi = _mm512_loadu_si512(xt.xq + s * 128 + 64);
     const __m512 sxv = _mm512_loadu_ps(xt.sx + s * 16);
     const int64_t g = s >> gshift;
     for (int q = 0; q < R; ++q) {
-      PrefetchFar(codes + (q + R * pf_rows) * row_bytes + pf_off);
-      PrefetchFar(meta_b + (q + R * pf_rows) * meta_bytes + pf_off / 2);
+      PrefetchFar(codes + pf.Row(q, R) * row_bytes + pf.off);
+      PrefetchFar(meta_b + pf.Row(q, R) * meta_bytes + pf.off / 2);
     }
-    pf_off += 32;
-    if (pf_off >= row_bytes) {
-      pf_off -= row_bytes;
-      ++pf_rows;
-    }
+    pf.Advance(32);
     for (int q = 0; q < R; ++q) {
       const uint8_t* cq = codes + q * row_bytes + s * 32;
       const uint32_t* mq = meta + q * w.chunks + s * 4;

@@ -37,6 +37,25 @@ inline constexpr int kDensePrefetchBytes = 3072;
 // so only one row in four had anything fetched ahead. (measurements: docs/kernels.md)
 inline constexpr int64_t kNmStreamPrefetchBytes = kDecodePrefetchBytes / 4;
 
+// The prefetch point kNmStreamPrefetchBytes ahead in each of the R row streams a decode row
+// reads in lockstep (rows of row_bytes, back to back): row q of the block rows_ahead blocks of R
+// rows on (Row), off bytes into it; Advance moves it by the bytes the row just read.
+struct RowStreamAhead {
+  explicit RowStreamAhead(int64_t row_bytes)
+      : row_bytes(row_bytes),
+        rows_ahead(kNmStreamPrefetchBytes / row_bytes),
+        off(kNmStreamPrefetchBytes % row_bytes) {}
+  int64_t Row(int q, int R) const { return q + R * rows_ahead; }
+  void Advance(int64_t bytes) {
+    off += bytes;
+    if (off >= row_bytes) {
+      off -= row_bytes;
+      ++rows_ahead;
+    }
+  }
+  int64_t row_bytes, rows_ahead, off;
+};
+
 // Prefetches the next k block's X^T slice (`next`, whole cache lines) during the last row groups
 // of this one's `steps`, at least 4 lines per group. The slice is read in a data-dependent column
 // order, so the hardware prefetchers do not fetch it ahead, and with few rows per pass (SmolLM2's
