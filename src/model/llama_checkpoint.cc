@@ -4,8 +4,12 @@
 //   metadata "sparq.prune"     how it was made (optional, informative)
 //   plain tensors              token_embd.weight, output_norm.weight, blk.N.{attn,ffn}_norm.weight,
 //                              <linear>.perm (i32 [k]) for layers stored with a channel permutation
-//   matrices                   blk.N.<slot>.weight in any format; output.weight when untied
+//   matrices                   blk.N.<slot>.weight in any format; output.weight when untied;
+//                              token_embd.weight when quantized, and then optionally
+//                              token_embd.rows.weight (int8 [K, n_embd]) with the plain tensor
+//                              token_embd.rows.ids (i32 [K], increasing): rows stored apart
 #include <cmath>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 #include "src/model/llama_internal.h"
@@ -56,6 +60,57 @@ Result<LinearWeight> MatrixLinear(Checkpoint& ck, const std::string& path,
   return InvalidInput(path + ": missing matrix '" + name + "'");
 }
 
+// token_embd.rows.{weight,ids} (see the top): checked, then their rows overwrite token_embd's
+// (the lookup) and become w->output_rows (the head's logits of those ids).
+Status HeadRowsApart(Checkpoint& ck, const std::string& path, const LlamaConfig& c,
+                     bool embd_is_matrix, const KernelConfig& cfg, LlamaWeights* w) {
+  CheckpointTensor* rows = nullptr;
+  for (CheckpointTensor& ct : ck.matrices) {
+    if (ct.name == "token_embd.rows.weight") rows = &ct;
+  }
+  const NamedTensor* ids = ck.FindTensor("token_embd.rows.ids");
+  if (rows == nullptr && ids == nullptr) return Status::Ok();
+  const std::string what = path + ": token_embd.rows";
+  if (rows == nullptr || ids == nullptr) {
+    return InvalidInput(what + ": has " +
+                        (rows ? "the matrix 'token_embd.rows.weight'" : "the ids") + " but not " +
+                        (rows ? "the ids 'token_embd.rows.ids'" : "the matrix"));
+  }
+  if (!c.tied_output || !embd_is_matrix) {
+    return InvalidInput(what + ": rows stored apart need a tied head stored as a quantized "
+                        "matrix 'token_embd.weight'");
+  }
+  const auto* dm = std::get_if<DenseMatrix>(&rows->matrix);
+  if (dm == nullptr || !dm->quant.quantized()) {
+    return InvalidInput(what + ".weight: must be a dense quantized matrix");
+  }
+  if (ids->tensor.dtype() != DType::kI32 || ids->tensor.rank() != 1 ||
+      ids->tensor.dim(0) != dm->rows || dm->cols != c.n_embd) {
+    return InvalidInput(what + ": ids " + ids->tensor.ShapeString() + " and matrix [" +
+                        std::to_string(dm->rows) + ", " + std::to_string(dm->cols) +
+                        "] must be i32 [K] and [K, " + std::to_string(c.n_embd) + "]");
+  }
+  const int32_t* id = ids->tensor.data_as<int32_t>();
+  const int64_t k = dm->rows;
+  for (int64_t j = 0; j < k; ++j) {
+    if (id[j] < 0 || id[j] >= c.n_vocab || (j > 0 && id[j] <= id[j - 1])) {
+      return InvalidInput(what + ".ids: entry " + std::to_string(j) + " (" + std::to_string(id[j]) +
+                          ") is not an increasing token id below " + std::to_string(c.n_vocab));
+    }
+  }
+  Tensor f = ToDense(rows->matrix);
+  float* e = w->token_embd.mutable_data_as<float>();
+  const float* r = f.data_as<float>();
+  for (int64_t j = 0; j < k; ++j) {
+    std::memcpy(e + int64_t{id[j]} * c.n_embd, r + j * c.n_embd, sizeof(float) * c.n_embd);
+  }
+  w->output_row_ids.assign(id, id + k);
+  auto lw = LinearWeight::FromMatrix(std::move(rows->matrix), "output.weight rows", cfg);
+  if (!lw.ok()) return lw.status().WithContext(path);
+  w->output_rows = std::move(lw).value();
+  return Status::Ok();
+}
+
 // A plain f32 vector as a tensor of `dt` (f32, bf16 or f16), refused when f16 cannot hold it.
 Result<Tensor> StoredTensor(const float* v, std::vector<int64_t> shape, DType dt,
                             const std::string& name) {
@@ -100,6 +155,16 @@ Status SaveLlamaCheckpoint(const LlamaModel& model, const std::string& path, DTy
     // A tied head run as stored (a GGUF's Q4_1, say): the embedding is that matrix (FromSparq
     // looks tokens up in its dequantization, which is the f32 copy the model holds).
     ck.matrices.push_back({"token_embd.weight", std::move(*q), Pattern::Dense()});
+    if (!w.output_row_ids.empty()) {
+      std::optional<DenseMatrix> rows = w.output_rows.dense_quant();
+      if (!rows) return InvalidInput("save: the head's rows stored apart are not quantized");
+      ck.matrices.push_back({"token_embd.rows.weight", std::move(*rows), Pattern::Dense()});
+      ck.tensors.push_back(
+          {"token_embd.rows.ids",
+           Tensor::View(DType::kI32, {static_cast<int64_t>(w.output_row_ids.size())},
+                        w.output_row_ids.data())
+               .Clone()});
+    }
   } else {
     SPARQ_ASSIGN_OR_RETURN(Tensor te, StoredTensor(w.token_embd.data_as<float>(),
                                                    {c.n_vocab, c.n_embd}, values,
@@ -178,6 +243,7 @@ Result<LlamaModel> LlamaModel::FromSparq(const std::string& path, const KernelCo
   }
   SPARQ_ASSIGN_OR_RETURN(Tensor on, PlainF32(ck, path, "output_norm.weight", {c.n_embd}));
   w.output_norm = ToVector(on);
+  SPARQ_RETURN_IF_ERROR(HeadRowsApart(ck, path, c, embd_matrix != nullptr, cfg, &w));
   if (c.tied_output && embd_matrix != nullptr) {
     auto head = LinearWeight::FromMatrix(std::move(embd_matrix->matrix), "output.weight", cfg);
     if (!head.ok()) return head.status().WithContext(path);

@@ -205,6 +205,21 @@ void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, f
   ForRowBlocks(n, pool, rows);
 }
 
+void HeadForward(const LlamaWeights& w, const float* xn, int64_t n, float* logits,
+                 ThreadPool* pool) {
+  w.output.Forward(xn, n, logits, pool);
+  const auto k = static_cast<int64_t>(w.output_row_ids.size());
+  if (k == 0) return;
+  // The few rows apart run as their own product (K x n_embd, ~2% of the head's bytes) and
+  // overwrite their logits: the main head stays one dense kernel call over every row.
+  std::vector<float> part(static_cast<size_t>(n * k));
+  w.output_rows.Forward(xn, n, part.data(), pool);
+  const int64_t vocab = w.output.rows();
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < k; ++j) logits[t * vocab + w.output_row_ids[j]] = part[t * k + j];
+  }
+}
+
 void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> tokens, float* x) {
   const float* e = w.token_embd.data_as<float>();
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -406,7 +421,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, floa
   const int64_t rows = n - first;
   std::vector<float> xn(static_cast<size_t>(rows * d));
   RmsNorm(x.data() + first * d, rows, d, w.output_norm.data(), c.rms_eps, xn.data(), pool);
-  w.output.Forward(xn.data(), rows, logits, pool);
+  HeadForward(w, xn.data(), rows, logits, pool);
   return Status::Ok();
 }
 
@@ -460,7 +475,7 @@ Status LlamaModel::ForwardBatch(std::span<const int32_t> tokens, std::span<KvCac
   if (logits == nullptr) return Status::Ok();
   std::vector<float> xn(static_cast<size_t>(n * d));
   RmsNorm(x.data(), n, d, w.output_norm.data(), c.rms_eps, xn.data(), pool);
-  w.output.Forward(xn.data(), n, logits, pool);
+  HeadForward(w, xn.data(), n, logits, pool);
   return Status::Ok();
 }
 

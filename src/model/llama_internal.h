@@ -65,5 +65,8 @@ void RmsNorm(const float* x, int64_t n, int64_t d, const float* w, double eps, f
 
 // Embedding rows of `tokens` into x [n, n_embd] (ids already checked).
 void Embed(const LlamaWeights& w, int64_t n_embd, std::span<const int32_t> tokens, float* x);
+// logits [n, n_vocab] = the head on xn [n, n_embd], the rows stored apart (output_row_ids)
+// overwriting theirs.
+void HeadForward(const LlamaWeights& w, const float* xn, int64_t n, float* logits, ThreadPool* pool);
 
 }  // namespace sparq

@@ -36,6 +36,7 @@ uint64_t LlamaModel::weight_bytes() const {
   const LlamaWeights& w = impl_->weights;
   uint64_t total = block_linear_bytes() + w.output.weight_bytes() + w.token_embd.nbytes() +
                    w.output_norm.size() * sizeof(float);
+  if (!w.output_row_ids.empty()) total += w.output_rows.weight_bytes();
   for (const LlamaBlock& b : w.blocks) {
     total += (b.attn_norm.size() + b.ffn_norm.size()) * sizeof(float);
   }

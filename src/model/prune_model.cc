@@ -1,4 +1,5 @@
 // Sequential calibration and pruning of a Llama model (SparseGPT's procedure), writing a .sparq.
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -62,6 +63,34 @@ Result<std::optional<DenseMatrix>> StoredEmbedding(const std::string& model_path
   SPARQ_ASSIGN_OR_RETURN(DenseMatrix dm, f.ReadQuantized(*t));
   if (spec != nullptr && dm.quant.spec.Name() != spec->Name()) return std::optional<DenseMatrix>();
   return std::optional<DenseMatrix>(std::move(dm));
+}
+
+// The `k` most frequent ids of `tokens` (ties: lower id first), in increasing order.
+std::vector<int32_t> FrequentTokenIds(std::span<const int32_t> tokens, int64_t vocab, int64_t k) {
+  std::vector<int64_t> count(static_cast<size_t>(vocab), 0);
+  for (int32_t t : tokens) ++count[static_cast<size_t>(t)];
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) ids[i] = static_cast<int32_t>(i);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int32_t a, int32_t b) { return count[a] > count[b]; });
+  ids.resize(static_cast<size_t>(k));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Rows `ids` of the f32 embedding in int8:g32, rounded to nearest: the grid of a Q8_0 embedding
+// (SmolLM2's), so its rows come back bit for bit; GPTQ would move them off it.
+Result<DenseMatrix> RowsInt8(const Tensor& embd, std::span<const int32_t> ids) {
+  const auto k = static_cast<int64_t>(ids.size());
+  const int64_t d = embd.dim(1);
+  std::vector<float> rows(static_cast<size_t>(k * d));
+  for (int64_t j = 0; j < k; ++j) {
+    std::memcpy(rows.data() + j * d, embd.data_as<float>() + int64_t{ids[j]} * d,
+                sizeof(float) * d);
+  }
+  SPARQ_ASSIGN_OR_RETURN(DenseMatrix f, DenseMatrix::FromDense(rows, k, d));
+  SPARQ_ASSIGN_OR_RETURN(ValueSpec spec, ValueSpec::Parse("int8:g32"));
+  return DenseMatrix::Quantize(f, spec, {}, "token_embd.rows.weight");
 }
 
 // Which Hessian feeds each slot: q/k/v share the attention input, gate/up the MLP input.
@@ -477,6 +506,16 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
   }
   const bool quantize_head = embd_opt && embd_values.quantized() && c.tied_output &&
                              !prune_head && !stored_embd;
+  if (opt.embedding_int8_rows != 0 &&
+      (!quantize_head || opt.embedding_int8_rows < 0 || opt.embedding_int8_rows > c.n_vocab ||
+       embd_values.dtype != DType::kI4)) {
+    return InvalidInput(
+        "--embedding-int8-rows " + std::to_string(opt.embedding_int8_rows) +
+        (quantize_head && embd_values.dtype == DType::kI4
+             ? ": must be in [0, " + std::to_string(c.n_vocab) + "] (the vocabulary)"
+             : ": applies to a tied head quantized to int4 here (--embedding-values int4[:gN], not "
+               "kept as the model file stores it), which this run does not make"));
+  }
   // Values of what is not pruned into a matrix of opt.values (embedding, untied head).
   // f16 stays f16 (the runtime widens it to f32: no f16 kernel rows); quantized specs keep bf16.
   const DType small_dtype = opt.values.dtype == DType::kF32 || opt.values.dtype == DType::kF16
@@ -647,6 +686,16 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     result.stored_bytes += static_cast<double>(p.result.stored_bytes);
     ck.matrices.push_back({job.name, std::move(p.stored), Pattern::Dense()});
     result.layers.push_back(std::move(p.result));
+    if (opt.embedding_int8_rows > 0) {
+      const std::vector<int32_t> ids =
+          FrequentTokenIds(calib, c.n_vocab, opt.embedding_int8_rows);
+      SPARQ_ASSIGN_OR_RETURN(DenseMatrix rows, RowsInt8(w.token_embd, ids));
+      result.stored_bytes += static_cast<double>(rows.ByteSize());
+      ck.matrices.push_back({"token_embd.rows.weight", std::move(rows), Pattern::Dense()});
+      const Tensor ids_t =
+          Tensor::View(DType::kI32, {static_cast<int64_t>(ids.size())}, ids.data());
+      ck.tensors.push_back({"token_embd.rows.ids", ids_t.Clone()});
+    }
   } else if (embd_opt && embd_values.quantized()) {
     // An embedding untied from the head is only looked up: round to nearest.
     SPARQ_ASSIGN_OR_RETURN(SparseMatrix em,
@@ -694,6 +743,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         {"damp", opt.damp},
                         {"summary", nlohmann::json::parse(result.ToJson(false))}};
   if (embd_opt) how["embedding_values"] = embd_opt->Name();
+  if (opt.embedding_int8_rows > 0) how["embedding_int8_rows"] = opt.embedding_int8_rows;
   if (input_ck) how["masks"] = "kept from the input's sparse layers";
   if (opt.allocation == ModelPruneOptions::Allocation::kOwl) {
     how["allocation"] = {{"method", "owl"},

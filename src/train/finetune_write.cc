@@ -155,6 +155,24 @@ Result<Checkpoint> FinetunedCheckpoint(const std::string& student_path, const Ll
                                                                  SlotShape(c, slot)[1]};
     }
   }
+  // The head's rows stored apart (token_embd.rows.*) are re-fitted from the trained embedding too.
+  std::vector<float> rows_apart;
+  if (const NamedTensor* ids = ck.FindTensor("token_embd.rows.ids"); ids != nullptr) {
+    if (ids->tensor.dtype() != DType::kI32 || ids->tensor.rank() != 1) {
+      return InvalidInput("finetune: tensor 'token_embd.rows.ids' must be i32 [K], is " +
+                          ids->tensor.ShapeString());
+    }
+    const int32_t* id = ids->tensor.data_as<int32_t>();
+    for (int64_t j = 0; j < ids->tensor.dim(0); ++j) {
+      if (id[j] < 0 || id[j] >= c.n_vocab) {
+        return InvalidInput("finetune: token_embd.rows.ids[" + std::to_string(j) + "] = " +
+                            std::to_string(id[j]) + " is outside the vocabulary");
+      }
+      const float* r = w.token_embd.data() + int64_t{id[j]} * c.n_embd;
+      rows_apart.insert(rows_apart.end(), r, r + c.n_embd);
+    }
+    matrices["token_embd.rows.weight"] = {&rows_apart, c.n_embd};
+  }
   // The embedding is a plain tensor unless the student stored it as a matrix.
   if (ck.FindMatrix("token_embd.weight") == nullptr) {
     SPARQ_RETURN_IF_ERROR(WritePlain(&ck, "token_embd.weight", w.token_embd));

@@ -3,11 +3,13 @@
 // reruns and perplexity of the result. The slow tier (prune_model_slowtest.cc) compares methods
 // and checks channel permutation.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <tuple>
 
 #include "model/prune_model_fixture.h"
+#include "src/model/llama_internal.h"
 #include "sparq/gguf.h"
 
 namespace sparq {
@@ -647,6 +649,131 @@ TEST_F(PruneModelTest, QuantizingAPrunedCheckpointKeepsItsMasks) {
     std::remove(pruned.c_str());
     std::remove(out.c_str());
   }
+}
+
+// --embedding-int8-rows K: an int4 tied head whose rows of the K most frequent calibration tokens
+// are also stored in int8:g32 (token_embd.rows.weight / .ids). Checked: the parts in the file; the
+// rows are the dense model's own (a Q8_0 embedding on the int8:g32 grid comes back bit for bit);
+// the lookup reads them; the head's logits of those ids come from them and every other id's from
+// the int4 rows (against a double-precision product of the stored parts, the bound of an f32 sum
+// of 576 products); a saved copy keeps them; malformed parts are errors naming them.
+TEST_F(PruneModelTest, Int4HeadKeepsItsMostFrequentRowsInInt8) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kMagnitude, "2:4");
+  o.max_blocks = 0;
+  o.embedding_values = *ValueSpec::Parse("int4:g64");
+  o.quant_method = ModelPruneOptions::QuantMethod::kRtn;
+  o.embedding_int8_rows = 300;
+  const std::string out = Out("embd-int8-rows.sparq");
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  const CheckpointTensor* rows_ct = ck->FindMatrix("token_embd.rows.weight");
+  const NamedTensor* ids_t = ck->FindTensor("token_embd.rows.ids");
+  ASSERT_NE(rows_ct, nullptr);
+  ASSERT_NE(ids_t, nullptr);
+  const auto& rows = std::get<DenseMatrix>(rows_ct->matrix);
+  const auto& head = std::get<DenseMatrix>(ck->FindMatrix("token_embd.weight")->matrix);
+  const LlamaConfig& c = dense_->config();
+  const int64_t d = c.n_embd;
+  EXPECT_EQ(rows.quant.spec.Name(), "int8:g32");
+  EXPECT_EQ(head.quant.spec.Name(), "int4:g64");
+  ASSERT_EQ(rows.rows, 300);
+  ASSERT_EQ(ids_t->tensor.dtype(), DType::kI32);
+  ASSERT_EQ(ids_t->tensor.numel(), 300u);
+  const int32_t* ids = ids_t->tensor.data_as<int32_t>();
+  for (int j = 1; j < 300; ++j) ASSERT_LT(ids[j - 1], ids[j]) << "ids not increasing at " << j;
+  // The 20 most frequent tokens of the whole calibration text are among the rows (the run counts
+  // its 8 x 256 sampled tokens, so only the clear leaders are certain).
+  auto all = dense_->tokenizer().Encode(calib_);
+  ASSERT_TRUE(all.ok());
+  std::vector<int64_t> count(static_cast<size_t>(c.n_vocab), 0);
+  for (int32_t t : *all) ++count[t];
+  std::vector<int32_t> order(static_cast<size_t>(c.n_vocab));
+  for (int32_t i = 0; i < c.n_vocab; ++i) order[i] = i;
+  std::partial_sort(order.begin(), order.begin() + 20, order.end(),
+                    [&](int32_t a, int32_t b) { return count[a] > count[b]; });
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(std::binary_search(ids, ids + 300, order[i]))
+        << "token " << order[i] << " (" << count[order[i]] << " times) is not among the rows";
+  }
+  // The rows are the dense model's values bit for bit; the model looks them up there.
+  const Tensor rows_f = rows.ToDense(), head_f = head.ToDense();
+  const float* dense_e = dense_->weights().token_embd.data_as<float>();
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const float* e = m->weights().token_embd.data_as<float>();
+  std::vector<float> mixed(head_f.data_as<float>(), head_f.data_as<float>() + c.n_vocab * d);
+  for (int j = 0; j < 300; ++j) {
+    const float* want = rows_f.data_as<float>() + j * d;
+    ASSERT_EQ(std::memcmp(want, dense_e + int64_t{ids[j]} * d, d * sizeof(float)), 0)
+        << "row of token " << ids[j] << " is not the dense model's";
+    std::memcpy(mixed.data() + int64_t{ids[j]} * d, want, d * sizeof(float));
+  }
+  ASSERT_EQ(std::memcmp(e, mixed.data(), mixed.size() * sizeof(float)), 0)
+      << "the lookup table is not the int4 rows with the int8 rows in place";
+  // The head product against double sums of the stored parts.
+  const int64_t n = 3;
+  std::vector<float> xn(static_cast<size_t>(n * d)), logits(static_cast<size_t>(n * c.n_vocab));
+  for (size_t i = 0; i < xn.size(); ++i) xn[i] = static_cast<float>(std::sin(0.37 * i + 1.0));
+  HeadForward(m->weights(), xn.data(), n, logits.data(), &pool);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t v = 0; v < c.n_vocab; ++v) {
+      double ref = 0.0, mag = 0.0;
+      for (int64_t i = 0; i < d; ++i) {
+        ref += double(xn[t * d + i]) * mixed[v * d + i];
+        mag += std::abs(double(xn[t * d + i]) * mixed[v * d + i]);
+      }
+      ASSERT_LE(std::abs(logits[t * c.n_vocab + v] - ref), d * 0x1p-24 * mag + 1e-30)
+          << "token " << t << ", vocabulary row " << v;
+    }
+  }
+  EXPECT_EQ(m->weight_bytes(),
+            m->weights().output.weight_bytes() + m->weights().output_rows.weight_bytes() +
+                m->weights().token_embd.nbytes() + (1 + 2 * c.n_layer) * d * sizeof(float) +
+                m->block_linear_bytes());
+  // A saved copy holds the same parts.
+  const std::string saved = Out("embd-int8-rows-saved.sparq");
+  ASSERT_TRUE(SaveLlamaCheckpoint(*m, saved).ok());
+  auto m2 = LlamaModel::Load(saved, testing::MachineConfig());
+  ASSERT_TRUE(m2.ok()) << m2.status().ToString();
+  EXPECT_EQ(m2->weights().output_row_ids, m->weights().output_row_ids);
+  std::vector<float> logits2(logits.size());
+  HeadForward(m2->weights(), xn.data(), n, logits2.data(), &pool);
+  EXPECT_EQ(std::memcmp(logits.data(), logits2.data(), logits.size() * sizeof(float)), 0);
+  // Malformed parts.
+  for (const int bad : {0, 1, 2}) {
+    Checkpoint b = *ReadCheckpoint(out);
+    std::string want;
+    if (bad == 0) {
+      std::erase_if(b.tensors,
+                    [](const NamedTensor& t) { return t.name == "token_embd.rows.ids"; });
+      want = "not the ids 'token_embd.rows.ids'";
+    } else {
+      for (NamedTensor& t : b.tensors) {
+        if (t.name != "token_embd.rows.ids") continue;
+        t.tensor = t.tensor.Clone();
+        int32_t* p = t.tensor.mutable_data_as<int32_t>();
+        if (bad == 1) p[5] = p[4];
+        if (bad == 2) p[299] = static_cast<int32_t>(c.n_vocab);
+      }
+      want = bad == 1 ? "entry 5" : "entry 299";
+    }
+    ASSERT_TRUE(WriteCheckpoint(saved, b).ok());
+    auto lb = LlamaModel::Load(saved, testing::MachineConfig());
+    ASSERT_FALSE(lb.ok()) << "malformed case " << bad << " loaded";
+    EXPECT_NE(lb.status().message().find(want), std::string::npos) << lb.status().ToString();
+    EXPECT_NE(lb.status().message().find("token_embd.rows"), std::string::npos);
+  }
+  // Only for an int4 head that this run quantizes.
+  o.embedding_values = *ValueSpec::Parse("int8:g64");
+  auto r8 = PruneLlama(path_, calib_, o, Out("x.sparq"), testing::MachineConfig(), &pool);
+  ASSERT_FALSE(r8.ok());
+  EXPECT_NE(r8.status().message().find("--embedding-int8-rows 300"), std::string::npos)
+      << r8.status().ToString();
+  std::remove(out.c_str());
+  std::remove(saved.c_str());
 }
 
 TEST_F(PruneModelTest, BadOptionsAreErrors) {

@@ -677,6 +677,59 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
   for (const std::string& p : {q, out, out + ".state"}) std::filesystem::remove(p);
 }
 
+// A student whose int8 head keeps rows apart (token_embd.rows.*, `--embedding-int8-rows`): OUT's
+// rows are the trained embedding's rows at those ids (within half a step of their int8 groups),
+// not the student's, and OUT loads with them.
+TEST_F(FinetuneTest, HeadRowsStoredApartAreRefittedFromTheTrainedEmbedding) {
+  const std::string q = TempPath("rows_student.sparq"), out = TempPath("rows_out.sparq");
+  WriteTinySparq(q, 1, testing::QuantStore, 11, 2, "int8:g32");
+  auto ck = ReadCheckpoint(q);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  const Tensor embd = ToDense(ck->FindMatrix("token_embd.weight")->matrix);
+  const int64_t d = embd.dim(1);
+  const std::vector<int32_t> ids = {1, 4, 7};
+  std::vector<float> rows;
+  for (int32_t id : ids) {
+    rows.insert(rows.end(), embd.data_as<float>() + id * d, embd.data_as<float>() + (id + 1) * d);
+  }
+  auto f = DenseMatrix::FromDense(rows, 3, d);
+  ASSERT_TRUE(f.ok());
+  auto rq = DenseMatrix::Quantize(*f, *ValueSpec::Parse("int8:g32"));
+  ASSERT_TRUE(rq.ok()) << rq.status().ToString();
+  ck->matrices.push_back({"token_embd.rows.weight", std::move(*rq), Pattern::Dense()});
+  ck->tensors.push_back(
+      {"token_embd.rows.ids", Tensor::View(DType::kI32, {3}, ids.data()).Clone()});
+  ASSERT_TRUE(WriteCheckpoint(q, *ck).ok());
+  FinetuneOptions o = Options(out);
+  o.student = q;
+  o.gptq = false;
+  auto r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto b = ReadCheckpoint(out);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto state = LoadTrainState(out + ".state");
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  const CheckpointTensor* y = b->FindMatrix("token_embd.rows.weight");
+  ASSERT_NE(y, nullptr);
+  ASSERT_NE(b->FindTensor("token_embd.rows.ids"), nullptr);
+  const Tensor dy = ToDense(y->matrix);
+  const Tensor dx = ToDense(ck->FindMatrix("token_embd.rows.weight")->matrix);
+  int changed = 0;
+  for (int64_t j = 0; j < 3; ++j) {
+    const float tol = 0.52f * MaxRowScale(y->matrix, j) + 1e-6f;
+    for (int64_t i = 0; i < d; ++i) {
+      const float want = state->weights.token_embd[ids[j] * d + i];
+      ASSERT_LE(std::fabs(dy.data_as<float>()[j * d + i] - want), tol) << j << ", " << i;
+      changed += dy.data_as<float>()[j * d + i] != dx.data_as<float>()[j * d + i];
+    }
+  }
+  EXPECT_GT(changed, 0) << "the rows apart kept the student's values";
+  auto model = LlamaModel::Load(out, cfg_);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(model->weights().output_row_ids, ids);
+  for (const std::string& p : {q, out, out + ".state"}) std::filesystem::remove(p);
+}
+
 // GPTQ re-quantization (the default): a stopped and resumed run ends with the same OUT, bit for
 // bit; OUT keeps every matrix's format, value spec and structure (kept weights GPTQ rounds to 0
 // included: int4:g32:sym 2:4 has many); GPTQ wrote every trained block matrix, and its matrices
