@@ -382,12 +382,13 @@ std::string PruneModel(const std::string& path, const std::string& calib_text,
                        int64_t calib_samples, int64_t calib_len, int64_t blocks, double damp,
                        uint64_t seed, const std::string& include, bool permute,
                        std::optional<bool> act_order,
-                       int threads) {
+                       int threads, int64_t embedding_int8_rows) {
   ModelPruneOptions opt;
   opt.method = Take(ParsePruneMethod(method));
   opt.pattern = Take(Pattern::Parse(pattern));
   opt.values = Take(ValueSpec::Parse(values));
   if (!embedding_values.empty()) opt.embedding_values = Take(ValueSpec::Parse(embedding_values));
+  opt.embedding_int8_rows = embedding_int8_rows;
   if (quant_method == "rtn") {
     opt.quant_method = ModelPruneOptions::QuantMethod::kRtn;
   } else if (quant_method != "gptq") {
@@ -475,7 +476,8 @@ void BindModel(nb::module_& mod) {
           nb::arg("pattern"), nb::arg("method"), nb::arg("values"), nb::arg("embedding_values"),
           nb::arg("quant_method"), nb::arg("calib_samples"), nb::arg("calib_len"),
           nb::arg("blocks"), nb::arg("damp"), nb::arg("seed"), nb::arg("include"),
-          nb::arg("permute"), nb::arg("act_order").none(), nb::arg("threads"));
+          nb::arg("permute"), nb::arg("act_order").none(), nb::arg("threads"),
+          nb::arg("embedding_int8_rows"));
 }
 
 }  // namespace sparq::python

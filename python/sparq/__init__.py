@@ -584,6 +584,7 @@ def prune_model(
     quant_method: str = "gptq",
     act_order: Optional[bool] = None,
     threads: Optional[int] = None,
+    embedding_int8_rows: int = 0,
 ) -> Model:
     """Calibrates and prunes a whole model, as ``sparq prune MODEL --pattern P --method M
     --calib TEXT --values V -o OUT`` does (the same library call, byte-identical output).
@@ -620,6 +621,7 @@ def prune_model(
         src, text, out, str(_pattern(pattern)), method, values, embedding_values or "",
         quant_method, operator.index(calib_samples), operator.index(calib_len),
         -1 if blocks is None else operator.index(blocks), float(damp), operator.index(seed),
-        include or "", bool(permute), None if act_order is None else bool(act_order), n)
+        include or "", bool(permute), None if act_order is None else bool(act_order), n,
+        operator.index(embedding_int8_rows))
     pruned = Model(_sparq._Model.load(out, n, "as-stored", int8), out, tmpdir, json.loads(report))
     return pruned

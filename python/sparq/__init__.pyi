@@ -151,5 +151,6 @@ def prune_model(
     quant_method: str = "gptq",
     act_order: Optional[bool] = None,
     threads: Optional[int] = None,
+    embedding_int8_rows: int = 0,
 ) -> Model:
     """`sparq prune` from Python: the pruned model (its .sparq at `out`, or a temporary file)."""

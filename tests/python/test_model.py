@@ -269,6 +269,24 @@ def test_act_order_equals_the_cli_and_needs_sparsegpt(tiny_model_dir, text_file,
                           threads=THREADS)
 
 
+def test_embedding_int8_rows_equals_the_cli(tiny_model_dir, text_file, sparq_cli, tmp_path):
+    ref = tmp_path / "cli_rows.sparq"
+    run_cli(sparq_cli, "quantize", tiny_model_dir, "--values", "int4:g64", "--embedding-values",
+            "int4:g64", "--embedding-int8-rows", "8", "--calib", text_file, *CALIB, "--threads",
+            THREADS, "-o", ref)
+    out = tmp_path / "py_rows.sparq"
+    q = sparq.prune_model(tiny_model_dir, "dense", calib=pathlib.Path(text_file), values="int4:g64",
+                          embedding_values="int4:g64", embedding_int8_rows=8, out=out,
+                          calib_samples=4, calib_len=64, threads=THREADS)
+    assert out.read_bytes() == ref.read_bytes()
+    assert b"token_embd.rows.ids" in out.read_bytes()
+    assert np.all(np.isfinite(q.logits(q.tokenize("the rows apart"))))
+    with pytest.raises(ValueError, match="--embedding-int8-rows 8"):
+        sparq.prune_model(tiny_model_dir, "dense", calib=pathlib.Path(text_file),
+                          values="int4:g64", embedding_int8_rows=8, calib_samples=4,
+                          calib_len=64, threads=THREADS)
+
+
 def test_prune_model_methods_values_and_a_model_argument(model, text_file, tmp_path):
     text = pathlib.Path(text_file).read_bytes().decode()
     # A Model argument prunes its file with its threads; text given as a str.
