@@ -211,8 +211,10 @@ void HeadForward(const LlamaWeights& w, const float* xn, int64_t n, float* logit
   const auto k = static_cast<int64_t>(w.output_row_ids.size());
   if (k == 0) return;
   // The few rows apart run as their own product (K x n_embd, ~2% of the head's bytes) and
-  // overwrite their logits: the main head stays one dense kernel call over every row.
-  std::vector<float> part(static_cast<size_t>(n * k));
+  // overwrite their logits: the main head stays one dense kernel call over every row. The
+  // buffer is kept per thread: no allocation per decoded token.
+  thread_local std::vector<float> part;
+  part.resize(static_cast<size_t>(n * k));
   w.output_rows.Forward(xn, n, part.data(), pool);
   const int64_t vocab = w.output.rows();
   for (int64_t t = 0; t < n; ++t) {
