@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -247,6 +248,16 @@ Status RunKernels(const Options& o, const KernelConfig& cfg) {
         ">= %.0f MiB per side (last-level cache %.0f MiB)\n",
         static_cast<long long>(kRotateMaxN), rotate_bytes / 1048576.0,
         LastLevelCacheBytes() / 1048576.0);
+  }
+  // How long the peers' idle threads spin (tools/main.cc sets both before the libraries load;
+  // a value the user set is kept), so that a reader can tell a run with short spins from one
+  // without: a 2-thread row measured beside a spinning peer thread loses its second core.
+  {
+    const char* ob = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+    const char* gs = std::getenv("GOMP_SPINCOUNT");
+    std::printf("peers' idle threads spin: OPENBLAS_THREAD_TIMEOUT=%s, GOMP_SPINCOUNT=%s; each "
+                "sample starts after a 2 ms pause\n",
+                ob ? ob : "unset (OpenBLAS: 2^28 cycles)", gs ? gs : "unset (libgomp's default)");
   }
   std::printf("%6s %6s %4s %2s %-18s %-12s %-30s %9s %7s %6s %-8s %9s %7s %-6s %9s %7s\n", "m", "k", "n", "T",
               "pattern", "val", "kernel", "ms", "GFLOP/s", "GB/s", "peer", "peer ms", "speedup",

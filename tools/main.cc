@@ -47,6 +47,22 @@ std::string MaxIsaArg(int argc, char** argv) {
   return env != nullptr ? env : "";
 }
 
+// Index of the command word (`bench`, `prune`, ...): the first argument that is not one of the
+// options before it (`--int8-activations`, `--max-isa X`), so that checks made before CLI11 parses
+// (the peers' spins of `bench kernels`, `sparq bench MODEL`) see `sparq --int8-activations bench
+// kernels` as they see `sparq bench kernels`. argc when there is none.
+int CommandIndex(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max-isa") {
+      ++i;
+    } else if (a.empty() || a[0] != '-') {
+      return i;
+    }
+  }
+  return argc;
+}
+
 // BLIS_ARCH_TYPE is read as a number by Debian's BLIS 0.9 (its arch_t id; a name such as
 // "haswell" parses as 0, which is Skylake-X there, AVX-512): find haswell's id in BLIS's own
 // table of names. -1 when BLIS is absent or has no such entry.
@@ -113,7 +129,12 @@ int main(int argc, char** argv) {
   // Sample() sleeps 2 ms first, so each sample starts with the other libraries' threads asleep
   // (then 1.59 ms with 2 threads). Both are read at load time, so they are set here; a value the
   // user set is kept.
-  if (argc >= 3 && std::string(argv[1]) == "bench" && std::string(argv[2]) == "kernels" &&
+  // (Until 2026-12-07 this looked at argv[1] only: a run with an option before `bench`, e.g.
+  // every `sparq --int8-activations bench kernels`, kept the long spins, and its 2-thread rows
+  // ran beside the previous peer's spinning thread.)
+  const int cmd = CommandIndex(argc, argv);
+  if (cmd + 1 < argc && std::string(argv[cmd]) == "bench" &&
+      std::string(argv[cmd + 1]) == "kernels" &&
       std::getenv("SPARQ_BENCH_SPINS_SET") == nullptr) {
     setenv("SPARQ_BENCH_SPINS_SET", "1", 1);
     setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
@@ -126,22 +147,23 @@ int main(int argc, char** argv) {
   // that is neither gets one line naming it (CLI11 would only say "A subcommand is required").
   std::vector<char*> args(argv, argv + argc);
   static char model_word[] = "model";
-  if (argc >= 3 && std::string(argv[1]) == "bench" && argv[2][0] != '-') {
+  if (cmd + 1 < argc && std::string(argv[cmd]) == "bench" && argv[cmd + 1][0] != '-') {
+    const char* word = argv[cmd + 1];
     const auto& subs = BenchSubcommands();
     const bool is_sub = std::any_of(subs.begin(), subs.end(),
-                                    [&](const CommandInfo& c) { return c.name == argv[2]; });
+                                    [&](const CommandInfo& c) { return c.name == word; });
     struct stat st {};
     if (!is_sub) {
-      if (::stat(argv[2], &st) != 0) {
+      if (::stat(word, &st) != 0) {
         std::string names;
         for (const auto& c : subs) names += (names.empty() ? "" : ", ") + c.name;
         std::fprintf(stderr,
                      "sparq: bench: '%s' is neither a subcommand (%s) nor an existing model file "
                      "or folder\n",
-                     argv[2], names.c_str());
+                     word, names.c_str());
         return 1;
       }
-      args.insert(args.begin() + 2, model_word);
+      args.insert(args.begin() + cmd + 1, model_word);
     }
   }
   CLI::App app{"sparq: prune, pack and run sparse neural networks"};

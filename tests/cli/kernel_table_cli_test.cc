@@ -56,6 +56,26 @@ TEST(KernelTableCliTest, MaxIsaRunsAndNamesTheCappedTarget) {
   EXPECT_EQ(old[0]["isa"], "SSE4") << old[0];
 }
 
+// `bench kernels` shortens the peers' idle spins (tools/main.cc) however the command is spelled:
+// with the global options before `bench` too (it looked at the first word only, so every
+// `sparq --int8-activations bench kernels` ran its 2-thread rows beside a spinning peer thread).
+TEST(KernelTableCliTest, PeersSpinShortWithOptionsBeforeBench) {
+  const std::string run = "bench kernels --shapes 64x64 --n 1 --patterns 2:4 --threads 1 "
+                          "--repeats 1 --py-peers '' --rotate-bytes 0";
+  for (const std::string before : {"", "--int8-activations ", "--max-isa SSE4 ",
+                                   "--max-isa=SSE4 --int8-activations "}) {
+    std::string out, err;
+    // env -u: a value the user set is kept, so the test starts without one.
+    ASSERT_EQ(RunCli(before + run, &out, &err, "env -u OPENBLAS_THREAD_TIMEOUT -u GOMP_SPINCOUNT "),
+              0)
+        << before << err;
+    EXPECT_THAT(out, HasSubstr("OPENBLAS_THREAD_TIMEOUT=20, GOMP_SPINCOUNT=10000")) << before << out;
+  }
+  std::string out, err;
+  ASSERT_EQ(RunCli(run, &out, &err, "OPENBLAS_THREAD_TIMEOUT=25 GOMP_SPINCOUNT=7 "), 0) << err;
+  EXPECT_THAT(out, HasSubstr("OPENBLAS_THREAD_TIMEOUT=25, GOMP_SPINCOUNT=7")) << out;
+}
+
 // The machine limits run on the capped target too (the kernels' fractions of them compare like
 // with like): `bench machine` names the target it measured.
 TEST(KernelTableCliTest, MachineLimitsRunOnTheCappedTarget) {

@@ -58,7 +58,8 @@ TEST_F(SmolLm2Test, InspectListsEveryTensorAndJsonParses) {
 // path gets one line naming it (exit 1).
 TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
   const std::string flags = " --threads 1 --prompt 8 --decode 2 --repeats 1 --json";
-  for (const std::string sub : {"bench model '", "bench '"}) {
+  // (The shorthand with an option before `bench` too: it once looked at the first word only.)
+  for (const std::string sub : {"bench model '", "bench '", "--int8-activations bench '"}) {
     std::string out;
     ASSERT_EQ(testing::RunCommand(Cli() + " " + sub + path_ + "'" + flags, &out), 0) << sub << out;
     const json rows = json::parse(out);
@@ -78,6 +79,8 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
   }
   std::string out;
   EXPECT_EQ(testing::RunCommand(Cli() + " bench kernls 2>&1", &out), 1);
+  EXPECT_THAT(out, ::testing::HasSubstr("bench: 'kernls' is neither a subcommand")) << out;
+  EXPECT_EQ(testing::RunCommand(Cli() + " --max-isa SSE4 bench kernls 2>&1", &out), 1);
   EXPECT_THAT(out, ::testing::HasSubstr("bench: 'kernls' is neither a subcommand")) << out;
 }
 
