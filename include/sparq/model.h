@@ -107,7 +107,7 @@ class KvCache {
   int64_t length() const { return length_; }
   void Clear() { length_ = 0; }
   void set_length(int64_t n) { length_ = n; }
-  // [capacity, kv_dim] rows of layer l.
+  // Layer l's keys / values: [n_head_kv][capacity][head_dim], each KV head's rows contiguous.
   float* k(int64_t layer) { return k_.data() + layer * layer_stride_; }
   float* v(int64_t layer) { return v_.data() + layer * layer_stride_; }
 

@@ -66,10 +66,11 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, cons
   }
 }
 
-// Causal grouped-query attention. q [n, n_head*hd], kc/vc [T, kv_dim] with T = pos0 + n,
-// out [n, n_head*hd]. cfg: the target of the vectorized parts (the block's linear layers' own).
+// Causal grouped-query attention. q [n, n_head*hd], kc/vc [n_head_kv][cap][hd] (each KV head's
+// rows contiguous, T = pos0 + n of them filled), out [n, n_head*hd]. cfg: the target of the
+// vectorized parts (the block's linear layers' own).
 void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, const float* kc,
-               const float* vc, int64_t n, int64_t pos0, float* out, BlockScratch* s,
+               const float* vc, int64_t cap, int64_t n, int64_t pos0, float* out, BlockScratch* s,
                ThreadPool* pool) {
   const int64_t hd = c.head_dim(), nh = c.n_head, kvd = c.kv_dim(), d = c.n_embd;
   const int64_t group = c.n_head / c.n_head_kv;
@@ -92,7 +93,7 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
       const int64_t keys = pos0 + i1;
       float* sc = s->scores.data() + thread * kRows * total;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, keys, hd, scale,
-                  q + i0 * d + h * hd, d, kc + g * hd, kvd, 0.0f, sc, keys);
+                  q + i0 * d + h * hd, d, kc + g * cap * hd, hd, 0.0f, sc, keys);
       for (int64_t i = i0; i < i1; ++i) {
         float* row = sc + (i - i0) * keys;
         const int64_t len = pos0 + i + 1;
@@ -100,7 +101,7 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
         std::fill(row + len, row + keys, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hd, keys, 1.0f, sc, keys,
-                  vc + g * hd, kvd, 0.0f, out + i0 * d + h * hd, d);
+                  vc + g * cap * hd, hd, 0.0f, out + i0 * d + h * hd, d);
     };
     if (pool != nullptr && pool->num_threads() > 1) {
       pool->ParallelFor(nh * blocks, task);
@@ -129,8 +130,8 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
       const int64_t h = g * group + hh;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t len = std::clamp<int64_t>(pos0 + i + 1 - j0, 0, chunk);
-        cpu::AttendRange(cfg, q + i * d + h * hd, kc + j0 * kvd + g * hd, vc + j0 * kvd + g * hd,
-                         len, kvd, hd, scale, sc,
+        cpu::AttendRange(cfg, q + i * d + h * hd, kc + (g * cap + j0) * hd,
+                         vc + (g * cap + j0) * hd, len, hd, hd, scale, sc,
                          &parts[static_cast<size_t>((t * group + hh) * n + i)]);
       }
     }
@@ -312,20 +313,24 @@ bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadP
 }
 
 // The attention of one sequence's n rows at positions pos0 .. pos0+n-1: RoPE on q / k [n, ...],
-// their K/V rows into the layer's cache rows kc / vc, and attention into att [n, n_embd]. RunBlock
-// calls it once for its n rows, RunBlockBatch once per sequence with n = 1.
+// their K/V rows into the layer's cache kc / vc ([n_head_kv][cap][hd]), and attention into att
+// [n, n_embd]. RunBlock calls it once for its n rows, RunBlockBatch once per sequence with n = 1.
 void SequenceAttention(const LlamaConfig& c, const LlamaBlock& b, float* q, float* k,
-                       const float* v, int64_t n, int64_t pos0, float* kc, float* vc, float* att,
-                       BlockScratch* s, ThreadPool* pool) {
-  const int64_t kvd = c.kv_dim();
+                       const float* v, int64_t n, int64_t pos0, float* kc, float* vc, int64_t cap,
+                       float* att, BlockScratch* s, ThreadPool* pool) {
+  const int64_t kvd = c.kv_dim(), hd = c.head_dim();
   RopeTable(n, c.rope_dim, pos0, c.rope_theta, s);
-  Rope(q, n, c.n_head, c.head_dim(), c.rope_dim, *s);
-  Rope(k, n, c.n_head_kv, c.head_dim(), c.rope_dim, *s);
-  std::memcpy(kc + pos0 * kvd, k, sizeof(float) * n * kvd);
-  std::memcpy(vc + pos0 * kvd, v, sizeof(float) * n * kvd);
+  Rope(q, n, c.n_head, hd, c.rope_dim, *s);
+  Rope(k, n, c.n_head_kv, hd, c.rope_dim, *s);
+  for (int64_t g = 0; g < c.n_head_kv; ++g) {
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(kc + (g * cap + pos0 + i) * hd, k + i * kvd + g * hd, sizeof(float) * hd);
+      std::memcpy(vc + (g * cap + pos0 + i) * hd, v + i * kvd + g * hd, sizeof(float) * hd);
+    }
+  }
   // Attention runs on the target of the block's layers (their KernelConfig: --max-isa caps both).
-  Attention(c, b.linear[static_cast<int>(LinearSlot::kQ)].config(), q, kc, vc, n, pos0, att, s,
-            pool);
+  Attention(c, b.linear[static_cast<int>(LinearSlot::kQ)].config(), q, kc, vc, cap, n, pos0, att,
+            s, pool);
 }
 
 // One block over x [n, n_embd] in place: the linear layers, norms and MLP over all n rows at once;
@@ -366,22 +371,24 @@ void RunBlockRows(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n
 }  // namespace
 
 void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
-              float* kc, float* vc, BlockScratch* s, ThreadPool* pool) {
+              float* kc, float* vc, int64_t cap, BlockScratch* s, ThreadPool* pool) {
   RunBlockRows(c, b, x, n, s, pool, [&](BlockScratch* sc) {
-    SequenceAttention(c, b, sc->q.data(), sc->k.data(), sc->v.data(), n, pos0, kc, vc,
+    SequenceAttention(c, b, sc->q.data(), sc->k.data(), sc->v.data(), n, pos0, kc, vc, cap,
                       sc->att.data(), sc, pool);
   });
 }
 
 void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
                    std::span<const int64_t> pos, std::span<float* const> kc,
-                   std::span<float* const> vc, BlockScratch* s, ThreadPool* pool) {
+                   std::span<float* const> vc, std::span<const int64_t> cap, BlockScratch* s,
+                   ThreadPool* pool) {
   const auto n = static_cast<int64_t>(pos.size());
   const int64_t d = c.n_embd, kvd = c.kv_dim();
   RunBlockRows(c, b, x, n, s, pool, [&](BlockScratch* sc) {
     for (int64_t r = 0; r < n; ++r) {
       SequenceAttention(c, b, sc->q.data() + r * d, sc->k.data() + r * kvd,
-                        sc->v.data() + r * kvd, 1, pos[r], kc[r], vc[r], sc->att.data() + r * d,
+                        sc->v.data() + r * kvd, 1, pos[r], kc[r], vc[r], cap[r],
+                        sc->att.data() + r * d,
                         sc, pool);
     }
   });
@@ -415,7 +422,8 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, floa
   BlockScratch s;
   s.fuse_mlp = impl_->fuse_mlp;
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    RunBlock(c, w.blocks[l], x.data(), n, pos0, cache->k(l), cache->v(l), &s, pool);
+    RunBlock(c, w.blocks[l], x.data(), n, pos0, cache->k(l), cache->v(l), cache->capacity(), &s,
+             pool);
   }
   cache->set_length(pos0 + n);
   if (logits == nullptr) return Status::Ok();
@@ -463,7 +471,11 @@ Status LlamaModel::ForwardBatch(std::span<const int32_t> tokens, std::span<KvCac
   Embed(w, d, tokens, x.data());
   std::vector<int64_t> pos(static_cast<size_t>(n));
   std::vector<float*> kc(static_cast<size_t>(n)), vc(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) pos[i] = caches[i]->length();
+  std::vector<int64_t> caps(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    pos[i] = caches[i]->length();
+    caps[i] = caches[i]->capacity();
+  }
   BlockScratch s;
   s.fuse_mlp = impl_->fuse_mlp;
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -471,7 +483,7 @@ Status LlamaModel::ForwardBatch(std::span<const int32_t> tokens, std::span<KvCac
       kc[i] = caches[i]->k(l);
       vc[i] = caches[i]->v(l);
     }
-    RunBlockBatch(c, w.blocks[l], x.data(), pos, kc, vc, &s, pool);
+    RunBlockBatch(c, w.blocks[l], x.data(), pos, kc, vc, caps, &s, pool);
   }
   for (int64_t i = 0; i < n; ++i) caches[i]->set_length(pos[i] + 1);
   if (logits == nullptr) return Status::Ok();

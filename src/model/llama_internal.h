@@ -38,17 +38,20 @@ struct BlockScratch {
 };
 
 // One transformer block over x [n, n_embd] (in place) at positions pos0 .. pos0+n-1. kc / vc are
-// this layer's cache rows [>= pos0 + n, kv_dim]; rows < pos0 must hold the earlier keys/values.
+// this layer's cache, [n_head_kv][cap][head_dim] (cap >= pos0 + n: each KV head's rows
+// contiguous, so that decode attention streams them); rows < pos0 must hold the earlier
+// keys/values.
 void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
-              float* kc, float* vc, BlockScratch* s, ThreadPool* pool);
+              float* kc, float* vc, int64_t cap, BlockScratch* s, ThreadPool* pool);
 
 // One transformer block over x [n, n_embd] (in place) where row r is the next token of its own
-// sequence, at position pos[r], with this layer's cache rows kc[r] / vc[r] (rows < pos[r] hold
-// that sequence's earlier keys/values): the linear layers run over all n rows at once, RoPE and
-// attention per sequence (as RunBlock with n = 1).
+// sequence, at position pos[r], with this layer's cache kc[r] / vc[r] of cap[r] rows per KV head
+// (as RunBlock's; rows < pos[r] hold that sequence's earlier keys/values): the linear layers run
+// over all n rows at once, RoPE and attention per sequence (as RunBlock with n = 1).
 void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
                    std::span<const int64_t> pos, std::span<float* const> kc,
-                   std::span<float* const> vc, BlockScratch* s, ThreadPool* pool);
+                   std::span<float* const> vc, std::span<const int64_t> cap, BlockScratch* s,
+                   ThreadPool* pool);
 
 // A dense f32 [m, k] tensor as a LinearWeight named `name` (for error messages).
 Result<LinearWeight> DenseLinearFromF32(Tensor values, const std::string& name,

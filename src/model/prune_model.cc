@@ -203,7 +203,7 @@ Result<std::vector<double>> OwlBlockSparsities(
     std::array<std::vector<double>, kNumInputs> sq;
     for (int i = 0; i < kNumInputs; ++i) sq[i].assign(i == 3 ? c.n_ff : d, 0.0);
     for (int64_t s = 0; s < samples; ++s) {
-      RunBlock(c, b, x.data() + s * len * d, len, 0, kc.data(), vc.data(), &scratch, pool);
+      RunBlock(c, b, x.data() + s * len * d, len, 0, kc.data(), vc.data(), len, &scratch, pool);
       const float* taps[kNumInputs] = {scratch.attn_in.data(), scratch.att.data(),
                                        scratch.ffn_in.data(), scratch.act.data()};
       for (int i = 0; i < kNumInputs; ++i) {
@@ -569,7 +569,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
       std::vector<float> xs(static_cast<size_t>(L * d));
       for (int64_t s = 0; s < S; ++s) {
         std::memcpy(xs.data(), x.data() + s * L * d, sizeof(float) * L * d);
-        RunBlock(c, b, xs.data(), L, 0, kc.data(), vc.data(), &scratch, pool);
+        RunBlock(c, b, xs.data(), L, 0, kc.data(), vc.data(), L, &scratch, pool);
         const float* taps[kNumInputs] = {scratch.attn_in.data(), scratch.att.data(),
                                          scratch.ffn_in.data(), scratch.act.data()};
         for (int i = 0; i < kNumInputs; ++i) {
@@ -628,7 +628,7 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
     // 3. Outputs of this block (with its pruned weights) feed the next one, or the head.
     if (l + 1 < blocks || prune_head || quantize_head) {
       for (int64_t s = 0; s < S; ++s) {
-        RunBlock(c, b, x.data() + s * L * d, L, 0, kc.data(), vc.data(), &scratch, pool);
+        RunBlock(c, b, x.data() + s * L * d, L, 0, kc.data(), vc.data(), L, &scratch, pool);
       }
     }
   }

@@ -362,7 +362,7 @@ TEST(LlamaBlockTest, FusedMlpGivesTheUnfusedBits) {
         BlockScratch s;
         s.keep_inputs = fused == 0;
         out[fused] = x0;
-        RunBlock(c, b, out[fused].data(), n, 0, kc.data(), vc.data(), &s, &pool);
+        RunBlock(c, b, out[fused].data(), n, 0, kc.data(), vc.data(), n, &s, &pool);
         const bool act_written =
             std::any_of(s.act.begin(), s.act.end(), [](float v) { return v != 0.0f; });
         EXPECT_EQ(act_written, fused == 0) << kind.what << " variant " << variant;
@@ -403,7 +403,7 @@ TEST(LlamaBlockTest, PrefillRestoresTheOpenBlasThreadCount) {
     std::vector<float> x = random(static_cast<size_t>(n * 64));
     std::vector<float> kc(static_cast<size_t>(n * c.kv_dim())), vc(kc.size());
     BlockScratch s;
-    RunBlock(c, b, x.data(), n, 0, kc.data(), vc.data(), &s, &pool);
+    RunBlock(c, b, x.data(), n, 0, kc.data(), vc.data(), n, &s, &pool);
     EXPECT_EQ(openblas_get_num_threads(), want) << "set to " << count << " before the block";
   }
   openblas_set_num_threads(saved);
