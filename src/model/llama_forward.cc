@@ -72,7 +72,7 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, cons
 void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, const float* kc,
                const float* vc, int64_t cap, int64_t n, int64_t pos0, float* out, BlockScratch* s,
                ThreadPool* pool) {
-  const int64_t hd = c.head_dim(), nh = c.n_head, kvd = c.kv_dim(), d = c.n_embd;
+  const int64_t hd = c.head_dim(), nh = c.n_head, d = c.n_embd;
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t total = pos0 + n;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -388,8 +388,7 @@ void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
     for (int64_t r = 0; r < n; ++r) {
       SequenceAttention(c, b, sc->q.data() + r * d, sc->k.data() + r * kvd,
                         sc->v.data() + r * kvd, 1, pos[r], kc[r], vc[r], cap[r],
-                        sc->att.data() + r * d,
-                        sc, pool);
+                        sc->att.data() + r * d, sc, pool);
     }
   });
 }
