@@ -170,7 +170,7 @@ nb::tuple Bench(const Model& model, int64_t prompt, int64_t decode, int repeats)
 nb::ndarray<nb::numpy, float> Logits(const Model& model, const std::vector<int32_t>& tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size()), v = model.m.config().n_vocab;
   if (n == 0) Raise(InvalidInput("logits: no tokens"));
-  KvCache cache = Take(KvCache::Create(model.m.config(), n));
+  KvCache cache = Take(model.m.NewCache(n));
   auto* out = new std::vector<float>(static_cast<size_t>(n * v));
   nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
   Locked(model, [&] { return model.m.Forward(tokens, &cache, out->data(), true, model.pool.get()); });

@@ -263,6 +263,7 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
                           {"decode_tokens", o.decode},
                           {"runtime", "sparq"},
                           {"activations", cfg.int8_activations ? "int8" : "f32"},
+                          {"kv_cache", cfg.kv_f16 ? "f16" : "f32"},
                           {"cpu_model", machine.cpu_model},
                           {"isa", machine.isa}};
     // A variant made in memory has no file.
@@ -313,9 +314,10 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
                 num(r["bits_per_weight"], 1.0, "%.2f").c_str(),
                 num(r["perplexity"], 1.0, "%.3f").c_str());
   }
-  std::printf("(prefill: %lld-token prompt; decode: %lld tokens after it; medians of %d interleaved "
-              "runs%s)\n",
-              static_cast<long long>(o.prompt), static_cast<long long>(o.decode), o.repeats,
+  std::printf("(prefill: %lld-token prompt; decode: %lld tokens after it; sparq's KV cache %s; "
+              "medians of %d interleaved runs%s)\n",
+              static_cast<long long>(o.prompt), static_cast<long long>(o.decode),
+              cfg.kv_f16 ? "f16" : "f32", o.repeats,
               ppl_ids.empty() ? ""
                               : ("; perplexity: " + std::to_string(ppl_ids.size()) +
                                  " tokens of " + Base(o.ppl_text) + ", ctx " +

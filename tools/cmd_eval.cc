@@ -59,7 +59,8 @@ Status RunEval(const EvalOptions& o, const KernelConfig& cfg) {
                             {"windows", r.windows},       {"seconds", r.seconds},
                             {"model", o.model},           {"threads", threads},
                             {"isa", cfg.target_name()},  {"attention_isa", model.attention_target()},
-                            {"step", o.step},             {"int8_activations", cfg.int8_activations}};
+                            {"step", o.step},             {"int8_activations", cfg.int8_activations},
+                            {"kv_cache", cfg.kv_f16 ? "f16" : "f32"}};
   SPARQ_RETURN_IF_ERROR(o.json.Write(j.dump()));
   if (!o.json.to_stdout()) {
     std::printf("perplexity %.4f over %lld predicted tokens (%lld windows of ctx %lld) in %.1f s\n",

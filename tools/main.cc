@@ -48,13 +48,13 @@ std::string MaxIsaArg(int argc, char** argv) {
 }
 
 // Index of the command word (`bench`, `prune`, ...): the first argument that is not one of the
-// options before it (`--int8-activations`, `--max-isa X`), so that checks made before CLI11 parses
+// options before it (`--int8-activations`, `--max-isa X`, `--kv-cache T`), so that checks made before CLI11 parses
 // (the peers' spins of `bench kernels`, `sparq bench MODEL`) see `sparq --int8-activations bench
 // kernels` as they see `sparq bench kernels`. argc when there is none.
 int CommandIndex(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--max-isa") {
+    if (a == "--max-isa" || a == "--kv-cache") {
       ++i;
     } else if (a.empty() || a[0] != '-') {
       return i;
@@ -185,6 +185,14 @@ int main(int argc, char** argv) {
                "speed, at ~0.5% relative error per product (off: every product has the f32 "
                "product's bits).")
       ->configurable(false);
+  std::string kv_cache = "f32";
+  app.add_option("--kv-cache", kv_cache,
+                 "Values of the KV cache that generation, perplexity and `bench model` run on: f32, "
+                 "or f16 (half the bytes decode attention reads, as llama.cpp's default cache; "
+                 "each key and value rounded to f16)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str()
+      ->configurable(false);
   auto& reg = Registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
   std::map<CLI::App*, RunFn> runs;
@@ -202,6 +210,7 @@ int main(int argc, char** argv) {
   auto cfg = KernelConfig::FromMachine(max_isa);
   if (!cfg.ok()) return ExitCodeFor(cfg.status());
   cfg->int8_activations = int8_activations;
+  cfg->kv_f16 = kv_cache == "f16";
   try {
     for (auto& [sub, run] : runs) {
       if (sub->parsed()) return ExitCodeFor(run(*cfg));

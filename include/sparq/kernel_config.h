@@ -56,6 +56,11 @@ struct KernelConfig {
   // f32 row, at ~0.5% relative error per product on Gaussian inputs instead of f32 rounding.
   // Off: every product has the bits of the f32 product with the dequantized weights.
   bool int8_activations = false;
+  // The KV cache a model makes for generation and perplexity (LlamaModel::NewCache) holds f16
+  // instead of f32: half the bytes decode attention reads per token (at 512 positions of
+  // context SmolLM2's f32 cache is ~24 MB a token, a third of a 2:4 int4 model's weights), as
+  // llama.cpp's default cache. Off: K and V keep f32's bits.
+  bool kv_f16 = false;
 
   // This machine with the best target it supports, capped at max_isa when given ("AVX3_DL",
   // "AVX3" (or "AVX512"), "AVX2", "SSE4", "SSSE3", "SCALAR"); an unknown name is an error. The

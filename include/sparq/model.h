@@ -97,23 +97,30 @@ struct LlamaWeights {
   std::vector<LlamaBlock> blocks;
 };
 
-// Keys and values of every layer for up to `capacity` positions.
+// Keys and values of every layer for up to `capacity` positions, in f32 or f16 (f16: each value
+// rounded to nearest even, saturated at +-65504, NaN kept; attention reads them back exactly).
 class KvCache {
  public:
   KvCache() = default;
-  // Error if the sizes overflow or exceed a sane bound.
-  static Result<KvCache> Create(const LlamaConfig& c, int64_t capacity);
+  // dtype f32 or f16. Error if the sizes overflow or exceed a sane bound, or for another dtype.
+  static Result<KvCache> Create(const LlamaConfig& c, int64_t capacity, DType dtype = DType::kF32);
   int64_t capacity() const { return capacity_; }
   int64_t length() const { return length_; }
+  DType dtype() const { return dtype_; }
   void Clear() { length_ = 0; }
   void set_length(int64_t n) { length_ = n; }
-  // Layer l's keys / values: [n_head_kv][capacity][head_dim], each KV head's rows contiguous.
-  float* k(int64_t layer) { return k_.data() + layer * layer_stride_; }
-  float* v(int64_t layer) { return v_.data() + layer * layer_stride_; }
+  // Layer l's keys / values: [n_head_kv][capacity][head_dim], each KV head's rows contiguous;
+  // k / v for an f32 cache, k16 / v16 (f16 bits) for an f16 one, null otherwise.
+  float* k(int64_t layer) { return k_.empty() ? nullptr : k_.data() + layer * layer_stride_; }
+  float* v(int64_t layer) { return v_.empty() ? nullptr : v_.data() + layer * layer_stride_; }
+  uint16_t* k16(int64_t layer) { return k16_.empty() ? nullptr : k16_.data() + layer * layer_stride_; }
+  uint16_t* v16(int64_t layer) { return v16_.empty() ? nullptr : v16_.data() + layer * layer_stride_; }
 
  private:
   int64_t capacity_ = 0, length_ = 0, layer_stride_ = 0;
+  DType dtype_ = DType::kF32;
   std::vector<float> k_, v_;
+  std::vector<uint16_t> k16_, v16_;
 };
 
 // What LlamaModel::Load does with a GGUF's quantized weights.
@@ -170,6 +177,9 @@ class LlamaModel {
   // The Highway target its attention runs on (its layers' KernelConfig's), e.g. "AVX2"; "" with
   // no blocks.
   std::string attention_target() const;
+  // A KV cache of `capacity` positions for this model, of the type its layers' KernelConfig names
+  // (kv_f16: f16, else f32): what generation and perplexity run on.
+  Result<KvCache> NewCache(int64_t capacity) const;
   // Bytes of all weights as stored for compute: linear layers' packed bytes (output head
   // included) + embedding + norms.
   uint64_t weight_bytes() const;

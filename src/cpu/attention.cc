@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sparq/dtype.h"
 #include "src/cpu/attention.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -37,23 +38,54 @@ HWY_INLINE double ExpMinusMaxSum(D df, float* s, int64_t len, float mx) {
   return sum;
 }
 
-void AttendPartialT(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
-                    int64_t hd, float scale, float* scores, AttendPartial* part) {
+// A vector of K or V lanes as f32: an f32 cache's as stored, an f16 cache's widened (F16C from
+// AVX2 up; the older targets' Highway conversion maps f16 NaN to a finite value, so they widen
+// lane by lane through F16ToF32). KvValue: one value, for the scalar tails.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const float* p) {
+  return hn::LoadU(df, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadKv(D df, const uint16_t* p) {
+#if HWY_TARGET <= HWY_AVX2
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#else
+  HWY_ALIGN float lanes[64 / sizeof(float)];
+  for (size_t i = 0; i < hn::Lanes(df); ++i) lanes[i] = F16ToF32(p[i]);
+  return hn::Load(df, lanes);
+#endif
+}
+HWY_INLINE float KvValue(float x) { return x; }
+HWY_INLINE float KvValue(uint16_t h) { return F16ToF32(h); }
+// a * b + c in one lane: a fused multiply-add wherever the vector part has one, spelled out so
+// that the compiler's contraction of a scalar `c += a * b` (which differed between the f32 and
+// f16 bodies) cannot change the tails' bits.
+HWY_INLINE float MulAdd1(float a, float b, float c) {
+  const hn::CappedTag<float, 1> d1;
+  return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
+}
+
+// KV: float (an f32 cache) or uint16_t (f16 bits): the f16 body gives the f32 body's bits on the
+// widened values (the same operations in the same order).
+template <typename KV>
+void AttendPartialKv(const float* q, const KV* k, const KV* v, int64_t len, int64_t stride,
+                     int64_t hd, float scale, float* scores, AttendPartial* part) {
   const hn::ScalableTag<float> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   const int64_t hv = hd / L * L;  // vector part of a head
   float mx = -INFINITY;
   for (int64_t j = 0; j < len; ++j) {
-    const float* kj = k + j * stride;
+    const KV* kj = k + j * stride;
     auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
     int64_t e = 0;
     for (; e + 2 * L <= hv; e += 2 * L) {
-      acc0 = hn::MulAdd(hn::LoadU(df, q + e), hn::LoadU(df, kj + e), acc0);
-      acc1 = hn::MulAdd(hn::LoadU(df, q + e + L), hn::LoadU(df, kj + e + L), acc1);
+      acc0 = hn::MulAdd(hn::LoadU(df, q + e), LoadKv(df, kj + e), acc0);
+      acc1 = hn::MulAdd(hn::LoadU(df, q + e + L), LoadKv(df, kj + e + L), acc1);
     }
-    if (e < hv) acc0 = hn::MulAdd(hn::LoadU(df, q + e), hn::LoadU(df, kj + e), acc0);
+    if (e < hv) acc0 = hn::MulAdd(hn::LoadU(df, q + e), LoadKv(df, kj + e), acc0);
     float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-    for (e = hv; e < hd; ++e) s += q[e] * kj[e];
+    for (e = hv; e < hd; ++e) s = MulAdd1(q[e], KvValue(kj[e]), s);
     scores[j] = s * scale;
     mx = std::max(mx, scores[j]);
   }
@@ -70,12 +102,12 @@ void AttendPartialT(const float* q, const float* k, const float* v, int64_t len,
     const int64_t nv = std::min<int64_t>(4, (hv - e) / L);
     auto o0 = hn::Zero(df), o1 = hn::Zero(df), o2 = hn::Zero(df), o3 = hn::Zero(df);
     for (int64_t j = 0; j < len; ++j) {
-      const float* vj = v + j * stride + e;
+      const KV* vj = v + j * stride + e;
       const auto pv = hn::Set(df, scores[j]);
-      o0 = hn::MulAdd(pv, hn::LoadU(df, vj), o0);
-      if (nv > 1) o1 = hn::MulAdd(pv, hn::LoadU(df, vj + L), o1);
-      if (nv > 2) o2 = hn::MulAdd(pv, hn::LoadU(df, vj + 2 * L), o2);
-      if (nv > 3) o3 = hn::MulAdd(pv, hn::LoadU(df, vj + 3 * L), o3);
+      o0 = hn::MulAdd(pv, LoadKv(df, vj), o0);
+      if (nv > 1) o1 = hn::MulAdd(pv, LoadKv(df, vj + L), o1);
+      if (nv > 2) o2 = hn::MulAdd(pv, LoadKv(df, vj + 2 * L), o2);
+      if (nv > 3) o3 = hn::MulAdd(pv, LoadKv(df, vj + 3 * L), o3);
     }
     hn::StoreU(o0, df, out + e);
     if (nv > 1) hn::StoreU(o1, df, out + e + L);
@@ -85,9 +117,20 @@ void AttendPartialT(const float* q, const float* k, const float* v, int64_t len,
   }
   for (; e < hd; ++e) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < len; ++j) acc += scores[j] * v[j * stride + e];
+    for (int64_t j = 0; j < len; ++j) acc = MulAdd1(scores[j], KvValue(v[j * stride + e]), acc);
     out[e] = acc;
   }
+}
+
+void AttendPartialT(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
+                    int64_t hd, float scale, float* scores, AttendPartial* part) {
+  AttendPartialKv(q, k, v, len, stride, hd, scale, scores, part);
+}
+
+void AttendPartialF16T(const float* q, const uint16_t* k, const uint16_t* v, int64_t len,
+                       int64_t stride, int64_t hd, float scale, float* scores,
+                       AttendPartial* part) {
+  AttendPartialKv(q, k, v, len, stride, hd, scale, scores, part);
 }
 
 // In-place softmax of s[0, len): the prefill attention's rows, exp through Highway's Exp as above
@@ -106,6 +149,47 @@ void SoftmaxRowT(float* s, int64_t len) {
   for (; j < len; ++j) s[j] *= hn::GetLane(inv);
 }
 
+// f16's largest finite value: StoreF16T saturates there instead of rounding to infinity.
+constexpr float kF16Max = 65504.0f;
+
+// out[i] = x[i] as f16 bits: nearest even, saturated at +-kF16Max, NaN kept. F16C (AVX2 and up)
+// converts in vectors; the older targets, whose Highway conversion truncates, per value through
+// F32ToF16, the same rounding: every target stores the same bits.
+void StoreF16T(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+#if HWY_TARGET <= HWY_AVX2
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto lim = hn::Set(df, kF16Max);
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(df, x + i);
+    // |v| > max is false for NaN, which passes through.
+    const auto sat = hn::IfThenElse(hn::Gt(hn::Abs(v), lim), hn::CopySign(lim, v), v);
+    hn::StoreU(hn::DemoteTo(dh, sat), dh, reinterpret_cast<hwy::float16_t*>(out + i));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i];
+    out[i] = F32ToF16(std::fabs(v) > kF16Max ? std::copysign(kF16Max, v) : v);
+  }
+}
+
+// out[i] = x[i] widened to f32 (exact; vectors where F16C converts, else F16ToF32).
+void LoadF16T(const uint16_t* x, int64_t n, float* out) {
+  int64_t i = 0;
+#if HWY_TARGET <= HWY_AVX2
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (; i + L <= n; i += L) {
+    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(x + i))),
+               df, out + i);
+  }
+#endif
+  for (; i < n; ++i) out[i] = F16ToF32(x[i]);
+}
+
 // The target this copy was compiled for (AttentionTarget).
 int64_t CompiledTargetT() { return HWY_TARGET; }
 
@@ -115,8 +199,19 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace sparq::cpu {
 HWY_EXPORT(AttendPartialT);
+HWY_EXPORT(AttendPartialF16T);
 HWY_EXPORT(SoftmaxRowT);
 HWY_EXPORT(CompiledTargetT);
+HWY_EXPORT(StoreF16T);
+HWY_EXPORT(LoadF16T);
+
+void StoreF16(const KernelConfig& cfg, const float* x, int64_t n, uint16_t* out) {
+  if (n > 0) HWY_DISPATCH_TABLE(StoreF16T)[cfg.dispatch_index](x, n, out);
+}
+
+void LoadF16(const KernelConfig& cfg, const uint16_t* x, int64_t n, float* out) {
+  if (n > 0) HWY_DISPATCH_TABLE(LoadF16T)[cfg.dispatch_index](x, n, out);
+}
 
 void SoftmaxRow(const KernelConfig& cfg, float* s, int64_t len) {
   if (len > 0) HWY_DISPATCH_TABLE(SoftmaxRowT)[cfg.dispatch_index](s, len);
@@ -137,6 +232,18 @@ void AttendRange(const KernelConfig& cfg, const float* q, const float* k, const 
   }
   HWY_DISPATCH_TABLE(AttendPartialT)[cfg.dispatch_index](q, k, v, len, stride, hd, scale, scores,
                                                          part);
+}
+
+void AttendRange(const KernelConfig& cfg, const float* q, const uint16_t* k, const uint16_t* v,
+                 int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
+                 AttendPartial* part) {
+  if (len <= 0) {
+    AttendRange(cfg, q, static_cast<const float*>(nullptr), nullptr, 0, stride, hd, scale, scores,
+                part);
+    return;
+  }
+  HWY_DISPATCH_TABLE(AttendPartialF16T)[cfg.dispatch_index](q, k, v, len, stride, hd, scale,
+                                                            scores, part);
 }
 
 void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out) {

@@ -24,12 +24,22 @@ struct AttendPartial {
 void AttendRange(const KernelConfig& cfg, const float* q, const float* k, const float* v,
                  int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
                  AttendPartial* part);
+// The same over an f16 cache's rows (k, v: f16 bits): the f32 entry's bits on the widened values.
+void AttendRange(const KernelConfig& cfg, const float* q, const uint16_t* k, const uint16_t* v,
+                 int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
+                 AttendPartial* part);
 
 // out[0, hd) = the softmax-weighted sum over the union of the ranges, merged in order.
 void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out);
 
 // In-place softmax of s[0, len) (len >= 1 to do anything), vectorized.
 void SoftmaxRow(const KernelConfig& cfg, float* s, int64_t len);
+
+// An f16 KV cache's rows: out[i] = the f16 bits of x[i] (round to nearest even, saturated at
+// +-65504 rather than infinity, NaN kept), the same bits on every target.
+void StoreF16(const KernelConfig& cfg, const float* x, int64_t n, uint16_t* out);
+// out[i] = x[i] (f16 bits) widened to f32, exactly.
+void LoadF16(const KernelConfig& cfg, const uint16_t* x, int64_t n, float* out);
 
 // The Highway target whose attention bodies run under cfg (HWY_TARGET as compiled into the body
 // the table gives for cfg): cfg.target, which tests check for every supported target.

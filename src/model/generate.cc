@@ -58,7 +58,7 @@ Result<GenerateResult> Generate(const LlamaModel& model, std::span<const int32_t
     return InvalidInput("generate: --top-p must be in (0, 1], not " + std::to_string(opt.top_p));
   }
   const auto np = static_cast<int64_t>(prompt.size());
-  SPARQ_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model.config(), np + opt.max_new + 1));
+  SPARQ_ASSIGN_OR_RETURN(KvCache cache, model.NewCache(np + opt.max_new + 1));
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
   std::mt19937_64 rng(opt.seed);
   GenerateResult r;
@@ -89,7 +89,7 @@ Result<ModelSpeed> MeasureSpeed(const LlamaModel& model, std::span<const int32_t
                                 int64_t decode_tokens, ThreadPool* pool) {
   if (prompt.empty() || decode_tokens < 0) return InvalidInput("speed: empty prompt");
   const auto np = static_cast<int64_t>(prompt.size());
-  SPARQ_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model.config(), np + decode_tokens + 1));
+  SPARQ_ASSIGN_OR_RETURN(KvCache cache, model.NewCache(np + decode_tokens + 1));
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
   ModelSpeed s;
   auto t0 = std::chrono::steady_clock::now();

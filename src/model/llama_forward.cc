@@ -66,17 +66,32 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, cons
   }
 }
 
-// Causal grouped-query attention. q [n, n_head*hd], kc/vc [n_head_kv][cap][hd] (each KV head's
-// rows contiguous, T = pos0 + n of them filled), out [n, n_head*hd]. cfg: the target of the
+// Causal grouped-query attention. q [n, n_head*hd], kv: the layer's cache, [n_head_kv][cap][hd]
+// in f32 or f16 (each KV head's rows contiguous, T = pos0 + n of them filled), out [n, n_head*hd]. cfg: the target of the
 // vectorized parts (the block's linear layers' own).
-void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, const float* kc,
-               const float* vc, int64_t cap, int64_t n, int64_t pos0, float* out, BlockScratch* s,
-               ThreadPool* pool) {
+void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, const KvLayer& kv,
+               int64_t n, int64_t pos0, float* out, BlockScratch* s, ThreadPool* pool) {
   const int64_t hd = c.head_dim(), nh = c.n_head, d = c.n_embd;
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t total = pos0 + n;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   if (n >= 4) {
+    // An f16 cache's filled rows widened once per call, for OpenBLAS's f32 products.
+    const float* kc = kv.k;
+    const float* vc = kv.v;
+    int64_t cap = kv.cap;
+    if (kv.f16()) {
+      const int64_t rows = c.n_head_kv * total;
+      s->kv32.resize(static_cast<size_t>(2 * rows * hd));
+      for (int64_t g = 0; g < c.n_head_kv; ++g) {
+        cpu::LoadF16(cfg, kv.k16 + g * kv.cap * hd, total * hd, s->kv32.data() + g * total * hd);
+        cpu::LoadF16(cfg, kv.v16 + g * kv.cap * hd, total * hd,
+                     s->kv32.data() + (rows + g * total) * hd);
+      }
+      kc = s->kv32.data();
+      vc = s->kv32.data() + rows * hd;
+      cap = total;
+    }
     // Batched: tasks of (head, block of query rows): S = Q K^T over the keys the block's last row
     // sees (causal: later keys would be masked anyway, so this skips half the products of a
     // prompt), softmax by row, O = P V. The tasks go to sparq's pool, each running OpenBLAS
@@ -125,14 +140,21 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
   auto task = [&](int64_t t, int) {
     const int64_t g = t / ranges, r = t % ranges;
     const int64_t j0 = r * chunk;
+    const int64_t row = (g * kv.cap + j0) * hd;
     float* sc = s->scores.data() + t * chunk;
     for (int64_t hh = 0; hh < group; ++hh) {
       const int64_t h = g * group + hh;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t len = std::clamp<int64_t>(pos0 + i + 1 - j0, 0, chunk);
-        cpu::AttendRange(cfg, q + i * d + h * hd, kc + (g * cap + j0) * hd,
-                         vc + (g * cap + j0) * hd, len, hd, hd, scale, sc,
-                         &parts[static_cast<size_t>((t * group + hh) * n + i)]);
+        cpu::AttendPartial* part = &parts[static_cast<size_t>((t * group + hh) * n + i)];
+        // An f16 cache is widened in registers as it is read: half the bytes of an f32 one.
+        if (kv.f16()) {
+          cpu::AttendRange(cfg, q + i * d + h * hd, kv.k16 + row, kv.v16 + row, len, hd, hd,
+                           scale, sc, part);
+        } else {
+          cpu::AttendRange(cfg, q + i * d + h * hd, kv.k + row, kv.v + row, len, hd, hd, scale,
+                           sc, part);
+        }
       }
     }
   };
@@ -313,24 +335,30 @@ bool FusedMlp(const LlamaBlock& b, int64_t n, float* x, BlockScratch* s, ThreadP
 }
 
 // The attention of one sequence's n rows at positions pos0 .. pos0+n-1: RoPE on q / k [n, ...],
-// their K/V rows into the layer's cache kc / vc ([n_head_kv][cap][hd]), and attention into att
+// their K/V rows into the layer's cache kv (f32, or rounded to f16), and attention into att
 // [n, n_embd]. RunBlock calls it once for its n rows, RunBlockBatch once per sequence with n = 1.
 void SequenceAttention(const LlamaConfig& c, const LlamaBlock& b, float* q, float* k,
-                       const float* v, int64_t n, int64_t pos0, float* kc, float* vc, int64_t cap,
-                       float* att, BlockScratch* s, ThreadPool* pool) {
+                       const float* v, int64_t n, int64_t pos0, const KvLayer& kv, float* att,
+                       BlockScratch* s, ThreadPool* pool) {
   const int64_t kvd = c.kv_dim(), hd = c.head_dim();
+  // Attention runs on the target of the block's layers (their KernelConfig: --max-isa caps both).
+  const KernelConfig& cfg = b.linear[static_cast<int>(LinearSlot::kQ)].config();
   RopeTable(n, c.rope_dim, pos0, c.rope_theta, s);
   Rope(q, n, c.n_head, hd, c.rope_dim, *s);
   Rope(k, n, c.n_head_kv, hd, c.rope_dim, *s);
   for (int64_t g = 0; g < c.n_head_kv; ++g) {
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(kc + (g * cap + pos0 + i) * hd, k + i * kvd + g * hd, sizeof(float) * hd);
-      std::memcpy(vc + (g * cap + pos0 + i) * hd, v + i * kvd + g * hd, sizeof(float) * hd);
+      const int64_t row = (g * kv.cap + pos0 + i) * hd;
+      if (kv.f16()) {
+        cpu::StoreF16(cfg, k + i * kvd + g * hd, hd, kv.k16 + row);
+        cpu::StoreF16(cfg, v + i * kvd + g * hd, hd, kv.v16 + row);
+      } else {
+        std::memcpy(kv.k + row, k + i * kvd + g * hd, sizeof(float) * hd);
+        std::memcpy(kv.v + row, v + i * kvd + g * hd, sizeof(float) * hd);
+      }
     }
   }
-  // Attention runs on the target of the block's layers (their KernelConfig: --max-isa caps both).
-  Attention(c, b.linear[static_cast<int>(LinearSlot::kQ)].config(), q, kc, vc, cap, n, pos0, att,
-            s, pool);
+  Attention(c, cfg, q, kv, n, pos0, att, s, pool);
 }
 
 // One block over x [n, n_embd] in place: the linear layers, norms and MLP over all n rows at once;
@@ -370,25 +398,43 @@ void RunBlockRows(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n
 
 }  // namespace
 
+KvLayer CacheLayer(KvCache* cache, int64_t layer) {
+  KvLayer kv;
+  kv.k = cache->k(layer);
+  kv.v = cache->v(layer);
+  kv.k16 = cache->k16(layer);
+  kv.v16 = cache->v16(layer);
+  kv.cap = cache->capacity();
+  return kv;
+}
+
 void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
-              float* kc, float* vc, int64_t cap, BlockScratch* s, ThreadPool* pool) {
+              const KvLayer& kv, BlockScratch* s, ThreadPool* pool) {
   RunBlockRows(c, b, x, n, s, pool, [&](BlockScratch* sc) {
-    SequenceAttention(c, b, sc->q.data(), sc->k.data(), sc->v.data(), n, pos0, kc, vc, cap,
+    SequenceAttention(c, b, sc->q.data(), sc->k.data(), sc->v.data(), n, pos0, kv,
                       sc->att.data(), sc, pool);
   });
 }
 
+void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
+              float* kc, float* vc, int64_t cap, BlockScratch* s, ThreadPool* pool) {
+  KvLayer kv;
+  kv.k = kc;
+  kv.v = vc;
+  kv.cap = cap;
+  RunBlock(c, b, x, n, pos0, kv, s, pool);
+}
+
 void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
-                   std::span<const int64_t> pos, std::span<float* const> kc,
-                   std::span<float* const> vc, std::span<const int64_t> cap, BlockScratch* s,
+                   std::span<const int64_t> pos, std::span<const KvLayer> kv, BlockScratch* s,
                    ThreadPool* pool) {
   const auto n = static_cast<int64_t>(pos.size());
   const int64_t d = c.n_embd, kvd = c.kv_dim();
   RunBlockRows(c, b, x, n, s, pool, [&](BlockScratch* sc) {
     for (int64_t r = 0; r < n; ++r) {
       SequenceAttention(c, b, sc->q.data() + r * d, sc->k.data() + r * kvd,
-                        sc->v.data() + r * kvd, 1, pos[r], kc[r], vc[r], cap[r],
-                        sc->att.data() + r * d, sc, pool);
+                        sc->v.data() + r * kvd, 1, pos[r], kv[r], sc->att.data() + r * d, sc,
+                        pool);
     }
   });
 }
@@ -421,8 +467,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache, floa
   BlockScratch s;
   s.fuse_mlp = impl_->fuse_mlp;
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    RunBlock(c, w.blocks[l], x.data(), n, pos0, cache->k(l), cache->v(l), cache->capacity(), &s,
-             pool);
+    RunBlock(c, w.blocks[l], x.data(), n, pos0, CacheLayer(cache, l), &s, pool);
   }
   cache->set_length(pos0 + n);
   if (logits == nullptr) return Status::Ok();
@@ -469,20 +514,13 @@ Status LlamaModel::ForwardBatch(std::span<const int32_t> tokens, std::span<KvCac
   std::vector<float> x(static_cast<size_t>(n * d));
   Embed(w, d, tokens, x.data());
   std::vector<int64_t> pos(static_cast<size_t>(n));
-  std::vector<float*> kc(static_cast<size_t>(n)), vc(static_cast<size_t>(n));
-  std::vector<int64_t> caps(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    pos[i] = caches[i]->length();
-    caps[i] = caches[i]->capacity();
-  }
+  std::vector<KvLayer> kv(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = caches[i]->length();
   BlockScratch s;
   s.fuse_mlp = impl_->fuse_mlp;
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    for (int64_t i = 0; i < n; ++i) {
-      kc[i] = caches[i]->k(l);
-      vc[i] = caches[i]->v(l);
-    }
-    RunBlockBatch(c, w.blocks[l], x.data(), pos, kc, vc, caps, &s, pool);
+    for (int64_t i = 0; i < n; ++i) kv[i] = CacheLayer(caches[i], l);
+    RunBlockBatch(c, w.blocks[l], x.data(), pos, kv, &s, pool);
   }
   for (int64_t i = 0; i < n; ++i) caches[i]->set_length(pos[i] + 1);
   if (logits == nullptr) return Status::Ok();
@@ -492,7 +530,10 @@ Status LlamaModel::ForwardBatch(std::span<const int32_t> tokens, std::span<KvCac
   return Status::Ok();
 }
 
-Result<KvCache> KvCache::Create(const LlamaConfig& c, int64_t capacity) {
+Result<KvCache> KvCache::Create(const LlamaConfig& c, int64_t capacity, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kF16) {
+    return InvalidInput("KV cache: values f32 or f16, not " + std::string(DTypeName(dtype)));
+  }
   if (capacity <= 0 || capacity > (int64_t{1} << 20)) {
     return InvalidInput("KV cache capacity " + std::to_string(capacity) + " out of range");
   }
@@ -503,9 +544,22 @@ Result<KvCache> KvCache::Create(const LlamaConfig& c, int64_t capacity) {
   KvCache kv;
   kv.capacity_ = capacity;
   kv.layer_stride_ = per_layer;
-  kv.k_.assign(static_cast<size_t>(per_layer * c.n_layer), 0.0f);
-  kv.v_.assign(static_cast<size_t>(per_layer * c.n_layer), 0.0f);
+  kv.dtype_ = dtype;
+  const auto size = static_cast<size_t>(per_layer * c.n_layer);
+  if (dtype == DType::kF16) {
+    kv.k16_.assign(size, 0);
+    kv.v16_.assign(size, 0);
+  } else {
+    kv.k_.assign(size, 0.0f);
+    kv.v_.assign(size, 0.0f);
+  }
   return kv;
+}
+
+Result<KvCache> LlamaModel::NewCache(int64_t capacity) const {
+  const LlamaWeights& w = weights();
+  const bool f16 = !w.blocks.empty() && w.blocks[0].at(LinearSlot::kQ).config().kv_f16;
+  return KvCache::Create(config(), capacity, f16 ? DType::kF16 : DType::kF32);
 }
 
 std::string LlamaModel::attention_target() const {

@@ -23,6 +23,8 @@ struct LlamaModel::Impl {
 struct BlockScratch {
   std::vector<float> attn_in, q, k, v, att, hidden, ffn_in, gate, up, act, scores, gathered;
   std::vector<float> attn_part;  // decode attention: per (task, head, token) partial outputs
+  // An f16 cache's filled rows widened to f32 for the prompt path: [2][n_head_kv][T][hd].
+  std::vector<float> kv32;
   std::vector<float>
       gathered_up;  // up's gathered input if its permutation is not gate's (fused MLP)
   std::vector<int32_t> down_row;  // the inverse of ffn_down's column permutation (fused MLP)
@@ -37,20 +39,33 @@ struct BlockScratch {
   void Reserve(const LlamaConfig& c, int64_t n, int64_t total_len);
 };
 
-// One transformer block over x [n, n_embd] (in place) at positions pos0 .. pos0+n-1. kc / vc are
-// this layer's cache, [n_head_kv][cap][head_dim] (cap >= pos0 + n: each KV head's rows
-// contiguous, so that decode attention streams them); rows < pos0 must hold the earlier
-// keys/values.
+// One layer's rows of a KV cache, [n_head_kv][cap][head_dim] each: f32 (k, v) or f16 bits (k16,
+// v16; k and v null then).
+struct KvLayer {
+  float* k = nullptr;
+  float* v = nullptr;
+  uint16_t* k16 = nullptr;
+  uint16_t* v16 = nullptr;
+  int64_t cap = 0;
+  bool f16() const { return k16 != nullptr; }
+};
+KvLayer CacheLayer(KvCache* cache, int64_t layer);
+
+// One transformer block over x [n, n_embd] (in place) at positions pos0 .. pos0+n-1. kv is this
+// layer's cache (cap >= pos0 + n: each KV head's rows contiguous, so that decode attention
+// streams them); rows < pos0 must hold the earlier keys/values. The float overload: an f32
+// cache kc / vc.
+void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
+              const KvLayer& kv, BlockScratch* s, ThreadPool* pool);
 void RunBlock(const LlamaConfig& c, const LlamaBlock& b, float* x, int64_t n, int64_t pos0,
               float* kc, float* vc, int64_t cap, BlockScratch* s, ThreadPool* pool);
 
 // One transformer block over x [n, n_embd] (in place) where row r is the next token of its own
-// sequence, at position pos[r], with this layer's cache kc[r] / vc[r] of cap[r] rows per KV head
-// (as RunBlock's; rows < pos[r] hold that sequence's earlier keys/values): the linear layers run
-// over all n rows at once, RoPE and attention per sequence (as RunBlock with n = 1).
+// sequence, at position pos[r], with this layer's cache kv[r] (as RunBlock's; rows < pos[r] hold
+// that sequence's earlier keys/values): the linear layers run over all n rows at once, RoPE and
+// attention per sequence (as RunBlock with n = 1).
 void RunBlockBatch(const LlamaConfig& c, const LlamaBlock& b, float* x,
-                   std::span<const int64_t> pos, std::span<float* const> kc,
-                   std::span<float* const> vc, std::span<const int64_t> cap, BlockScratch* s,
+                   std::span<const int64_t> pos, std::span<const KvLayer> kv, BlockScratch* s,
                    ThreadPool* pool);
 
 // A dense f32 [m, k] tensor as a LinearWeight named `name` (for error messages).

@@ -10,11 +10,25 @@
 namespace sparq {
 
 int32_t Argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  // The maximum in 16 independent lanes, then its first index: the one-pass scan chained every
+  // logit through the load of logits[best] (~8 cycles each, 2-4% of a one-thread decode over
+  // 49152 logits). Same result: NaNs never win, and a NaN first logit (which nothing exceeds) is 0.
+  const size_t n = logits.size();
+  if (n == 0 || std::isnan(logits[0])) return 0;
+  constexpr size_t kLanes = 16;
+  float lane[kLanes];
+  for (float& m : lane) m = logits[0];
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
   }
-  return best;
+  float mx = lane[0];
+  for (size_t j = 1; j < kLanes; ++j) mx = lane[j] > mx ? lane[j] : mx;
+  for (; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
+  for (i = 0; i < n; ++i) {
+    if (logits[i] == mx) break;
+  }
+  return static_cast<int32_t>(i);
 }
 
 Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int32_t> tokens,
@@ -29,7 +43,7 @@ Result<PerplexityResult> Perplexity(const LlamaModel& model, std::span<const int
   const int64_t vocab = model.config().n_vocab;
   int64_t windows = total / ctx + (total % ctx >= 2 ? 1 : 0);
   const auto t0 = std::chrono::steady_clock::now();
-  SPARQ_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(model.config(), ctx));
+  SPARQ_ASSIGN_OR_RETURN(KvCache cache, model.NewCache(ctx));
   std::vector<float> logits(static_cast<size_t>(ctx * vocab));
   double nll = 0.0;
   int64_t predicted = 0;

@@ -316,7 +316,7 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
                                   {.fast = true, .pool = pool});
     };
   } else if (teacher) {
-    SPARQ_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(teacher->config(), o.seq_len));
+    SPARQ_ASSIGN_OR_RETURN(KvCache kv, teacher->NewCache(o.seq_len));
     cache.emplace(std::move(kv));
     lo.teacher = [&](std::span<const int32_t> in, std::span<float> logits) -> Status {
       cache->Clear();  // each window is its own sequence from position 0

@@ -137,7 +137,7 @@ Result<std::string> SelfDistillText(const LlamaModel& teacher, const SelfDistill
   const int64_t batch = std::min(o.batch, CeilDiv(o.tokens, max_len));
   std::vector<KvCache> caches;
   for (int64_t b = 0; b < batch; ++b) {
-    SPARQ_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(teacher.config(), longest + max_len));
+    SPARQ_ASSIGN_OR_RETURN(KvCache kv, teacher.NewCache(longest + max_len));
     caches.push_back(std::move(kv));
   }
   std::vector<int64_t> slot_sample(static_cast<size_t>(batch), -1);

@@ -59,7 +59,9 @@ TEST_F(SmolLm2Test, InspectListsEveryTensorAndJsonParses) {
 TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
   const std::string flags = " --threads 1 --prompt 8 --decode 2 --repeats 1 --json";
   // (The shorthand with an option before `bench` too: it once looked at the first word only.)
-  for (const std::string sub : {"bench model '", "bench '", "--int8-activations bench '"}) {
+  // (--kv-cache, another option before `bench`, with its value.)
+  for (const std::string sub :
+       {"bench model '", "bench '", "--int8-activations bench '", "--kv-cache f16 bench '"}) {
     std::string out;
     ASSERT_EQ(testing::RunCommand(Cli() + " " + sub + path_ + "'" + flags, &out), 0) << sub << out;
     const json rows = json::parse(out);
@@ -67,6 +69,7 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
     EXPECT_EQ(rows[1]["variant"], "dense_bf16");
     EXPECT_EQ(rows[2]["variant"], "as_stored_quant");
     const json& r = rows[0];
+    EXPECT_EQ(r["kv_cache"], sub.starts_with("--kv-cache") ? "f16" : "f32") << sub;
     EXPECT_EQ(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
     EXPECT_EQ(r["threads"], 1);
     EXPECT_EQ(r["prompt_tokens"], 8);
@@ -82,6 +85,10 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
   EXPECT_THAT(out, ::testing::HasSubstr("bench: 'kernls' is neither a subcommand")) << out;
   EXPECT_EQ(testing::RunCommand(Cli() + " --max-isa SSE4 bench kernls 2>&1", &out), 1);
   EXPECT_THAT(out, ::testing::HasSubstr("bench: 'kernls' is neither a subcommand")) << out;
+  EXPECT_EQ(testing::RunCommand(Cli() + " --kv-cache bf16 bench '" + path_ + "'" + flags + " 2>&1",
+                                &out),
+            1);
+  EXPECT_THAT(out, ::testing::HasSubstr("--kv-cache")) << out;
 }
 
 // `sparq generate` with its output piped (stdout and stderr into one pipe): the new text first,

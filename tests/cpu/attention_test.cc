@@ -4,9 +4,13 @@
 
 #include <hwy/targets.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "sparq/dtype.h"
 #include "src/cpu/attention.h"
 #include "tests/cpu/spmm_testutil.h"
 
@@ -68,6 +72,82 @@ TEST(AttentionTest, RangesMergeToTheSoftmaxWeightedSum) {
       for (int64_t e = 0; e < hd; ++e) ASSERT_NEAR(out[e], want[e], 2e-5) << target << " empty range";
     });
     EXPECT_GE(targets, 2) << "hd=" << hd;
+  }
+}
+
+// An f16 KV cache's rows: StoreF16 rounds as the scalar F32ToF16 (nearest even) after
+// saturating at +-65504, on every target (F16C in vectors from AVX2 up, the scalar conversion
+// below), and LoadF16 widens exactly as F16ToF32.
+TEST(AttentionTest, F16CacheRowsRoundAsF32ToF16OnEveryTarget) {
+  std::vector<float> x = RandomVector(1000, 7);
+  for (float& v : x) v *= 8.0f;
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special = {
+      0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e6f, -1e6f, inf, -inf,
+      std::numeric_limits<float>::quiet_NaN(), 1e-8f, -3e-6f, 6.1e-5f, 0x1.0p-25f, 0x1.8p-24f,
+      1.0f + 0x1.0p-11f /* tie: down to even */, 1.0f + 0x1.8p-10f /* tie: up to even */};
+  x.insert(x.begin() + 37, special.begin(), special.end());  // inside the vector part, and a tail
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    want[i] = F32ToF16(std::fabs(v) > 65504.0f ? std::copysign(65504.0f, v) : v);
+  }
+  EXPECT_EQ(want[37 + 4], 0x7BFF);  // 65520 would round to inf: saturated
+  EXPECT_EQ(want[37 + 9], 0xFBFF);  // -inf too
+  const int targets = testing_cpu::ForEachTarget([&](const std::string& target) {
+    std::vector<uint16_t> got(x.size(), 0xAAAA);
+    cpu::StoreF16(testing_cpu::Cfg(), x.data(), n, got.data());
+    std::vector<float> back(x.size());
+    cpu::LoadF16(testing_cpu::Cfg(), got.data(), n, back.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(F16ToF32(got[i]))) << target << " " << i;
+        EXPECT_TRUE(std::isnan(back[i])) << target << " " << i;
+        continue;
+      }
+      ASSERT_EQ(got[i], want[i]) << target << " x[" << i << "] = " << x[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(F16ToF32(want[i])))
+          << target << " " << i;
+    }
+  });
+  EXPECT_GE(targets, 2);
+}
+
+// Decode attention over an f16 cache gives, bit for bit, what the f32 entry gives on the same
+// values widened: the f16 rows are read as exactly those values, in the same order of sums.
+TEST(AttentionTest, F16RowsGiveTheF32BitsOfTheWidenedValues) {
+  for (int64_t hd : {64, 5, 48}) {
+    const int64_t len = 300, stride = 3 * hd + 2;
+    const std::vector<float> q = RandomVector(hd, 11);
+    const std::vector<float> k0 = RandomVector(len * stride, 12), v0 = RandomVector(len * stride, 13);
+    std::vector<uint16_t> k16(k0.size()), v16(v0.size());
+    std::vector<float> k(k0.size()), v(v0.size());
+    for (size_t i = 0; i < k0.size(); ++i) {
+      k16[i] = F32ToF16(4.0f * k0[i]);
+      v16[i] = F32ToF16(v0[i]);
+      k[i] = F16ToF32(k16[i]);
+      v[i] = F16ToF32(v16[i]);
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    testing_cpu::ForEachTarget([&](const std::string& target) {
+      for (int64_t len_r : {len, int64_t{1}, int64_t{0}}) {
+        std::vector<float> s32(len), s16(len), o32(hd, 1.0f), o16(hd, 2.0f);
+        cpu::AttendPartial p32, p16;
+        p32.out = o32.data();
+        p16.out = o16.data();
+        cpu::AttendRange(testing_cpu::Cfg(), q.data(), k.data(), v.data(), len_r, stride, hd,
+                         scale, s32.data(), &p32);
+        cpu::AttendRange(testing_cpu::Cfg(), q.data(), k16.data(), v16.data(), len_r, stride, hd,
+                         scale, s16.data(), &p16);
+        ASSERT_EQ(std::bit_cast<uint32_t>(p16.max), std::bit_cast<uint32_t>(p32.max)) << target;
+        ASSERT_EQ(p16.sum, p32.sum) << target << " hd=" << hd << " len=" << len_r;
+        for (int64_t e = 0; e < hd; ++e) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(o16[e]), std::bit_cast<uint32_t>(o32[e]))
+              << target << " hd=" << hd << " len=" << len_r << " e=" << e;
+        }
+      }
+    });
   }
 }
 
