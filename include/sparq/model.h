@@ -99,25 +99,30 @@ struct LlamaWeights {
 
 // Keys and values of every layer for up to `capacity` positions, in f32 or f16 (f16: each value
 // rounded to nearest even, saturated at +-65504, NaN kept; attention reads them back exactly).
+// An f16 cache holds its keys in tiles of 16 positions ([head_dim][16] each, for decode
+// attention), the rows of a KV head rounded up to whole tiles.
 class KvCache {
  public:
   KvCache() = default;
   // dtype f32 or f16. Error if the sizes overflow or exceed a sane bound, or for another dtype.
   static Result<KvCache> Create(const LlamaConfig& c, int64_t capacity, DType dtype = DType::kF32);
   int64_t capacity() const { return capacity_; }
+  // Rows allocated per KV head: capacity, rounded up to whole tiles for f16.
+  int64_t rows() const { return rows_; }
   int64_t length() const { return length_; }
   DType dtype() const { return dtype_; }
   void Clear() { length_ = 0; }
   void set_length(int64_t n) { length_ = n; }
-  // Layer l's keys / values: [n_head_kv][capacity][head_dim], each KV head's rows contiguous;
-  // k / v for an f32 cache, k16 / v16 (f16 bits) for an f16 one, null otherwise.
+  // Layer l's keys / values: [n_head_kv][rows][head_dim], each KV head's rows contiguous (an
+  // f16 cache's keys: [n_head_kv][rows / 16][head_dim][16]); k / v for an f32 cache, k16 / v16
+  // (f16 bits) for an f16 one, null otherwise.
   float* k(int64_t layer) { return k_.empty() ? nullptr : k_.data() + layer * layer_stride_; }
   float* v(int64_t layer) { return v_.empty() ? nullptr : v_.data() + layer * layer_stride_; }
   uint16_t* k16(int64_t layer) { return k16_.empty() ? nullptr : k16_.data() + layer * layer_stride_; }
   uint16_t* v16(int64_t layer) { return v16_.empty() ? nullptr : v16_.data() + layer * layer_stride_; }
 
  private:
-  int64_t capacity_ = 0, length_ = 0, layer_stride_ = 0;
+  int64_t capacity_ = 0, rows_ = 0, length_ = 0, layer_stride_ = 0;
   DType dtype_ = DType::kF32;
   std::vector<float> k_, v_;
   std::vector<uint16_t> k16_, v16_;

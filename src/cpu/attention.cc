@@ -38,13 +38,9 @@ HWY_INLINE double ExpMinusMaxSum(D df, float* s, int64_t len, float mx) {
   return sum;
 }
 
-// A vector of K or V lanes as f32: an f32 cache's as stored, an f16 cache's widened (F16C from
-// AVX2 up; the older targets' Highway conversion maps f16 NaN to a finite value, so they widen
-// lane by lane through F16ToF32). KvValue: one value, for the scalar tails.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadKv(D df, const float* p) {
-  return hn::LoadU(df, p);
-}
+// A vector of an f16 cache's lanes widened to f32 (F16C from AVX2 up; the older targets'
+// Highway conversion maps f16 NaN to a finite value, so they widen lane by lane through
+// F16ToF32). KvValue: one value, for the scalar tails.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadKv(D df, const uint16_t* p) {
 #if HWY_TARGET <= HWY_AVX2
@@ -56,36 +52,30 @@ HWY_INLINE hn::Vec<D> LoadKv(D df, const uint16_t* p) {
   return hn::Load(df, lanes);
 #endif
 }
-HWY_INLINE float KvValue(float x) { return x; }
 HWY_INLINE float KvValue(uint16_t h) { return F16ToF32(h); }
-// a * b + c in one lane: a fused multiply-add wherever the vector part has one, spelled out so
-// that the compiler's contraction of a scalar `c += a * b` (which differed between the f32 and
-// f16 bodies) cannot change the tails' bits.
+// a * b + c in one lane (the tails), fused wherever the vector part is.
 HWY_INLINE float MulAdd1(float a, float b, float c) {
   const hn::CappedTag<float, 1> d1;
   return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
 }
 
-// KV: float (an f32 cache) or uint16_t (f16 bits): the f16 body gives the f32 body's bits on the
-// widened values (the same operations in the same order).
-template <typename KV>
-void AttendPartialKv(const float* q, const KV* k, const KV* v, int64_t len, int64_t stride,
-                     int64_t hd, float scale, float* scores, AttendPartial* part) {
+void AttendPartialT(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
+                    int64_t hd, float scale, float* scores, AttendPartial* part) {
   const hn::ScalableTag<float> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   const int64_t hv = hd / L * L;  // vector part of a head
   float mx = -INFINITY;
   for (int64_t j = 0; j < len; ++j) {
-    const KV* kj = k + j * stride;
+    const float* kj = k + j * stride;
     auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
     int64_t e = 0;
     for (; e + 2 * L <= hv; e += 2 * L) {
-      acc0 = hn::MulAdd(hn::LoadU(df, q + e), LoadKv(df, kj + e), acc0);
-      acc1 = hn::MulAdd(hn::LoadU(df, q + e + L), LoadKv(df, kj + e + L), acc1);
+      acc0 = hn::MulAdd(hn::LoadU(df, q + e), hn::LoadU(df, kj + e), acc0);
+      acc1 = hn::MulAdd(hn::LoadU(df, q + e + L), hn::LoadU(df, kj + e + L), acc1);
     }
-    if (e < hv) acc0 = hn::MulAdd(hn::LoadU(df, q + e), LoadKv(df, kj + e), acc0);
+    if (e < hv) acc0 = hn::MulAdd(hn::LoadU(df, q + e), hn::LoadU(df, kj + e), acc0);
     float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-    for (e = hv; e < hd; ++e) s = MulAdd1(q[e], KvValue(kj[e]), s);
+    for (e = hv; e < hd; ++e) s += q[e] * kj[e];
     scores[j] = s * scale;
     mx = std::max(mx, scores[j]);
   }
@@ -102,12 +92,12 @@ void AttendPartialKv(const float* q, const KV* k, const KV* v, int64_t len, int6
     const int64_t nv = std::min<int64_t>(4, (hv - e) / L);
     auto o0 = hn::Zero(df), o1 = hn::Zero(df), o2 = hn::Zero(df), o3 = hn::Zero(df);
     for (int64_t j = 0; j < len; ++j) {
-      const KV* vj = v + j * stride + e;
+      const float* vj = v + j * stride + e;
       const auto pv = hn::Set(df, scores[j]);
-      o0 = hn::MulAdd(pv, LoadKv(df, vj), o0);
-      if (nv > 1) o1 = hn::MulAdd(pv, LoadKv(df, vj + L), o1);
-      if (nv > 2) o2 = hn::MulAdd(pv, LoadKv(df, vj + 2 * L), o2);
-      if (nv > 3) o3 = hn::MulAdd(pv, LoadKv(df, vj + 3 * L), o3);
+      o0 = hn::MulAdd(pv, hn::LoadU(df, vj), o0);
+      if (nv > 1) o1 = hn::MulAdd(pv, hn::LoadU(df, vj + L), o1);
+      if (nv > 2) o2 = hn::MulAdd(pv, hn::LoadU(df, vj + 2 * L), o2);
+      if (nv > 3) o3 = hn::MulAdd(pv, hn::LoadU(df, vj + 3 * L), o3);
     }
     hn::StoreU(o0, df, out + e);
     if (nv > 1) hn::StoreU(o1, df, out + e + L);
@@ -117,20 +107,116 @@ void AttendPartialKv(const float* q, const KV* k, const KV* v, int64_t len, int6
   }
   for (; e < hd; ++e) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < len; ++j) acc = MulAdd1(scores[j], KvValue(v[j * stride + e]), acc);
+    for (int64_t j = 0; j < len; ++j) acc += scores[j] * v[j * stride + e];
     out[e] = acc;
   }
 }
 
-void AttendPartialT(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
-                    int64_t hd, float scale, float* scores, AttendPartial* part) {
-  AttendPartialKv(q, k, v, len, stride, hd, scale, scores, part);
+// An f16 cache's decode attention for NH query heads sharing one KV head (q_h = q + h * hd) over
+// keys [0, len) of a key range starting on a tile: K in tiles of kKvTile positions, each
+// [hd][kKvTile] (kt: the range's first tile; tile_stride halves from tile to tile), V in rows of
+// hd (v). Each K and V vector is widened once for the NH heads, and the scores of a tile come
+// out in one vector per head, with no sum across lanes: the row-major body's per-key horizontal
+// sums were most of decode attention's instructions.
+template <int NH>
+void AttendTilesF16(const float* q, const uint16_t* kt, int64_t tile_stride, const uint16_t* v,
+                    int64_t len, int64_t hd, float scale, float* scores, int64_t score_stride,
+                    AttendPartial* parts) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t tiles = (len + kKvTile - 1) / kKvTile;
+  // Scores: per tile and vector of its lanes, 4 chains per head over the head's dimension.
+  for (int64_t t = 0; t < tiles; ++t) {
+    const uint16_t* tile = kt + t * tile_stride;
+    for (int64_t c = 0; c < kKvTile; c += L) {
+      hn::Vec<decltype(df)> acc[NH][4];
+      for (int h = 0; h < NH; ++h) {
+        for (int u = 0; u < 4; ++u) acc[h][u] = hn::Zero(df);
+      }
+      int64_t e = 0;
+      for (; e + 4 <= hd; e += 4) {
+        for (int u = 0; u < 4; ++u) {
+          const auto kv = LoadKv(df, tile + (e + u) * kKvTile + c);
+          for (int h = 0; h < NH; ++h) {
+            acc[h][u] = hn::MulAdd(hn::Set(df, q[h * hd + e + u]), kv, acc[h][u]);
+          }
+        }
+      }
+      for (; e < hd; ++e) {
+        const auto kv = LoadKv(df, tile + e * kKvTile + c);
+        for (int h = 0; h < NH; ++h) acc[h][0] = hn::MulAdd(hn::Set(df, q[h * hd + e]), kv, acc[h][0]);
+      }
+      for (int h = 0; h < NH; ++h) {
+        const auto sum = hn::Add(hn::Add(acc[h][0], acc[h][1]), hn::Add(acc[h][2], acc[h][3]));
+        hn::StoreU(hn::Mul(sum, hn::Set(df, scale)), df, scores + h * score_stride + t * kKvTile + c);
+      }
+    }
+  }
+  double sums[NH];
+  for (int h = 0; h < NH; ++h) {
+    float* sc = scores + h * score_stride;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; ++j) mx = std::max(mx, sc[j]);
+    sums[h] = ExpMinusMaxSum(df, sc, len, mx);
+    parts[h].max = mx;
+    parts[h].sum = sums[h];
+  }
+  // out_h = sum_j e_hj v_j: each V vector widened once for the NH heads, up to kVecs vectors of
+  // the head at a time per head in registers.
+  constexpr int64_t kVecs = HWY_MAX_BYTES >= 64 ? 4 : 2;
+  const int64_t hv = hd / L * L;
+  int64_t e = 0;
+  while (e < hv) {
+    const int64_t nv = std::min<int64_t>(kVecs, (hv - e) / L);
+    hn::Vec<decltype(df)> o[NH][kVecs];
+    for (int h = 0; h < NH; ++h) {
+      for (int64_t u = 0; u < kVecs; ++u) o[h][u] = hn::Zero(df);
+    }
+    for (int64_t j = 0; j < len; ++j) {
+      const uint16_t* vj = v + j * hd + e;
+      hn::Vec<decltype(df)> vv[kVecs];
+      for (int64_t u = 0; u < kVecs; ++u) vv[u] = u < nv ? LoadKv(df, vj + u * L) : hn::Zero(df);
+      for (int h = 0; h < NH; ++h) {
+        const auto pv = hn::Set(df, scores[h * score_stride + j]);
+        for (int64_t u = 0; u < kVecs; ++u) {
+          if (u < nv) o[h][u] = hn::MulAdd(pv, vv[u], o[h][u]);
+        }
+      }
+    }
+    for (int h = 0; h < NH; ++h) {
+      for (int64_t u = 0; u < nv; ++u) hn::StoreU(o[h][u], df, parts[h].out + e + u * L);
+    }
+    e += nv * L;
+  }
+  for (; e < hd; ++e) {
+    for (int h = 0; h < NH; ++h) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        acc = MulAdd1(scores[h * score_stride + j], KvValue(v[j * hd + e]), acc);
+      }
+      parts[h].out[e] = acc;
+    }
+  }
 }
 
-void AttendPartialF16T(const float* q, const uint16_t* k, const uint16_t* v, int64_t len,
-                       int64_t stride, int64_t hd, float scale, float* scores,
-                       AttendPartial* part) {
-  AttendPartialKv(q, k, v, len, stride, hd, scale, scores, part);
+void AttendTilesF16T(const float* q, int64_t heads, const uint16_t* kt, int64_t tile_stride,
+                     const uint16_t* v, int64_t len, int64_t hd, float scale, float* scores,
+                     int64_t score_stride, AttendPartial* parts) {
+  for (int64_t h0 = 0; h0 < heads;) {
+    const int64_t nh = std::min<int64_t>(4, heads - h0);
+    const float* qh = q + h0 * hd;
+    float* sh = scores + h0 * score_stride;
+    if (nh == 4) {
+      AttendTilesF16<4>(qh, kt, tile_stride, v, len, hd, scale, sh, score_stride, parts + h0);
+    } else if (nh == 3) {
+      AttendTilesF16<3>(qh, kt, tile_stride, v, len, hd, scale, sh, score_stride, parts + h0);
+    } else if (nh == 2) {
+      AttendTilesF16<2>(qh, kt, tile_stride, v, len, hd, scale, sh, score_stride, parts + h0);
+    } else {
+      AttendTilesF16<1>(qh, kt, tile_stride, v, len, hd, scale, sh, score_stride, parts + h0);
+    }
+    h0 += nh;
+  }
 }
 
 // In-place softmax of s[0, len): the prefill attention's rows, exp through Highway's Exp as above
@@ -199,7 +285,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace sparq::cpu {
 HWY_EXPORT(AttendPartialT);
-HWY_EXPORT(AttendPartialF16T);
+HWY_EXPORT(AttendTilesF16T);
 HWY_EXPORT(SoftmaxRowT);
 HWY_EXPORT(CompiledTargetT);
 HWY_EXPORT(StoreF16T);
@@ -234,16 +320,18 @@ void AttendRange(const KernelConfig& cfg, const float* q, const float* k, const 
                                                          part);
 }
 
-void AttendRange(const KernelConfig& cfg, const float* q, const uint16_t* k, const uint16_t* v,
-                 int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
-                 AttendPartial* part) {
+void AttendTilesF16(const KernelConfig& cfg, const float* q, int64_t heads, const uint16_t* kt,
+                    int64_t tile_stride, const uint16_t* v, int64_t len, int64_t hd, float scale,
+                    float* scores, int64_t score_stride, AttendPartial* parts) {
   if (len <= 0) {
-    AttendRange(cfg, q, static_cast<const float*>(nullptr), nullptr, 0, stride, hd, scale, scores,
-                part);
+    for (int64_t h = 0; h < heads; ++h) {
+      AttendRange(cfg, q + h * hd, static_cast<const float*>(nullptr), nullptr, 0, hd, hd, scale,
+                  scores, &parts[h]);
+    }
     return;
   }
-  HWY_DISPATCH_TABLE(AttendPartialF16T)[cfg.dispatch_index](q, k, v, len, stride, hd, scale,
-                                                            scores, part);
+  HWY_DISPATCH_TABLE(AttendTilesF16T)[cfg.dispatch_index](q, heads, kt, tile_stride, v, len, hd,
+                                                          scale, scores, score_stride, parts);
 }
 
 void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out) {

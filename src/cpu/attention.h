@@ -24,10 +24,19 @@ struct AttendPartial {
 void AttendRange(const KernelConfig& cfg, const float* q, const float* k, const float* v,
                  int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
                  AttendPartial* part);
-// The same over an f16 cache's rows (k, v: f16 bits): the f32 entry's bits on the widened values.
-void AttendRange(const KernelConfig& cfg, const float* q, const uint16_t* k, const uint16_t* v,
-                 int64_t len, int64_t stride, int64_t hd, float scale, float* scores,
-                 AttendPartial* part);
+
+// An f16 KV cache stores its keys in tiles of kKvTile positions, [head_dim][kKvTile] each, so
+// that decode computes a tile's scores as vectors (no sum across lanes per key); values stay rows.
+inline constexpr int64_t kKvTile = 16;
+
+// AttendRange for `heads` query heads (q + h * hd) sharing one KV head of an f16 cache, over keys
+// [0, len) of a range that starts on a tile: kt its first K tile (tiles tile_stride halves apart),
+// v its first V row (rows of hd). parts[h] as AttendRange's; scores: room for heads rows of
+// score_stride >= len rounded up to kKvTile floats. The same softmax-weighted sums, in another
+// order of the dot products' terms than AttendRange's.
+void AttendTilesF16(const KernelConfig& cfg, const float* q, int64_t heads, const uint16_t* kt,
+                    int64_t tile_stride, const uint16_t* v, int64_t len, int64_t hd, float scale,
+                    float* scores, int64_t score_stride, AttendPartial* parts);
 
 // out[0, hd) = the softmax-weighted sum over the union of the ranges, merged in order.
 void MergeAttend(const AttendPartial* parts, int64_t count, int64_t hd, float* out);

@@ -82,9 +82,16 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
     int64_t cap = kv.cap;
     if (kv.f16()) {
       const int64_t rows = c.n_head_kv * total;
-      s->kv32.resize(static_cast<size_t>(2 * rows * hd));
+      s->kv32.resize(static_cast<size_t>(2 * rows * hd + hd * cpu::kKvTile));
+      float* tile = s->kv32.data() + 2 * rows * hd;  // one K tile widened, [hd][kKvTile]
       for (int64_t g = 0; g < c.n_head_kv; ++g) {
-        cpu::LoadF16(cfg, kv.k16 + g * kv.cap * hd, total * hd, s->kv32.data() + g * total * hd);
+        float* kr = s->kv32.data() + g * total * hd;
+        for (int64_t j0 = 0; j0 < total; j0 += cpu::kKvTile) {
+          cpu::LoadF16(cfg, kv.k16 + g * kv.cap * hd + j0 * hd, hd * cpu::kKvTile, tile);
+          for (int64_t j = j0; j < std::min(total, j0 + cpu::kKvTile); ++j) {
+            for (int64_t e = 0; e < hd; ++e) kr[j * hd + e] = tile[e * cpu::kKvTile + j - j0];
+          }
+        }
         cpu::LoadF16(cfg, kv.v16 + g * kv.cap * hd, total * hd,
                      s->kv32.data() + (rows + g * total) * hd);
       }
@@ -129,11 +136,13 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
   // head over its keys, so the KV rows come from memory once and from cache for the next heads;
   // key ranges (a count fixed by the context length, never by the thread count) balance the
   // threads, and the partials of each query head merge in range order.
+  // (An f16 cache's ranges start on its K tiles.)
   const int64_t ranges = std::clamp<int64_t>(total / 128, 1, 8);
-  const int64_t chunk = CeilDiv(total, ranges);
+  const int64_t chunk = kv.f16() ? CeilDiv(CeilDiv(total, ranges), cpu::kKvTile) * cpu::kKvTile
+                                 : CeilDiv(total, ranges);
   const int64_t tasks = c.n_head_kv * ranges;
   const auto stride = static_cast<size_t>(hd + 1);
-  s->scores.resize(static_cast<size_t>(tasks) * static_cast<size_t>(chunk));
+  s->scores.resize(static_cast<size_t>(tasks * group) * static_cast<size_t>(chunk));
   s->attn_part.resize(static_cast<size_t>(tasks * group * n) * stride);
   std::vector<cpu::AttendPartial> parts(static_cast<size_t>(tasks * group * n));
   for (size_t p = 0; p < parts.size(); ++p) parts[p].out = s->attn_part.data() + p * stride;
@@ -141,20 +150,19 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
     const int64_t g = t / ranges, r = t % ranges;
     const int64_t j0 = r * chunk;
     const int64_t row = (g * kv.cap + j0) * hd;
-    float* sc = s->scores.data() + t * chunk;
-    for (int64_t hh = 0; hh < group; ++hh) {
-      const int64_t h = g * group + hh;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t len = std::clamp<int64_t>(pos0 + i + 1 - j0, 0, chunk);
-        cpu::AttendPartial* part = &parts[static_cast<size_t>((t * group + hh) * n + i)];
-        // An f16 cache is widened in registers as it is read: half the bytes of an f32 one.
-        if (kv.f16()) {
-          cpu::AttendRange(cfg, q + i * d + h * hd, kv.k16 + row, kv.v16 + row, len, hd, hd,
-                           scale, sc, part);
-        } else {
-          cpu::AttendRange(cfg, q + i * d + h * hd, kv.k + row, kv.v + row, len, hd, hd, scale,
-                           sc, part);
-        }
+    float* sc = s->scores.data() + t * group * chunk;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t len = std::clamp<int64_t>(pos0 + i + 1 - j0, 0, chunk);
+      cpu::AttendPartial* part = &parts[static_cast<size_t>((t * n + i) * group)];
+      if (kv.f16()) {
+        // The group's heads at once, on K tiles widened in registers: half an f32 cache's bytes.
+        cpu::AttendTilesF16(cfg, q + i * d + g * group * hd, group, kv.k16 + row,
+                            hd * cpu::kKvTile, kv.v16 + row, len, hd, scale, sc, chunk, part);
+        continue;
+      }
+      for (int64_t hh = 0; hh < group; ++hh) {
+        cpu::AttendRange(cfg, q + i * d + (g * group + hh) * hd, kv.k + row, kv.v + row, len, hd,
+                         hd, scale, sc, part + hh);
       }
     }
   };
@@ -168,7 +176,7 @@ void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, co
     const int64_t g = h / group, hh = h % group;
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t r = 0; r < ranges; ++r) {
-        row[static_cast<size_t>(r)] = parts[static_cast<size_t>(((g * ranges + r) * group + hh) * n + i)];
+        row[static_cast<size_t>(r)] = parts[static_cast<size_t>(((g * ranges + r) * n + i) * group + hh)];
       }
       cpu::MergeAttend(row.data(), ranges, hd, out + i * d + h * hd);
     }
@@ -348,9 +356,16 @@ void SequenceAttention(const LlamaConfig& c, const LlamaBlock& b, float* q, floa
   Rope(k, n, c.n_head_kv, hd, c.rope_dim, *s);
   for (int64_t g = 0; g < c.n_head_kv; ++g) {
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = (g * kv.cap + pos0 + i) * hd;
+      const int64_t pos = pos0 + i, row = (g * kv.cap + pos) * hd;
       if (kv.f16()) {
-        cpu::StoreF16(cfg, k + i * kvd + g * hd, hd, kv.k16 + row);
+        // K into lane pos % kKvTile of its tile, [hd][kKvTile] (cpu::AttendTilesF16).
+        uint16_t kh[512];
+        for (int64_t e0 = 0; e0 < hd; e0 += 512) {
+          const int64_t m = std::min<int64_t>(512, hd - e0);
+          cpu::StoreF16(cfg, k + i * kvd + g * hd + e0, m, kh);
+          uint16_t* tile = kv.k16 + (g * kv.cap + pos / cpu::kKvTile * cpu::kKvTile) * hd;
+          for (int64_t e = 0; e < m; ++e) tile[(e0 + e) * cpu::kKvTile + pos % cpu::kKvTile] = kh[e];
+        }
         cpu::StoreF16(cfg, v + i * kvd + g * hd, hd, kv.v16 + row);
       } else {
         std::memcpy(kv.k + row, k + i * kvd + g * hd, sizeof(float) * hd);
@@ -404,7 +419,7 @@ KvLayer CacheLayer(KvCache* cache, int64_t layer) {
   kv.v = cache->v(layer);
   kv.k16 = cache->k16(layer);
   kv.v16 = cache->v16(layer);
-  kv.cap = cache->capacity();
+  kv.cap = cache->rows();
   return kv;
 }
 
@@ -543,9 +558,11 @@ Result<KvCache> KvCache::Create(const LlamaConfig& c, int64_t capacity, DType dt
   }
   KvCache kv;
   kv.capacity_ = capacity;
-  kv.layer_stride_ = per_layer;
   kv.dtype_ = dtype;
-  const auto size = static_cast<size_t>(per_layer * c.n_layer);
+  // An f16 cache's rows per KV head: whole K tiles (cpu::kKvTile positions each).
+  kv.rows_ = dtype == DType::kF16 ? CeilDiv(capacity, cpu::kKvTile) * cpu::kKvTile : capacity;
+  kv.layer_stride_ = kv.rows_ * c.kv_dim();
+  const auto size = static_cast<size_t>(kv.layer_stride_ * c.n_layer);
   if (dtype == DType::kF16) {
     kv.k16_.assign(size, 0);
     kv.v16_.assign(size, 0);

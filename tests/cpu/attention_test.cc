@@ -114,40 +114,72 @@ TEST(AttentionTest, F16CacheRowsRoundAsF32ToF16OnEveryTarget) {
   EXPECT_GE(targets, 2);
 }
 
-// Decode attention over an f16 cache gives, bit for bit, what the f32 entry gives on the same
-// values widened: the f16 rows are read as exactly those values, in the same order of sums.
-TEST(AttentionTest, F16RowsGiveTheF32BitsOfTheWidenedValues) {
+// Decode attention over an f16 cache (keys in tiles of kKvTile positions, values in rows) for
+// 1 to 5 query heads sharing the KV head, against a double-precision softmax on the f16 values:
+// every compiled target, a range ending inside a tile, a single key, none.
+TEST(AttentionTest, F16TilesGiveTheSoftmaxWeightedSumOfEveryHead) {
   for (int64_t hd : {64, 5, 48}) {
-    const int64_t len = 300, stride = 3 * hd + 2;
-    const std::vector<float> q = RandomVector(hd, 11);
-    const std::vector<float> k0 = RandomVector(len * stride, 12), v0 = RandomVector(len * stride, 13);
-    std::vector<uint16_t> k16(k0.size()), v16(v0.size());
-    std::vector<float> k(k0.size()), v(v0.size());
-    for (size_t i = 0; i < k0.size(); ++i) {
-      k16[i] = F32ToF16(4.0f * k0[i]);
-      v16[i] = F32ToF16(v0[i]);
-      k[i] = F16ToF32(k16[i]);
-      v[i] = F16ToF32(v16[i]);
+    const int64_t cap = 320;  // whole tiles
+    std::vector<uint16_t> kt(cap * hd), v16(cap * hd);
+    std::vector<double> kd(cap * hd), vd(cap * hd);  // the f16 values, [position][hd]
+    const std::vector<float> k0 = RandomVector(cap * hd, 12), v0 = RandomVector(cap * hd, 13);
+    for (int64_t j = 0; j < cap; ++j) {
+      for (int64_t e = 0; e < hd; ++e) {
+        const uint16_t kh = F32ToF16(4.0f * k0[j * hd + e]);  // peaked scores
+        kt[(j / cpu::kKvTile * hd + e) * cpu::kKvTile + j % cpu::kKvTile] = kh;
+        kd[j * hd + e] = F16ToF32(kh);
+        v16[j * hd + e] = F32ToF16(v0[j * hd + e]);
+        vd[j * hd + e] = F16ToF32(v16[j * hd + e]);
+      }
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    testing_cpu::ForEachTarget([&](const std::string& target) {
-      for (int64_t len_r : {len, int64_t{1}, int64_t{0}}) {
-        std::vector<float> s32(len), s16(len), o32(hd, 1.0f), o16(hd, 2.0f);
-        cpu::AttendPartial p32, p16;
-        p32.out = o32.data();
-        p16.out = o16.data();
-        cpu::AttendRange(testing_cpu::Cfg(), q.data(), k.data(), v.data(), len_r, stride, hd,
-                         scale, s32.data(), &p32);
-        cpu::AttendRange(testing_cpu::Cfg(), q.data(), k16.data(), v16.data(), len_r, stride, hd,
-                         scale, s16.data(), &p16);
-        ASSERT_EQ(std::bit_cast<uint32_t>(p16.max), std::bit_cast<uint32_t>(p32.max)) << target;
-        ASSERT_EQ(p16.sum, p32.sum) << target << " hd=" << hd << " len=" << len_r;
-        for (int64_t e = 0; e < hd; ++e) {
-          ASSERT_EQ(std::bit_cast<uint32_t>(o16[e]), std::bit_cast<uint32_t>(o32[e]))
-              << target << " hd=" << hd << " len=" << len_r << " e=" << e;
+    for (int64_t heads : {1, 3, 5}) {
+      const std::vector<float> q = RandomVector(heads * hd, 11 + heads);
+      for (int64_t len : {int64_t{300}, int64_t{17}, int64_t{1}, int64_t{0}}) {
+        // Reference: per head, exp(s - max) and the unnormalized weighted sum, in double.
+        std::vector<double> want(heads * hd, 0.0), want_sum(heads, 0.0), want_max(heads, -INFINITY);
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<double> sd(len);
+          for (int64_t j = 0; j < len; ++j) {
+            double d = 0.0;
+            for (int64_t e = 0; e < hd; ++e) d += double(q[h * hd + e]) * kd[j * hd + e];
+            sd[j] = d * scale;
+            want_max[h] = std::max(want_max[h], sd[j]);
+          }
+          for (int64_t j = 0; j < len; ++j) {
+            const double w = std::exp(sd[j] - want_max[h]);
+            want_sum[h] += w;
+            for (int64_t e = 0; e < hd; ++e) want[h * hd + e] += w * vd[j * hd + e];
+          }
         }
+        testing_cpu::ForEachTarget([&](const std::string& target) {
+          const int64_t stride = 320;
+          std::vector<float> scores(heads * stride), outs(heads * hd, 7.0f);
+          std::vector<cpu::AttendPartial> parts(heads);
+          for (int64_t h = 0; h < heads; ++h) parts[h].out = outs.data() + h * hd;
+          cpu::AttendTilesF16(testing_cpu::Cfg(), q.data(), heads, kt.data(), hd * cpu::kKvTile,
+                              v16.data(), len, hd, scale, scores.data(), stride, parts.data());
+          for (int64_t h = 0; h < heads; ++h) {
+            const std::string at = target + " hd=" + std::to_string(hd) + " heads=" +
+                                   std::to_string(heads) + " len=" + std::to_string(len) +
+                                   " h=" + std::to_string(h);
+            ASSERT_EQ(parts[h].sum == 0.0, len == 0) << at;
+            if (len == 0) {
+              for (int64_t e = 0; e < hd; ++e) ASSERT_EQ(outs[h * hd + e], 0.0f) << at;
+              continue;
+            }
+            // Scores |s| <= ~30 to a few f32 ulps: the max to ~1e-5, the weights relative ~1e-5,
+            // and each output a sum of |v| <= 1 values divided by the sum of the weights.
+            ASSERT_NEAR(parts[h].max, want_max[h], 1e-4) << at;
+            ASSERT_NEAR(parts[h].sum / want_sum[h], std::exp(want_max[h] - parts[h].max), 2e-5) << at;
+            for (int64_t e = 0; e < hd; ++e) {
+              ASSERT_NEAR(outs[h * hd + e] / parts[h].sum, want[h * hd + e] / want_sum[h], 2e-5)
+                  << at << " e=" << e;
+            }
+          }
+        });
       }
-    });
+    }
   }
 }
 
