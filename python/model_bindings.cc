@@ -39,6 +39,10 @@ bool Int8Activations(const Model& model) {
   return model.m.weights().output.config().int8_activations;
 }
 
+std::string KvCacheValues(const Model& model) {
+  return model.m.weights().output.config().kv_f16 ? "f16" : "f32";
+}
+
 // Runs f() (returning Status or Result<T>) with the GIL released and the model's lock held; raises
 // its error with the GIL held again.
 template <typename F>
@@ -58,7 +62,7 @@ auto Locked(const Model& model, F&& f) {
 }
 
 Model Load(const std::string& path, int threads, const std::string& gguf_values,
-           bool int8_activations) {
+           bool int8_activations, const std::string& kv_cache) {
   LoadOptions opt;
   if (gguf_values == "as-stored") {
     opt.gguf_values = GgufValues::kAsStored;
@@ -71,6 +75,10 @@ Model Load(const std::string& path, int threads, const std::string& gguf_values,
   // (as the command line's global --int8-activations sets it on the run's config).
   KernelConfig cfg = Config("");
   cfg.int8_activations = int8_activations;
+  if (kv_cache != "f32" && kv_cache != "f16") {
+    Raise(InvalidInput("kv_cache must be 'f32' or 'f16', not '" + kv_cache + "'"));
+  }
+  cfg.kv_f16 = kv_cache == "f16";
   Result<LlamaModel> r = Status();
   {
     nb::gil_scoped_release release;
@@ -105,6 +113,7 @@ nb::dict Eval(const Model& model, const std::string& text, int64_t ctx, int64_t 
   d["attention_isa"] = model.m.attention_target();
   d["step"] = step;
   d["int8_activations"] = Int8Activations(model);
+  d["kv_cache"] = KvCacheValues(model);
   return d;
 }
 
@@ -421,7 +430,7 @@ std::string PruneModel(const std::string& path, const std::string& calib_text,
 void BindModel(nb::module_& mod) {
   nb::class_<Model>(mod, "_Model")
       .def_static("load", &Load, nb::arg("path"), nb::arg("threads"), nb::arg("gguf_values"),
-                  nb::arg("int8_activations"))
+                  nb::arg("int8_activations"), nb::arg("kv_cache"))
       .def("eval", &Eval, nb::arg("text"), nb::arg("ctx"), nb::arg("max_tokens"), nb::arg("step"))
       .def("generate", &GenerateText, nb::arg("prompt"), nb::arg("max_new"),
            nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"), nb::arg("seed"),
@@ -442,6 +451,7 @@ void BindModel(nb::module_& mod) {
       .def("save", &Save, nb::arg("path"), nb::arg("values").none() = nb::none())
       .def("layer", &FindLayer, nb::arg("name"), nb::keep_alive<0, 1>())
       .def_prop_ro("int8_activations", &Int8Activations)
+      .def_prop_ro("kv_cache", &KvCacheValues)
       .def_prop_ro("layers", &Layers)
       .def_prop_ro("config", &ConfigDict)
       .def_prop_ro("source", [](const Model& m) { return m.m.source(); })

@@ -435,6 +435,12 @@ class Model:
         :func:`load`)."""
         return self._m.int8_activations
 
+    @property
+    def kv_cache(self) -> str:
+        """The values of the KV cache eval, generate, logits and bench run on: "f32" or "f16"
+        (see :func:`load`)."""
+        return self._m.kv_cache
+
     def layer(self, name: str) -> SparseMatrix:
         """The linear layer ``name`` (a key of :attr:`layers`, e.g. "blk.0.attn_q.weight") as a
         :class:`SparseMatrix` ``[m, k]`` that shares the model's packed weight (no copy; it keeps
@@ -508,6 +514,7 @@ class Model:
             "runtime": "sparq",
             # As the command: "int8" with int8_activations (its decode rounds X where it can).
             "activations": "int8" if self._m.int8_activations else "f32",
+            "kv_cache": self._m.kv_cache,
             "decode_tok_s": dec,
             "prefill_tok_s": pre,
             "weight_bytes": self._m.weight_bytes,
@@ -544,7 +551,8 @@ class Model:
 
 
 def load(path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None,
-         gguf_values: str = "as-stored", int8_activations: bool = False) -> Model:
+         gguf_values: str = "as-stored", int8_activations: bool = False,
+         kv_cache: str = "f32") -> Model:
     """Loads a model: a .gguf file, a .sparq checkpoint or a Hugging Face Llama folder.
 
     threads: None uses every hardware thread. gguf_values: "as-stored" (the command line's
@@ -556,13 +564,15 @@ def load(path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None,
     :func:`supported_isas`) and on AVX2: up to 2-4x the speed at ~0.5% relative error per
     product. Elsewhere, and for prefill, it changes nothing; off, every product has the f32
     product's bits.
+    kv_cache: the command line's ``--kv-cache``: "f32", or "f16" (keys and values rounded to f16
+    as they are written, as llama.cpp's default cache: half the bytes decode attention reads).
     A missing file raises OSError, a malformed one ValueError, with the command line's message.
     """
     path = os.fspath(path)
     if not isinstance(int8_activations, (bool, np.bool_)):
         raise ValueError(f"int8_activations must be a bool, got {int8_activations!r}")
-    return Model(_sparq._Model.load(path, _threads(threads), gguf_values, bool(int8_activations)),
-                 path)
+    return Model(_sparq._Model.load(path, _threads(threads), gguf_values, bool(int8_activations),
+                                    str(kv_cache)), path)
 
 
 def prune_model(
@@ -598,12 +608,12 @@ def prune_model(
     applies (int8 / int4 ``values``, ``quant_method="gptq"``, no ``permute``, SparseGPT or
     ``pattern="dense"``), True insists (ValueError where it cannot run), False turns it off).
     Returns the pruned model, loaded with the same threads (and a Model argument's
-    ``int8_activations``); its ``prune_report`` is the command's JSON report.
+    ``int8_activations`` and ``kv_cache``); its ``prune_report`` is the command's JSON report.
     """
-    int8 = False
+    int8, kv_cache = False, "f32"
     if isinstance(model, Model):
         src = model.path
-        int8 = model.int8_activations
+        int8, kv_cache = model.int8_activations, model.kv_cache
         if threads is None:
             threads = model.threads
     else:
@@ -623,5 +633,6 @@ def prune_model(
         -1 if blocks is None else operator.index(blocks), float(damp), operator.index(seed),
         include or "", bool(permute), None if act_order is None else bool(act_order), n,
         operator.index(embedding_int8_rows))
-    pruned = Model(_sparq._Model.load(out, n, "as-stored", int8), out, tmpdir, json.loads(report))
+    pruned = Model(_sparq._Model.load(out, n, "as-stored", int8, kv_cache), out, tmpdir,
+                   json.loads(report))
     return pruned

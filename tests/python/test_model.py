@@ -77,6 +77,15 @@ def test_eval_equals_the_cli(model, tiny_model_dir, text_file, sparq_cli):
         assert got["perplexity"] == ref["perplexity"]
         for key in ("tokens", "ctx", "windows", "threads", "isa", "attention_isa"):
             assert got[key] == ref[key], key
+    # With an f16 KV cache, as `sparq --kv-cache f16 eval`.
+    f16 = sparq.load(tiny_model_dir, threads=THREADS, kv_cache="f16")
+    assert f16.kv_cache == "f16" and model.kv_cache == "f32"
+    ref = json.loads(run_cli(sparq_cli, "--kv-cache", "f16", "eval", tiny_model_dir, "--text",
+                             text_file, "--ctx", 128, "--threads", THREADS, "--json"))
+    got = f16.eval(pathlib.Path(text_file), ctx=128)
+    assert got["perplexity"] == ref["perplexity"] and got["kv_cache"] == ref["kv_cache"] == "f16"
+    with pytest.raises(ValueError, match="kv_cache"):
+        sparq.load(tiny_model_dir, kv_cache="bf16")
     # The text itself (a str) is the same as its file.
     text = pathlib.Path(text_file).read_bytes().decode()
     assert model.eval(text, ctx=128)["perplexity"] == model.eval(pathlib.Path(text_file),
@@ -159,7 +168,8 @@ def test_bench_gives_the_cli_row_keys(model, tiny_model_dir, sparq_cli):
                              "--json"))[0]
     row = model.bench(prompt=16, decode=4, repeats=2)
     assert set(row) == set(ref)
-    for key in ("model", "variant", "runtime", "activations", "weight_bytes", "block_linear_bytes",
+    for key in ("model", "variant", "runtime", "activations", "kv_cache", "weight_bytes",
+                "block_linear_bytes",
                 "weight_bytes_per_token", "values", "file_bytes", "bits_per_weight", "threads",
                 "prompt_tokens", "decode_tokens", "cpu_model", "isa", "perplexity"):
         assert row[key] == ref[key], key
