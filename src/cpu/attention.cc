@@ -261,19 +261,13 @@ void StoreF16T(const float* x, int64_t n, uint16_t* out) {
   }
 }
 
-// out[i] = x[i] widened to f32 (exact; vectors where F16C converts, else F16ToF32).
+// out[i] = x[i] widened to f32 (exact), as attention reads an f16 cache.
 void LoadF16T(const uint16_t* x, int64_t n, float* out) {
-  int64_t i = 0;
-#if HWY_TARGET <= HWY_AVX2
   const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  for (; i + L <= n; i += L) {
-    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(x + i))),
-               df, out + i);
-  }
-#endif
-  for (; i < n; ++i) out[i] = F16ToF32(x[i]);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(LoadKv(df, x + i), df, out + i);
+  for (; i < n; ++i) out[i] = KvValue(x[i]);
 }
 
 // The target this copy was compiled for (AttentionTarget).
