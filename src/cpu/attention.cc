@@ -122,6 +122,7 @@ template <int NH>
 void AttendTilesF16(const float* q, const uint16_t* kt, int64_t tile_stride, const uint16_t* v,
                     int64_t len, int64_t hd, float scale, float* scores, int64_t score_stride,
                     AttendPartial* parts) {
+  static_assert(HWY_MAX_BYTES / sizeof(float) <= kKvTile, "a tile holds whole vectors");
   const hn::ScalableTag<float> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   const int64_t tiles = (len + kKvTile - 1) / kKvTile;
@@ -152,14 +153,12 @@ void AttendTilesF16(const float* q, const uint16_t* kt, int64_t tile_stride, con
       }
     }
   }
-  double sums[NH];
   for (int h = 0; h < NH; ++h) {
     float* sc = scores + h * score_stride;
     float mx = -INFINITY;
     for (int64_t j = 0; j < len; ++j) mx = std::max(mx, sc[j]);
-    sums[h] = ExpMinusMaxSum(df, sc, len, mx);
+    parts[h].sum = ExpMinusMaxSum(df, sc, len, mx);
     parts[h].max = mx;
-    parts[h].sum = sums[h];
   }
   // out_h = sum_j e_hj v_j: each V vector widened once for the NH heads, up to kVecs vectors of
   // the head at a time per head in registers.

@@ -67,8 +67,8 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rope_dim, cons
 }
 
 // Causal grouped-query attention. q [n, n_head*hd], kv: the layer's cache, [n_head_kv][cap][hd]
-// in f32 or f16 (each KV head's rows contiguous, T = pos0 + n of them filled), out [n, n_head*hd]. cfg: the target of the
-// vectorized parts (the block's linear layers' own).
+// in f32 or f16 (each KV head's rows contiguous, T = pos0 + n of them filled), out
+// [n, n_head*hd]. cfg: the target of the vectorized parts (the block's linear layers' own).
 void Attention(const LlamaConfig& c, const KernelConfig& cfg, const float* q, const KvLayer& kv,
                int64_t n, int64_t pos0, float* out, BlockScratch* s, ThreadPool* pool) {
   const int64_t hd = c.head_dim(), nh = c.n_head, d = c.n_embd;
