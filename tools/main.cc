@@ -48,9 +48,9 @@ std::string MaxIsaArg(int argc, char** argv) {
 }
 
 // Index of the command word (`bench`, `prune`, ...): the first argument that is not one of the
-// options before it (`--int8-activations`, `--max-isa X`, `--kv-cache T`), so that checks made before CLI11 parses
-// (the peers' spins of `bench kernels`, `sparq bench MODEL`) see `sparq --int8-activations bench
-// kernels` as they see `sparq bench kernels`. argc when there is none.
+// options before it (`--int8-activations`, `--max-isa X`, `--kv-cache T`), so that checks made
+// before CLI11 parses (the peers' spins of `bench kernels`, `sparq bench MODEL`) see `sparq
+// --int8-activations bench kernels` as they see `sparq bench kernels`. argc when there is none.
 int CommandIndex(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

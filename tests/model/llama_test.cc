@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "model/model_testutil.h"
@@ -475,6 +476,28 @@ TEST(LlamaBlockTest, PrefillRestoresTheOpenBlasThreadCount) {
     EXPECT_EQ(openblas_get_num_threads(), want) << "set to " << count << " before the block";
   }
   openblas_set_num_threads(saved);
+}
+
+// Argmax against the one-pass scan it replaced (the first strictly larger logit wins): ties, a
+// maximum in the tail past the 16-lane part, NaNs (never chosen; a NaN first logit gives 0),
+// signed zeros, lengths 0 to 40.
+TEST(ArgmaxTest, MatchesTheOnePassScan) {
+  auto scan = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i) {
+      if (v[i] > v[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  };
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> pick(0, 6);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float values[] = {-1.0f, 0.0f, -0.0f, 2.0f, 2.0f, nan, 3.0f};
+  for (int trial = 0; trial < 4000; ++trial) {
+    std::vector<float> v(static_cast<size_t>(trial % 41));
+    for (float& x : v) x = values[pick(rng)];
+    EXPECT_EQ(Argmax(v), v.empty() ? 0 : scan(v)) << "trial " << trial;
+  }
 }
 
 TEST(LlamaConfigTest, ValidateNamesTheProblem) {
