@@ -64,13 +64,10 @@ Status ValidateCsrQuant(const CsrMatrix& s, const std::string& name) {
   SPARQ_RETURN_IF_ERROR(ValidateGroupParams(s.quant, s.rows, qg, name, false));
   const int lo = MinCode(spec), hi = MaxCode(spec);
   const uint8_t* codes = s.values.data_as<uint8_t>();
-  for (int64_t p = 0; p < nnz; ++p) {
-    const int q = CodeAt(codes, spec.dtype, p);
-    if (q < lo || q > hi) {
-      return InvalidInput(name + ".values: value " + std::to_string(p) + " has code " +
-                          std::to_string(q) + ", outside " + spec.Name() + "'s " +
-                          std::to_string(lo) + ".." + std::to_string(hi));
-    }
+  if (const int64_t p = FirstCodeOutside(codes, spec.dtype, nnz, lo, hi); p >= 0) {
+    return InvalidInput(name + ".values: value " + std::to_string(p) + " has code " +
+                        std::to_string(CodeAt(codes, spec.dtype, p)) + ", outside " + spec.Name() +
+                        "'s " + std::to_string(lo) + ".." + std::to_string(hi));
   }
   // int4 with an odd count: the unused high nibble of the last byte must be 0, so equal matrices
   // have equal bytes.

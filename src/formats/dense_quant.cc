@@ -45,13 +45,11 @@ Status ValidateDenseQuant(const DenseMatrix& s, const std::string& name) {
   const uint8_t* codes = s.values.data_as<uint8_t>();
   for (int64_t r = 0; r < s.rows; ++r) {
     const uint8_t* row = codes + r * row_bytes;
-    for (int64_t j = 0; j < s.cols; ++j) {
-      const int q = CodeAt(row, spec.dtype, j);
-      if (q < lo || q > hi) {
-        return InvalidInput(name + ".values: row " + std::to_string(r) + " column " +
-                            std::to_string(j) + " has code " + std::to_string(q) + ", outside " +
-                            spec.Name() + "'s " + std::to_string(lo) + ".." + std::to_string(hi));
-      }
+    if (const int64_t j = FirstCodeOutside(row, spec.dtype, s.cols, lo, hi); j >= 0) {
+      return InvalidInput(name + ".values: row " + std::to_string(r) + " column " +
+                          std::to_string(j) + " has code " +
+                          std::to_string(CodeAt(row, spec.dtype, j)) + ", outside " + spec.Name() +
+                          "'s " + std::to_string(lo) + ".." + std::to_string(hi));
     }
     // int4 rows of odd length: the unused high nibble of the last byte must be 0, so equal
     // matrices have equal bytes.

@@ -104,6 +104,37 @@ inline int64_t CodeRowBytes(const ValueSpec& spec, int64_t per_row) {
   return spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
 }
 
+// The first of a row's `count` codes (int8: signed bytes; int4: nibbles, low first) outside
+// [lo, hi], or -1. Whole-row passes the compiler vectorizes, and none where every int4 code is
+// legal: this runs on every load, over every stored weight.
+inline int64_t FirstCodeOutside(const uint8_t* row, DType dtype, int64_t count, int lo, int hi) {
+  if (dtype == DType::kI8) {
+    bool bad = false;
+    for (int64_t j = 0; j < count; ++j) {
+      const int q = static_cast<int8_t>(row[j]);
+      bad |= q < lo || q > hi;
+    }
+    if (!bad) return -1;
+    for (int64_t j = 0; j < count; ++j) {
+      const int q = static_cast<int8_t>(row[j]);
+      if (q < lo || q > hi) return j;
+    }
+    return -1;
+  }
+  if (lo <= 0 && hi >= 15) return -1;
+  bool bad = false;
+  for (int64_t b = 0; b < count / 2; ++b) {
+    const int q0 = row[b] & 0x0F, q1 = row[b] >> 4;
+    bad |= q0 < lo || q0 > hi || q1 < lo || q1 > hi;
+  }
+  if (!bad && count % 2 == 0) return -1;
+  for (int64_t j = bad ? 0 : count - 1; j < count; ++j) {
+    const int q = (row[j / 2] >> (j % 2 ? 4 : 0)) & 0x0F;
+    if (q < lo || q > hi) return j;
+  }
+  return -1;
+}
+
 // Codes and parameters of `rows` rows of `per_row` f32 values (row-major) in groups of spec.group
 // values of a row (the last group may be short): round to nearest, or the parameters of `fitted`
 // (rows * groups entries, e.g. GPTQ's) with each value's nearest code. Shared by the N:M (kept

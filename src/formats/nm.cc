@@ -65,10 +65,9 @@ Status NmMatrix::Validate(const std::string& name) const {
   const NmLayout l = MakeNmLayout(rows, cols, 1, n, m);
   if (quant.quantized()) {
     SPARQ_RETURN_IF_ERROR(ValidateQuantParts(*this, name));
-    // Codes are checked by ValidateQuantParts; the indices are checked on the dequantized values
-    // (padding slots as 0: their codes stand for nothing).
-    const Tensor v = StoredValuesF32();
-    return ValidateNmIndices<F32Codec>(v.data_as<float>(), meta.data_as<uint8_t>(), l, name);
+    // Codes are checked by ValidateQuantParts; the indices need no values (padding slots' codes
+    // stand for nothing).
+    return ValidateNmIndices<F32Codec>(nullptr, meta.data_as<uint8_t>(), l, name);
   }
   SPARQ_RETURN_IF_ERROR(ValidateNmParts(values, meta, l, name));
   return DispatchValue(values.dtype(), [&](auto codec) {

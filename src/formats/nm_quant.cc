@@ -39,13 +39,12 @@ Status ValidateQuantParts(const NmMatrix& s, const std::string& name) {
   SPARQ_RETURN_IF_ERROR(ValidateGroupParams(s.quant, s.rows, qg, name, false));
   const int lo = MinCode(spec), hi = MaxCode(spec);
   for (int64_t r = 0; r < s.rows; ++r) {
-    for (int64_t j = 0; j < per_row; ++j) {
-      const int q = CodeAt(s, row_bytes, r, j);
-      if (q < lo || q > hi) {
-        return InvalidInput(name + ".values: row " + std::to_string(r) + " value " +
-                            std::to_string(j) + " has code " + std::to_string(q) + ", outside " +
-                            spec.Name() + "'s " + std::to_string(lo) + ".." + std::to_string(hi));
-      }
+    const uint8_t* row = s.values.data_as<uint8_t>() + r * row_bytes;
+    if (const int64_t j = FirstCodeOutside(row, spec.dtype, per_row, lo, hi); j >= 0) {
+      return InvalidInput(name + ".values: row " + std::to_string(r) + " value " +
+                          std::to_string(j) + " has code " +
+                          std::to_string(CodeAt(s, row_bytes, r, j)) + ", outside " + spec.Name() +
+                          "'s " + std::to_string(lo) + ".." + std::to_string(hi));
     }
     // int4 rows of odd length: the unused high nibble of the last byte must be 0.
     if (spec.dtype == DType::kI4 && per_row % 2 == 1 &&

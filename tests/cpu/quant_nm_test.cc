@@ -7,6 +7,7 @@
 #include <hwy/targets.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -164,6 +165,69 @@ QBuilt BuildQ(const QCase& c, int64_t m, int64_t k, uint64_t seed) {
   f.scales.clear();
   f.mins.clear();
   return b;
+}
+
+// A checkpoint's quantized N:M matrix packs straight from its stored indices and codes (no f32
+// twin): every value of the packed layout sits at the column the stored stream names (read here
+// bit by bit) and dequantizes to the stored value (NmMatrix::StoredValuesF32) bit for bit, for
+// index widths of 1-4 bits (m = 2, 4, 8, 16: streams copied whole, or index by index), rows and
+// tails of every length, and stream padding bits set (no lane's index).
+TEST(QuantNmTest, StoredCodesPackAtTheirStoredColumnsWithTheirStoredValues) {
+  const char* patterns[] = {"1:2", "2:4", "1:4", "4:8", "8:16", "4:16"};
+  const char* specs[] = {"int8:g32", "int4:g64", "int4:g128:sym"};
+  for (const char* pat : patterns) {
+    for (const char* sp : specs) {
+      for (const int64_t k : {int64_t{64}, int64_t{203}, int64_t{530}}) {
+        const Pattern p = *Pattern::Parse(pat);
+        const ValueSpec spec = *ValueSpec::Parse(sp);
+        const int64_t rows = 5;
+        const std::vector<float> w = QuantTestWeights(p, spec, rows, k, 7);
+        auto f = NmMatrix::FromDense(w, rows, k, p.n, p.m);
+        ASSERT_TRUE(f.ok()) << f.status().ToString();
+        auto q = NmMatrix::Quantize(*f, spec);
+        ASSERT_TRUE(q.ok()) << pat << " " << sp << ": " << q.status().ToString();
+        NmMatrix s = std::move(q).value();
+        const int bits = std::bit_width(unsigned(p.m - 1));
+        const int64_t per_row = s.groups() * p.n;
+        const int64_t row_bytes = s.meta.numel() / rows;
+        if (const int64_t used = per_row * bits; used % 8 != 0) {
+          for (int64_t r = 0; r < rows; ++r) {
+            s.meta.mutable_data_as<uint8_t>()[r * row_bytes + row_bytes - 1] |=
+                static_cast<uint8_t>(0xFF << (used % 8));
+          }
+        }
+        ASSERT_TRUE(s.Validate("w").ok());
+        const Tensor stored = s.StoredValuesF32();
+        cpu::PackOptions opt;
+        opt.values = spec;
+        auto packed = cpu::Pack(SparseMatrix(s), "w", opt);
+        ASSERT_TRUE(packed.ok()) << pat << " " << sp << ": " << packed.status().ToString();
+        const cpu::NmWeight& nm = packed->nm();
+        ASSERT_EQ(nm.spec.Name(), spec.Name());
+        const std::string what = std::string(pat) + " " + sp + " k " + std::to_string(k);
+        for (int64_t r = 0; r < rows; ++r) {
+          const uint8_t* mrow = s.meta.data_as<uint8_t>() + r * row_bytes;
+          for (int64_t j = 0; j < nm.chunks * cpu::kNmChunk; ++j) {
+            const int64_t col = nm.Col(r, j / cpu::kNmChunk, int(j % cpu::kNmChunk));
+            if (j >= per_row) {
+              EXPECT_GE(col, k) << what << ": padding lane " << j << " of row " << r;
+              continue;
+            }
+            int idx = 0;
+            for (int b = 0; b < bits; ++b) {
+              const int64_t bit = j * bits + b;
+              idx |= ((mrow[bit / 8] >> (bit % 8)) & 1) << b;
+            }
+            ASSERT_EQ(col, (j / p.n) * p.m + idx) << what << " row " << r << " value " << j;
+            if (col < k) {
+              EXPECT_EQ(Dequantized(nm, r, j), stored.data_as<float>()[r * per_row + j])
+                  << what << " row " << r << " value " << j;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(QuantNmTest, EveryQuantizedRowHasTheBitsOfF32OnTheDequantizedWeights) {

@@ -2,6 +2,8 @@
 // the tensor and the position.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -224,6 +226,82 @@ TEST(ValidateNm, IndexIntoPaddedTail) {
   Mut<float>(t.values)[3] = 1.0f;
   EXPECT_TRUE(FailsWith(t.Validate("w"), "index 1 = 1: points into the padded tail beyond cols "
                                          "= 5 with a nonzero value"));
+}
+
+// Validate reads whole bytes of the meta stream through a table where groups fill them (n * bits
+// = 1, 2, 4, 8 bits): against the rule written out here, index by index, every byte of a few
+// patterns' streams set to every value must pass or fail alike, and a failure name the first bad
+// group. Quantized codes too (their padding slots stand for nothing, so only indices decide).
+TEST(ValidateNm, EveryMetaByteAgreesWithTheRuleIndexByIndex) {
+  struct Case {
+    int n, m;
+    int64_t cols;
+  };
+  // 1:2 (1 bit, 8 groups a byte), 1:4 (2 bits, 4), 2:4 (2 groups), 1:16 (4 bits, 2), 4:8 (3 bits:
+  // no table), with tails of every kind (none, fewer than n real columns, n or more).
+  const Case cases[] = {{1, 2, 19}, {1, 4, 37}, {2, 4, 40}, {2, 4, 37}, {2, 4, 38},
+                        {1, 16, 70}, {4, 8, 45}, {2, 4, 5}};
+  for (const Case& c : cases) {
+    for (const bool quantized : {false, true}) {
+      const int64_t rows = 3;
+      // n of every m columns nonzero, at positions that move with the group and the row.
+      std::vector<float> w(size_t(rows * c.cols), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c0 = 0; c0 < c.cols; c0 += c.m) {
+          for (int j = 0; j < c.n; ++j) {
+            const int64_t col = c0 + (c0 / c.m + r + j * (c.m / c.n)) % c.m;
+            if (col < c.cols) w[size_t(r * c.cols + col)] = float(1 + (col + r) % 5);
+          }
+        }
+      }
+      auto made = NmMatrix::FromDense(w, rows, c.cols, c.n, c.m);
+      ASSERT_TRUE(made.ok()) << made.status().ToString();
+      NmMatrix base = *made;
+      if (quantized) base = *NmMatrix::Quantize(base, *ValueSpec::Parse("int4:g32"));
+      ASSERT_TRUE(base.Validate("w").ok());
+      const int bits = std::bit_width(unsigned(c.m - 1));
+      const int64_t groups = (c.cols + c.m - 1) / c.m;
+      const int64_t row_bytes = base.meta.numel() / rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < row_bytes; ++b) {
+          for (int v = 0; v < 256; ++v) {
+            NmMatrix s = base;
+            s.meta = Tensor::Alloc(DType::kU8, {rows, row_bytes});
+            std::memcpy(Mut<uint8_t>(s.meta), base.meta.data(), base.meta.nbytes());
+            uint8_t* row = Mut<uint8_t>(s.meta) + r * row_bytes;
+            row[b] = uint8_t(v);
+            // The rule: indices < m, strictly ascending in a group; one past cols only in a tail
+            // of fewer than n real columns, over a stored 0 (float values; codes: any).
+            int64_t bad_group = -1;
+            for (int64_t g = 0; g < groups && bad_group < 0; ++g) {
+              const int64_t real = std::min<int64_t>(c.m, c.cols - g * c.m);
+              int prev = -1;
+              for (int j = 0; j < c.n; ++j) {
+                int idx = 0;
+                for (int k = 0; k < bits; ++k) {
+                  const int64_t bit = (g * c.n + j) * bits + k;
+                  idx |= ((row[bit / 8] >> (bit % 8)) & 1) << k;
+                }
+                const bool pad_ok = idx < real || (real < c.n && (quantized ||
+                    s.values.data_as<float>()[r * groups * c.n + g * c.n + j] == 0.0f));
+                if (idx >= c.m || idx <= prev || !pad_ok) bad_group = g;
+                prev = idx;
+              }
+            }
+            const Status st = s.Validate("w");
+            ASSERT_EQ(st.ok(), bad_group < 0)
+                << c.n << ":" << c.m << " cols " << c.cols << (quantized ? " int4" : "") << " row "
+                << r << " byte " << b << " = " << v << ": " << st.ToString();
+            if (bad_group >= 0) {
+              const std::string want = "w.meta: row " + std::to_string(r) + ", group " +
+                                       std::to_string(bad_group) + " ";
+              EXPECT_TRUE(FailsWith(st, want)) << c.n << ":" << c.m << " byte " << b << " = " << v;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(ValidateNm, WrongBufferLengthsAndParams) {
