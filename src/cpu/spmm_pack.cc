@@ -196,8 +196,10 @@ bool UseMask(CsrLayout layout, double density) {
 }
 
 // kMask from validated CSR arrays (ascending columns < cols per row).
+// with_values false: the bits and row_ptr only, for stored codes that KeepMaskCodes puts beside
+// them (s.values are codes then, not numbers).
 Result<PackedWeight> PackMask(const CsrMatrix& s, const std::string& name, DType vt,
-                              PackedWeight pw) {
+                              PackedWeight pw, bool with_values = true) {
   const int64_t* rp = s.row_ptr.data_as<int64_t>();
   const int64_t nnz = rp[s.rows];
   MaskWeight& w = pw.layout.emplace<MaskWeight>();
@@ -206,7 +208,6 @@ Result<PackedWeight> PackMask(const CsrMatrix& s, const std::string& name, DType
   w.chunks = CeilDiv(s.cols, int64_t{kMaskChunk});
   w.value_dtype = vt;
   SPARQ_ASSIGN_OR_RETURN(w.bits, Tensor::TryAlloc(DType::kU16, {s.rows * w.chunks}, name + ".bits"));
-  SPARQ_ASSIGN_OR_RETURN(w.values, Tensor::TryAlloc(vt, {nnz + 2 * kMaskChunk}, name + ".values"));
   uint16_t* bits = w.bits.mutable_data_as<uint16_t>();
   std::fill(bits, bits + s.rows * w.chunks, uint16_t{0});
   w.row_ptr.assign(rp, rp + s.rows + 1);
@@ -216,6 +217,9 @@ Result<PackedWeight> PackMask(const CsrMatrix& s, const std::string& name, DType
       bits[r * w.chunks + c / kMaskChunk] |= uint16_t(1u << (c % kMaskChunk));
     }
   }
+  pw.stored = nnz;
+  if (!with_values) return pw;
+  SPARQ_ASSIGN_OR_RETURN(w.values, Tensor::TryAlloc(vt, {nnz + 2 * kMaskChunk}, name + ".values"));
   for (int64_t p = 0; p < nnz; ++p) StoreValue(w.values, p, s.values, p);
   for (int64_t p = nnz; p < nnz + 2 * kMaskChunk; ++p) {
     if (vt == DType::kBF16) {
@@ -303,15 +307,19 @@ Result<PackedWeight> PackCsrValues(const CsrMatrix& s, const std::string& name, 
     SPARQ_RETURN_IF_ERROR(s.Validate(name));
   }
   const CsrMatrix& q = s.quant.quantized() ? s : rounded;
+  const double all = static_cast<double>(q.rows) * static_cast<double>(q.cols);
+  const std::string why = MaskQuantDeclines(q.quant.spec);
+  if (why.empty() && UseMask(options.csr_layout, all > 0 ? static_cast<double>(q.nnz()) / all : 0.0)) {
+    // The codes run as they are beside the bits: no f32 twin (this runs on every load of a
+    // quantized bit-mask checkpoint, over every kept weight). q is valid (Validate or Quantize).
+    SPARQ_ASSIGN_OR_RETURN(pw, PackMask(q, name, DType::kF32, std::move(pw), false));
+    SPARQ_RETURN_IF_ERROR(KeepMaskCodes(pw, q, name));
+    return pw;
+  }
   CsrMatrix twin;
   twin.rows = q.rows, twin.cols = q.cols, twin.row_ptr = q.row_ptr, twin.col_idx = q.col_idx;
   twin.values = q.StoredValuesF32();
   SPARQ_ASSIGN_OR_RETURN(pw, PackCsr(twin, name, std::move(pw), options.csr_layout));
-  const std::string why = MaskQuantDeclines(q.quant.spec);
-  if (pw.kind() == PackedKind::kMask && why.empty()) {
-    SPARQ_RETURN_IF_ERROR(KeepMaskCodes(pw, q, name));
-    return pw;
-  }
   pw.source = "csr " + q.quant.spec.Name() + " dequantized" +
               (pw.kind() == PackedKind::kMask ? " (" + why + ")" : std::string()) + ", " + pw.source;
   return pw;
