@@ -196,10 +196,15 @@ Status LinearBackwardWeightMasked(std::span<const float> dy, std::span<const flo
   // Sparse masks in row-major order: only the kept dot products (cpu::MaskedWeightGrad). Denser
   // ones: the dense dY^T X, then the kept entries, which stays faster down to ~20% kept (`sparq
   // bench grad`, 4096 x 4096, 512 tokens, Emerald Rapids VM: the SDDMM at 80% sparse ~1.0x the
-  // dense dW, 90% ~2x, 2:4 and 50% 0.5-0.7x; docs/measurements/xeon-backward-grad-2026-12-06.md).
-  if (static_cast<double>(kept.size()) <= kSddmmMaxDensity * static_cast<double>(m * k) &&
-      std::adjacent_find(kept.begin(), kept.end(), std::greater_equal<int64_t>()) == kept.end()) {
-    return cpu::MaskedWeightGrad(dy, x, n, k, m, kept, dw_kept, pool, MachineKernelConfig());
+  // dense dW, 90% ~2x, 2:4 and 50% 0.5-0.7x; docs/measurements/xeon-backward-grad-2026-12-06.md),
+  // except N:M masks the windowed SDDMM takes (2:4 about even with the dense dW and its gather,
+  // without their m x k buffer; 1:4 1.9x: docs/measurements/zen5-windowed-sddmm-2026-12-07.md).
+  const KernelConfig& cfg = MachineKernelConfig();
+  const bool ascending =
+      std::adjacent_find(kept.begin(), kept.end(), std::greater_equal<int64_t>()) == kept.end();
+  if (ascending && (static_cast<double>(kept.size()) <= kSddmmMaxDensity * static_cast<double>(m * k) ||
+                    cpu::MaskedWeightGradWindowed(k, m, kept, cfg))) {
+    return cpu::MaskedWeightGrad(dy, x, n, k, m, kept, dw_kept, pool, cfg);
   }
   // (Not zero-filled: beta = 0 writes every entry.)
   const std::unique_ptr<float[]> dense(new float[static_cast<size_t>(m * k)]);

@@ -125,6 +125,70 @@ TEST(SddmmTest, LayerShapeTwoFour) {
   std::printf("worst error / bound: %.3g\n", worst);
 }
 
+// Exact N:M masks (every row keeps nk of every mk columns) on shapes whose rows and columns fill
+// the targets' vectors: the windowed form (sddmm.cc: lanes are rows, a table lookup per kept
+// weight) wherever each window of L columns holds the same count; the dot-product form elsewhere
+// (1:8 on 4 lanes, one row off the pattern). Checked as above, on every target, 1 and 3 threads.
+Case MakeNmCase(int64_t n, int64_t k, int64_t m, int nk, int mk, bool one_row_off, uint32_t seed) {
+  Case c{n, k, m, {}, {}, {}};
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  c.dy.resize(static_cast<size_t>(n * m));
+  c.x.resize(static_cast<size_t>(n * k));
+  for (float& v : c.dy) v = nd(rng);
+  for (float& v : c.x) v = nd(rng);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t g = 0; g < k; g += mk) {
+      std::vector<int> pos(static_cast<size_t>(mk));
+      for (int j = 0; j < mk; ++j) pos[static_cast<size_t>(j)] = j;
+      std::shuffle(pos.begin(), pos.end(), rng);
+      const int keep = one_row_off && r == m / 2 && g == 0 ? nk + 1 : nk;
+      std::sort(pos.begin(), pos.begin() + keep);
+      for (int j = 0; j < keep; ++j) c.kept.push_back(r * k + g + pos[static_cast<size_t>(j)]);
+    }
+  }
+  return c;
+}
+
+TEST(SddmmTest, NmMasksMatchDoubleOnEveryTarget) {
+  const KernelConfig machine = KernelConfig::FromMachine().value();
+  ThreadPool pool(3);
+  struct Nm {
+    int n, m;
+    bool off;
+  };
+  for (const Nm p : {Nm{2, 4, false}, Nm{1, 4, false}, Nm{4, 8, false}, Nm{1, 2, false},
+                     Nm{1, 8, false}, Nm{2, 4, true}}) {
+    for (const int64_t n : {1, 37, 300}) {
+      for (const auto [k, m] : {std::pair<int64_t, int64_t>{64, 32}, {192, 48}}) {
+        SCOPED_TRACE(std::to_string(p.n) + ":" + std::to_string(p.m) + (p.off ? " one row off" : "") +
+                     " n=" + std::to_string(n) + " k=" + std::to_string(k));
+        const Case c = MakeNmCase(n, k, m, p.n, p.m, p.off, 11 + static_cast<uint32_t>(n + k));
+        std::vector<float> start(c.kept.size());
+        for (size_t i = 0; i < start.size(); ++i) start[i] = 0.5f * static_cast<float>(i % 5);
+        std::vector<double> ref, bound;
+        Reference(c, start, &ref, &bound);
+        for (int64_t t : KernelConfig::SupportedTargets()) {
+          SCOPED_TRACE(hwy::TargetName(t));
+          const KernelConfig cfg = machine.WithTarget(t);
+          std::vector<float> out = start;
+          ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, out, &pool, cfg).ok());
+          int64_t bad = 0;
+          size_t first = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            const bool miss = !(std::abs(out[i] - ref[i]) <= bound[i]);
+            if (miss && bad++ == 0) first = i;
+          }
+          EXPECT_EQ(bad, 0) << "first at kept " << first << ": " << out[first] << " vs " << ref[first];
+          std::vector<float> one = start;
+          ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, one, nullptr, cfg).ok());
+          EXPECT_EQ(one, out) << "the bits depend on the threads";
+        }
+      }
+    }
+  }
+}
+
 TEST(SddmmTest, BadInputIsRefused) {
   const KernelConfig cfg = KernelConfig::FromMachine().value();
   std::vector<float> dy(4 * 3), x(4 * 5), out(2);

@@ -30,6 +30,8 @@
 #include <random>
 #include <vector>
 
+#include "sparq/kernel_config.h"
+#include "sparq/sddmm.h"
 #include "sparq/thread_pool.h"
 #include "sparq/train_ops.h"
 #include "tests/train/train_testutil.h"
@@ -147,6 +149,28 @@ TEST(FastOps, MaskedWeightGradientMatchesTheReferenceAtTheKeptEntries) {
       ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, one, &single).ok());
       EXPECT_EQ(one, got);
     }
+  }
+  // 2:4 masks in row-major order on shapes that fill the vectors take the windowed SDDMM (every
+  // row keeps 2 of every 4 columns): the same check and the same bits for any pool size.
+  for (const auto& [n, k, m] : {LinearShape{64, 64, 64}, LinearShape{37, 192, 48}}) {
+    const auto x = RandomNormal(&gen, n * k), dy = RandomNormal(&gen, n * m);
+    std::vector<int64_t> kept;
+    for (int64_t i = 0; i < m * k; i += 4) {
+      int a = std::uniform_int_distribution<int>(0, 3)(gen), b = std::uniform_int_distribution<int>(0, 2)(gen);
+      b += b >= a;
+      kept.push_back(i + std::min(a, b));
+      kept.push_back(i + std::max(a, b));
+    }
+    EXPECT_TRUE(cpu::MaskedWeightGradWindowed(k, m, kept, KernelConfig::FromMachine().value()))
+        << "n " << n << " k " << k << " m " << m;
+    const auto d0 = RandomNormal(&gen, kept.size());
+    std::vector<float> ref = d0, got = d0, one = d0;
+    ASSERT_TRUE(LinearBackwardWeightMasked(dy, x, n, k, m, kept, ref).ok());
+    ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, got, &pool).ok());
+    EXPECT_LE(MaxDiff(got, ref), ProductTol(n, MaxAbs(dy), MaxAbs(x), MaxAbs(d0)));
+    ThreadPool single(1);
+    ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, one, &single).ok());
+    EXPECT_EQ(one, got);
   }
   // An index outside W is refused, naming it.
   const std::vector<float> x(6), dy(4);
