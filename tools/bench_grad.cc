@@ -5,12 +5,14 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <span>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "sparq/blas_threads.h"
 #include "sparq/format.h"
@@ -115,10 +117,15 @@ Status RunGrad(const GradOptions& o, const KernelConfig& cfg) {
           std::vector<double> tdw, tsw, tdx, tsx;
           for (int rep = 0; rep < o.repeats + 1; ++rep) {  // the first round warms up, unrecorded
             // Row-major C [rows, cols] = op(A) B over `depth`, on OpenBLAS's t threads; seconds.
+            // 2 ms first, as bench kernels' samples: the previous library parks its spinning
+            // threads (tools/main.cc), which otherwise held the second vCPU through a 2-thread
+            // sparq product (measured: some 2-thread rows at one thread's speed).
+            auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
             auto sgemm = [&](CBLAS_TRANSPOSE ta, int64_t rows, int64_t cols, int64_t depth,
                              const float* a, int64_t lda, const float* b, float* c) {
-              const double t0 = Now();
               blas::OpenBlasThreads bt(static_cast<int>(t));
+              pause();
+              const double t0 = Now();
               cblas_sgemm(CblasRowMajor, ta, CblasNoTrans, static_cast<int>(rows),
                           static_cast<int>(cols), static_cast<int>(depth), 1.0f, a,
                           static_cast<int>(lda), b, static_cast<int>(cols), 0.0f, c,
@@ -127,10 +134,12 @@ Status RunGrad(const GradOptions& o, const KernelConfig& cfg) {
             };
             const double d1 = sgemm(CblasTrans, m, k, n, dy.data(), m, x.data(), dw.data());
             std::fill(out.begin(), out.end(), 0.0f);
+            pause();
             double t0 = Now();
             SPARQ_RETURN_IF_ERROR(cpu::MaskedWeightGrad(dy, x, n, k, m, kept, out, &pool, cfg));
             const double s1 = Now() - t0;
             const double d2 = sgemm(CblasNoTrans, n, k, m, dy.data(), m, w.data(), dx.data());
+            pause();
             t0 = Now();
             lt.Forward(dy.data(), n, dx2.data(), &pool);
             const double s2 = Now() - t0;

@@ -133,8 +133,10 @@ int main(int argc, char** argv) {
   // every `sparq --int8-activations bench kernels`, kept the long spins, and its 2-thread rows
   // ran beside the previous peer's spinning thread.)
   const int cmd = CommandIndex(argc, argv);
+  // `bench grad` alternates OpenBLAS and sparq's pool the same way (before 2026-12-07 it kept the
+  // long spins: some of its 2-thread rows ran sparq at one thread's speed).
   if (cmd + 1 < argc && std::string(argv[cmd]) == "bench" &&
-      std::string(argv[cmd + 1]) == "kernels" &&
+      (std::string(argv[cmd + 1]) == "kernels" || std::string(argv[cmd + 1]) == "grad") &&
       std::getenv("SPARQ_BENCH_SPINS_SET") == nullptr) {
     setenv("SPARQ_BENCH_SPINS_SET", "1", 1);
     setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
