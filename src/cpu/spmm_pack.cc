@@ -534,6 +534,19 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
   return Status::Ok();
 }
 
+// The chunk layout's shape for s (per_row values a row), without values or meta yet.
+NmWeight& NewNmWeight(PackedWeight& pw, const NmMatrix& s, int64_t per_row) {
+  NmWeight& w = pw.layout.emplace<NmWeight>();
+  w.rows = s.rows;
+  w.cols = s.cols;
+  w.n = s.n;
+  w.m = s.m;
+  w.bits = s.m <= 4 ? 2 : 4;
+  w.chunks = CeilDiv(per_row, kNmChunk);
+  w.k_pad = std::max<int64_t>(w.chunks * (kNmChunk / s.n) * s.m, 1);
+  return w;
+}
+
 Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWeight pw,
                             const ValueSpec& values) {
   if (s.quant.quantized()) {
@@ -554,14 +567,7 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
     const int64_t per_row = s.groups() * s.n;
     const int bits = IndexBits(s.m);
     const int64_t row_bytes = CeilDiv(per_row * bits, 8);
-    NmWeight& w = pw.layout.emplace<NmWeight>();
-    w.rows = s.rows;
-    w.cols = s.cols;
-    w.n = s.n;
-    w.m = s.m;
-    w.bits = s.m <= 4 ? 2 : 4;
-    w.chunks = CeilDiv(per_row, kNmChunk);
-    w.k_pad = std::max<int64_t>(w.chunks * (kNmChunk / s.n) * s.m, 1);
+    NmWeight& w = NewNmWeight(pw, s, per_row);
     const int64_t words = w.chunks * w.words_per_chunk();
     SPARQ_ASSIGN_OR_RETURN(w.meta, Tensor::TryAlloc(DType::kU32, {s.rows, words}, name + ".meta"));
     for (int64_t r = 0; r < s.rows; ++r) {
@@ -606,15 +612,8 @@ Result<PackedWeight> PackNm(const NmMatrix& s, const std::string& name, PackedWe
   std::vector<int64_t> pos;
   const bool chunkable = kNmChunk % s.n == 0;
   if (chunkable) {
-    NmWeight& w = pw.layout.emplace<NmWeight>();
-    w.rows = s.rows;
-    w.cols = s.cols;
-    w.n = s.n;
-    w.m = s.m;
-    w.bits = s.m <= 4 ? 2 : 4;
+    NmWeight& w = NewNmWeight(pw, s, per_row);
     w.spec.dtype = vt;
-    w.chunks = CeilDiv(per_row, kNmChunk);
-    w.k_pad = std::max<int64_t>(w.chunks * (kNmChunk / s.n) * s.m, 1);
     SPARQ_ASSIGN_OR_RETURN(w.values, Tensor::TryAlloc(vt, {s.rows, w.chunks * kNmChunk}, name + ".values"));
     SPARQ_ASSIGN_OR_RETURN(w.meta, Tensor::TryAlloc(DType::kU32, {s.rows, w.chunks * w.words_per_chunk()},
                                                     name + ".meta"));

@@ -26,15 +26,21 @@ struct Case {
   std::vector<int64_t> kept;
 };
 
-// mode: "2:4", or a kept fraction; row 1 keeps every weight, row 2 none (where m > 2).
-Case MakeCase(int64_t n, int64_t k, int64_t m, const std::string& mode, uint32_t seed) {
+// dY [n, m] and X [n, k] of standard normals, no mask yet.
+Case RandomOperands(int64_t n, int64_t k, int64_t m, std::mt19937& rng) {
   Case c{n, k, m, {}, {}, {}};
-  std::mt19937 rng(seed);
   std::normal_distribution<float> nd;
   c.dy.resize(static_cast<size_t>(n * m));
   c.x.resize(static_cast<size_t>(n * k));
   for (float& v : c.dy) v = nd(rng);
   for (float& v : c.x) v = nd(rng);
+  return c;
+}
+
+// mode: "2:4", or a kept fraction; row 1 keeps every weight, row 2 none (where m > 2).
+Case MakeCase(int64_t n, int64_t k, int64_t m, const std::string& mode, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Case c = RandomOperands(n, k, m, rng);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const double keep = mode == "2:4" ? 0.5 : std::stod(mode);
   for (int64_t r = 0; r < m; ++r) {
@@ -79,8 +85,31 @@ void Reference(const Case& c, const std::vector<float>& start, std::vector<doubl
   }
 }
 
-TEST(SddmmTest, KeptDotProductsMatchDoubleOnEveryTarget) {
+// c against the double reference (from `start`) on every target this host runs, with pool and
+// with no pool: within the bound, and the same bits.
+void ExpectMatchesOnEveryTarget(const Case& c, const std::vector<float>& start, ThreadPool* pool) {
   const KernelConfig machine = KernelConfig::FromMachine().value();
+  std::vector<double> ref, bound;
+  Reference(c, start, &ref, &bound);
+  for (int64_t t : KernelConfig::SupportedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(t));
+    const KernelConfig cfg = machine.WithTarget(t);
+    std::vector<float> out = start;
+    ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, out, pool, cfg).ok());
+    int64_t bad = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const bool miss = !(std::abs(out[i] - ref[i]) <= bound[i]);
+      if (miss && bad++ == 0) first = i;
+    }
+    EXPECT_EQ(bad, 0) << "first at kept " << first << ": " << out[first] << " vs " << ref[first];
+    std::vector<float> one = start;
+    ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, one, nullptr, cfg).ok());
+    EXPECT_EQ(one, out) << "the bits depend on the threads";
+  }
+}
+
+TEST(SddmmTest, KeptDotProductsMatchDoubleOnEveryTarget) {
   ThreadPool pool(3);
   for (const std::string mode : {"2:4", "0.5", "0.1", "1.0"}) {
     for (const int64_t n : {1, 37, 300}) {
@@ -88,20 +117,7 @@ TEST(SddmmTest, KeptDotProductsMatchDoubleOnEveryTarget) {
       const Case c = MakeCase(n, 200, 24, mode, 7 + static_cast<uint32_t>(n));
       std::vector<float> start(c.kept.size());
       for (size_t i = 0; i < start.size(); ++i) start[i] = 0.25f * static_cast<float>(i % 7);
-      std::vector<double> ref, bound;
-      Reference(c, start, &ref, &bound);
-      for (int64_t t : KernelConfig::SupportedTargets()) {
-        SCOPED_TRACE(hwy::TargetName(t));
-        const KernelConfig cfg = machine.WithTarget(t);
-        std::vector<float> out = start;
-        ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, out, &pool, cfg).ok());
-        int64_t bad = 0;
-        for (size_t i = 0; i < out.size(); ++i) bad += !(std::abs(out[i] - ref[i]) <= bound[i]);
-        EXPECT_EQ(bad, 0) << "first: " << out[0] << " vs " << ref[0];
-        std::vector<float> one = start;
-        ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, one, nullptr, cfg).ok());
-        EXPECT_EQ(one, out) << "the bits depend on the threads";
-      }
+      ExpectMatchesOnEveryTarget(c, start, &pool);
     }
   }
 }
@@ -130,13 +146,8 @@ TEST(SddmmTest, LayerShapeTwoFour) {
 // weight) wherever each window of L columns holds the same count; the dot-product form elsewhere
 // (1:8 on 4 lanes, one row off the pattern). Checked as above, on every target, 1 and 3 threads.
 Case MakeNmCase(int64_t n, int64_t k, int64_t m, int nk, int mk, bool one_row_off, uint32_t seed) {
-  Case c{n, k, m, {}, {}, {}};
   std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  c.dy.resize(static_cast<size_t>(n * m));
-  c.x.resize(static_cast<size_t>(n * k));
-  for (float& v : c.dy) v = nd(rng);
-  for (float& v : c.x) v = nd(rng);
+  Case c = RandomOperands(n, k, m, rng);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t g = 0; g < k; g += mk) {
       std::vector<int> pos(static_cast<size_t>(mk));
@@ -151,7 +162,6 @@ Case MakeNmCase(int64_t n, int64_t k, int64_t m, int nk, int mk, bool one_row_of
 }
 
 TEST(SddmmTest, NmMasksMatchDoubleOnEveryTarget) {
-  const KernelConfig machine = KernelConfig::FromMachine().value();
   ThreadPool pool(3);
   struct Nm {
     int n, m;
@@ -160,30 +170,13 @@ TEST(SddmmTest, NmMasksMatchDoubleOnEveryTarget) {
   for (const Nm p : {Nm{2, 4, false}, Nm{1, 4, false}, Nm{4, 8, false}, Nm{1, 2, false},
                      Nm{1, 8, false}, Nm{2, 4, true}}) {
     for (const int64_t n : {1, 37, 300}) {
-      for (const auto [k, m] : {std::pair<int64_t, int64_t>{64, 32}, {192, 48}}) {
+      for (const auto& [k, m] : {std::pair<int64_t, int64_t>{64, 32}, {192, 48}}) {
         SCOPED_TRACE(std::to_string(p.n) + ":" + std::to_string(p.m) + (p.off ? " one row off" : "") +
                      " n=" + std::to_string(n) + " k=" + std::to_string(k));
         const Case c = MakeNmCase(n, k, m, p.n, p.m, p.off, 11 + static_cast<uint32_t>(n + k));
         std::vector<float> start(c.kept.size());
         for (size_t i = 0; i < start.size(); ++i) start[i] = 0.5f * static_cast<float>(i % 5);
-        std::vector<double> ref, bound;
-        Reference(c, start, &ref, &bound);
-        for (int64_t t : KernelConfig::SupportedTargets()) {
-          SCOPED_TRACE(hwy::TargetName(t));
-          const KernelConfig cfg = machine.WithTarget(t);
-          std::vector<float> out = start;
-          ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, out, &pool, cfg).ok());
-          int64_t bad = 0;
-          size_t first = 0;
-          for (size_t i = 0; i < out.size(); ++i) {
-            const bool miss = !(std::abs(out[i] - ref[i]) <= bound[i]);
-            if (miss && bad++ == 0) first = i;
-          }
-          EXPECT_EQ(bad, 0) << "first at kept " << first << ": " << out[first] << " vs " << ref[first];
-          std::vector<float> one = start;
-          ASSERT_TRUE(cpu::MaskedWeightGrad(c.dy, c.x, c.n, c.k, c.m, c.kept, one, nullptr, cfg).ok());
-          EXPECT_EQ(one, out) << "the bits depend on the threads";
-        }
+        ExpectMatchesOnEveryTarget(c, start, &pool);
       }
     }
   }

@@ -133,6 +133,17 @@ TEST(FastOps, MaskedWeightGradientMatchesTheReferenceAtTheKeptEntries) {
   }
   // Sparse masks in row-major order take the SDDMM (at most 20% kept): the same check, and the
   // same bits for any pool size.
+  auto expect_sddmm = [&](int64_t n, int64_t k, int64_t m, const std::vector<float>& dy,
+                          const std::vector<float>& x, const std::vector<int64_t>& kept) {
+    const auto d0 = RandomNormal(&gen, kept.size());
+    std::vector<float> ref = d0, got = d0, one = d0;
+    ASSERT_TRUE(LinearBackwardWeightMasked(dy, x, n, k, m, kept, ref).ok());
+    ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, got, &pool).ok());
+    EXPECT_LE(MaxDiff(got, ref), ProductTol(n, MaxAbs(dy), MaxAbs(x), MaxAbs(d0)));
+    ThreadPool single(1);
+    ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, one, &single).ok());
+    EXPECT_EQ(one, got);
+  };
   for (const auto& [n, k, m] : kLinearShapes) {
     const auto x = RandomNormal(&gen, n * k), dy = RandomNormal(&gen, n * m);
     for (const double keep : {0.02, 0.1, 0.2}) {
@@ -140,14 +151,7 @@ TEST(FastOps, MaskedWeightGradientMatchesTheReferenceAtTheKeptEntries) {
       for (int64_t i = 0; i < m * k; ++i) {
         if (std::uniform_real_distribution<double>(0, 1)(gen) < keep) kept.push_back(i);
       }
-      const auto d0 = RandomNormal(&gen, kept.size());
-      std::vector<float> ref = d0, got = d0, one = d0;
-      ASSERT_TRUE(LinearBackwardWeightMasked(dy, x, n, k, m, kept, ref).ok());
-      ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, got, &pool).ok());
-      EXPECT_LE(MaxDiff(got, ref), ProductTol(n, MaxAbs(dy), MaxAbs(x), MaxAbs(d0)));
-      ThreadPool single(1);
-      ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, one, &single).ok());
-      EXPECT_EQ(one, got);
+      expect_sddmm(n, k, m, dy, x, kept);
     }
   }
   // 2:4 masks in row-major order on shapes that fill the vectors take the windowed SDDMM (every
@@ -163,14 +167,7 @@ TEST(FastOps, MaskedWeightGradientMatchesTheReferenceAtTheKeptEntries) {
     }
     EXPECT_TRUE(cpu::MaskedWeightGradWindowed(k, m, kept, KernelConfig::FromMachine().value()))
         << "n " << n << " k " << k << " m " << m;
-    const auto d0 = RandomNormal(&gen, kept.size());
-    std::vector<float> ref = d0, got = d0, one = d0;
-    ASSERT_TRUE(LinearBackwardWeightMasked(dy, x, n, k, m, kept, ref).ok());
-    ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, got, &pool).ok());
-    EXPECT_LE(MaxDiff(got, ref), ProductTol(n, MaxAbs(dy), MaxAbs(x), MaxAbs(d0)));
-    ThreadPool single(1);
-    ASSERT_TRUE(fast::LinearBackwardWeightMasked(dy, x, n, k, m, kept, one, &single).ok());
-    EXPECT_EQ(one, got);
+    expect_sddmm(n, k, m, dy, x, kept);
   }
   // An index outside W is refused, naming it.
   const std::vector<float> x(6), dy(4);
