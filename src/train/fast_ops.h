@@ -5,9 +5,8 @@
 // How each op runs:
 //   - linear products: fixed grids of single-threaded OpenBLAS tiles (src/core/blas_tiles.h):
 //       Y = X W^T (SgemmNTTiled), dX = dY W (SgemmTiled), dW += dY^T X (SgemmTNTiled);
-//     the masked dW is the dense product gathered at the kept positions (a masked SDDMM kernel,
-//     dY^T X computed at the kept positions only, is the later fast path: it does half the work
-//     at 2:4);
+//     the masked dW is the dense product gathered at the kept positions, or the masked SDDMM
+//     (cpu::MaskedWeightGrad: dY^T X at the kept positions only) for sparse and N:M masks;
 //   - attention: tasks of (query head, block of kAttnRows query rows), each with single-threaded
 //     OpenBLAS calls over the keys its rows see (fast_attention.cc);
 //   - RMSNorm, SwiGLU, RoPE, the losses: blocks of rows (or elements) per task, double sums where
@@ -64,8 +63,9 @@ Status LinearBackwardInput(std::span<const float> dy, std::span<const float> w, 
 Status LinearBackwardWeight(std::span<const float> dy, std::span<const float> x, int64_t n,
                             int64_t k, int64_t m, std::span<float> dw, ThreadPool* pool);
 // dw_kept[i] += (dY^T X)[kept[i]] (kept: flat indices into W[m, k], each in range; repeats are
-// allowed as in the reference). At most 20% kept, strictly ascending (a mask's positions): only
-// the kept dot products (cpu::MaskedWeightGrad); otherwise the dense [m, k] product, then gathers.
+// allowed as in the reference). Strictly ascending (a mask's positions) with at most 20% kept, or
+// an N:M mask the windowed SDDMM takes (cpu::MaskedWeightGradWindowed): only the kept products
+// (cpu::MaskedWeightGrad); otherwise the dense [m, k] product, then gathers.
 Status LinearBackwardWeightMasked(std::span<const float> dy, std::span<const float> x, int64_t n,
                                   int64_t k, int64_t m, std::span<const int64_t> kept,
                                   std::span<float> dw_kept, ThreadPool* pool);
