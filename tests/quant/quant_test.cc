@@ -199,3 +199,36 @@ TEST(ValueSpecTest, ZerosComeBackExactlyOnSymmetricGridsAndNearestWithAMin) {
 
 }  // namespace
 }  // namespace sparq
+
+namespace sparq {
+namespace {
+
+// DenseQuantToF32 (src/formats/dense_quant.cc) dequantizes int4 codes with a min as a multiply and
+// an add, not Dequantize's fma: the same bits because a 4-bit code times an f16 scale is exact in
+// f32 (at most 4 + 11 significant bits, exponents far inside f32's range), so both round once.
+// Every 4th finite f16 scale (either sign, subnormals included), every code, 1024 mins spread over
+// all finite f16 values.
+TEST(ValueSpecTest, IntFourWithAMinIsTheSameWithoutAnFma) {
+  int64_t checked = 0;
+  for (uint32_t sb = 0; sb < 0x10000; sb += 4) {
+    const float scale = F16ToF32(static_cast<uint16_t>(sb));
+    if (!std::isfinite(scale)) continue;
+    for (uint32_t mb = 1; mb < 0x10000; mb += 64) {
+      const float min = F16ToF32(static_cast<uint16_t>(mb));
+      if (!std::isfinite(min)) continue;
+      for (int q = 0; q < 16; ++q) {
+        const float product = static_cast<float>(q) * scale;
+        ASSERT_EQ(static_cast<double>(product), double(q) * double(scale)) << sb;  // exact
+        const float fused = __builtin_fmaf(static_cast<float>(q), scale, min);
+        const float split = product + min;
+        ASSERT_TRUE(fused == split || (std::isnan(fused) && std::isnan(split)))
+            << "scale bits " << sb << " min bits " << mb << " code " << q;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 10'000'000);
+}
+
+}  // namespace
+}  // namespace sparq
