@@ -453,8 +453,6 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
   SPARQ_ASSIGN_OR_RETURN(Tensor q, Tensor::TryAlloc(spec.dtype, {w.rows, row_vals}, name + ".values"));
   w.scales.assign(static_cast<size_t>(w.rows * w.groups_per_row), 0.0f);
   if (spec.has_min()) w.mins.assign(w.scales.size(), 0.0f);
-  std::vector<float> v(static_cast<size_t>(spec.group));
-  std::vector<int8_t> codes(v.size());
   uint8_t* out = q.mutable_data_as<uint8_t>();
   const int64_t code_row_bytes = spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
   if (stored) {
@@ -501,6 +499,8 @@ Status QuantizeNm(NmWeight& w, const ValueSpec& spec, const std::string& name,
     w.spec = spec;
     return Status::Ok();
   }
+  std::vector<float> v(static_cast<size_t>(spec.group));
+  std::vector<int8_t> codes(v.size());
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t g = 0; g < w.groups_per_row; ++g) {
       const int64_t at = r * row_vals + g * spec.group;
