@@ -64,6 +64,7 @@ auto Locked(const Model& model, F&& f) {
 Model Load(const std::string& path, int threads, const std::string& gguf_values,
            bool int8_activations, const std::string& kv_cache) {
   LoadOptions opt;
+  opt.embedding_table = false;  // as `sparq generate` / `eval`: a tied quantized head's rows
   if (gguf_values == "as-stored") {
     opt.gguf_values = GgufValues::kAsStored;
   } else if (gguf_values == "f32") {

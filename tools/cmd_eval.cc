@@ -37,7 +37,10 @@ Status RunEval(const EvalOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
   SPARQ_ASSIGN_OR_RETURN(std::string text, ReadTextFile(o.text));
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg, {o.gguf_values}));
+  // No f32 embedding table where a tied quantized head can serve the lookup: the same bits.
+  SPARQ_ASSIGN_OR_RETURN(
+      LlamaModel model,
+      LlamaModel::Load(o.model, cfg, {.gguf_values = o.gguf_values, .embedding_table = false}));
   SPARQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.tokenizer().Encode(text));
   if (o.max_tokens > 0 && static_cast<int64_t>(ids.size()) > o.max_tokens) ids.resize(o.max_tokens);
   if (!o.tokens_out.empty()) SPARQ_RETURN_IF_ERROR(WriteIds(o.tokens_out, ids));

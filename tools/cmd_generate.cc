@@ -31,7 +31,10 @@ struct GenOptions {
 Status RunGenerate(const GenOptions& o, const KernelConfig& cfg) {
   const int threads = o.threads > 0 ? o.threads : DefaultThreads();
   ThreadPool pool(threads);
-  SPARQ_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::Load(o.model, cfg, {o.gguf_values}));
+  // No f32 embedding table where a tied quantized head can serve the lookup: the same bits.
+  SPARQ_ASSIGN_OR_RETURN(
+      LlamaModel model,
+      LlamaModel::Load(o.model, cfg, {.gguf_values = o.gguf_values, .embedding_table = false}));
   const Tokenizer& tok = model.tokenizer();
   SPARQ_ASSIGN_OR_RETURN(ChatPrompt prompt, EncodeChatPrompt(tok, o.prompt, o.raw));
   if (!prompt.warning.empty()) std::fprintf(stderr, "sparq: warning: %s\n", prompt.warning.c_str());

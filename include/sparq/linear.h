@@ -84,6 +84,11 @@ class LinearWeight {
   // int8 / int4) as the checkpoint stores it (format.h DenseMatrix with QuantParts): the same
   // codes, scales and mins; nullopt for every other layout.
   std::optional<DenseMatrix> dense_quant() const;
+  // Row r (< rows()) of a dense weight stored quantized, dequantized into out[0, cols()): the
+  // values the kernels multiply (Dequantize of quant.h), bit for bit those of the dequantized
+  // matrix. False, writing nothing, for every other layout. What a tied quantized head's
+  // embedding lookup reads instead of an f32 copy of the table.
+  bool DequantizeRow(int64_t r, float* out) const;
   // The configuration the weight was packed for and runs with (a default-constructed one, target
   // 0, for an empty weight, which runs nothing).
   const KernelConfig& config() const;

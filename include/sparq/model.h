@@ -86,12 +86,14 @@ struct LlamaBlock {
 };
 
 struct LlamaWeights {
-  Tensor token_embd;              // f32 [n_vocab, n_embd]
+  // f32 [n_vocab, n_embd]; empty when the tied head, stored quantized, serves the lookup (its
+  // rows dequantized per token, output_rows' for output_row_ids: LoadOptions::embedding_table).
+  Tensor token_embd;
   std::vector<float> output_norm; // [n_embd]
   LinearWeight output;            // [n_vocab, n_embd] (a copy of token_embd when tied)
   // Rows of a tied quantized head stored apart at more bits (`--embedding-int8-rows`): the
   // logits of these token ids come from output_rows ([ids, n_embd]), not from output's rows;
-  // token_embd already holds their values. Empty: none.
+  // token_embd, when kept, already holds their values. Empty: none.
   std::vector<int32_t> output_row_ids;
   LinearWeight output_rows;
   std::vector<LlamaBlock> blocks;
@@ -136,12 +138,18 @@ enum class GgufValues {
   // (GgufFile::ReadQuantized: int4:g32:sym / int4:g32 / int8:g32) and run on the dense quantized
   // kernels; the same values as kF32 bit for bit, so only the kernels' summation order differs.
   // Other types (F32, F16, BF16, K-quants) are dequantized to f32 as with kF32. The embedding
-  // lookup still reads an f32 copy of token_embd.
+  // lookup reads an f32 copy of token_embd unless LoadOptions::embedding_table is false.
   kAsStored,
 };
 
 struct LoadOptions {
   GgufValues gguf_values = GgufValues::kF32;  // GGUF files only; ignored for other formats
+  // false: where the head is tied and stored quantized (a GGUF's Q8_0 / Q4_x head run as stored,
+  // a .sparq's int8 / int4 embedding), the embedding lookup dequantizes the head's row of each
+  // token and no f32 table is kept (SmolLM2: 113 MB less; weights().token_embd is then empty).
+  // What inference wants; pruning, training and conversion read the f32 table, so it is kept by
+  // default. Either way the lookup gives the same bits.
+  bool embedding_table = true;
 };
 
 class LlamaModel {
@@ -160,7 +168,8 @@ class LlamaModel {
                                  const LoadOptions& opt = {});
   static Result<LlamaModel> FromGguf(const std::string& path, const KernelConfig& cfg,
                                      const LoadOptions& opt = {});
-  static Result<LlamaModel> FromSparq(const std::string& path, const KernelConfig& cfg);
+  static Result<LlamaModel> FromSparq(const std::string& path, const KernelConfig& cfg,
+                                      const LoadOptions& opt = {});
   // A Hugging Face Llama folder: config.json (model_type "llama"), tokenizer.json, and the weights
   // in model.safetensors, or in the shards named by model.safetensors.index.json ("weight_map"),
   // or, with neither, in every *.safetensors of the folder. F32, F16 and BF16 tensors are

@@ -98,11 +98,13 @@ Status HeadRowsApart(Checkpoint& ck, const std::string& path, const LlamaConfig&
                           ") is not an increasing token id below " + std::to_string(c.n_vocab));
     }
   }
-  Tensor f = ToDense(rows->matrix);
-  float* e = w->token_embd.mutable_data_as<float>();
-  const float* r = f.data_as<float>();
-  for (int64_t j = 0; j < k; ++j) {
-    std::memcpy(e + int64_t{id[j]} * c.n_embd, r + j * c.n_embd, sizeof(float) * c.n_embd);
+  if (!w->token_embd.empty()) {
+    Tensor f = ToDense(rows->matrix);
+    float* e = w->token_embd.mutable_data_as<float>();
+    const float* r = f.data_as<float>();
+    for (int64_t j = 0; j < k; ++j) {
+      std::memcpy(e + int64_t{id[j]} * c.n_embd, r + j * c.n_embd, sizeof(float) * c.n_embd);
+    }
   }
   w->output_row_ids.assign(id, id + k);
   auto lw = LinearWeight::FromMatrix(std::move(rows->matrix), "output.weight rows", cfg);
@@ -204,7 +206,8 @@ Status SaveLlamaCheckpoint(const LlamaModel& model, const std::string& path, DTy
   return WriteCheckpoint(path, ck);
 }
 
-Result<LlamaModel> LlamaModel::FromSparq(const std::string& path, const KernelConfig& cfg) {
+Result<LlamaModel> LlamaModel::FromSparq(const std::string& path, const KernelConfig& cfg,
+                                         const LoadOptions& opt) {
   SPARQ_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(path));
   auto meta = [&](const char* key) -> const std::string* {
     auto it = ck.metadata.find(key);
@@ -235,7 +238,11 @@ Result<LlamaModel> LlamaModel::FromSparq(const std::string& path, const KernelCo
                           "], the configuration needs [" + std::to_string(c.n_vocab) + ", " +
                           std::to_string(c.n_embd) + "]");
     }
-    w.token_embd = ToDense(embd_matrix->matrix);
+    const auto* dm = std::get_if<DenseMatrix>(&embd_matrix->matrix);
+    // Without the table the tied head's rows serve the lookup (Embed; the same bits).
+    if (opt.embedding_table || !c.tied_output || dm == nullptr || !dm->quant.quantized()) {
+      w.token_embd = ToDense(embd_matrix->matrix);
+    }
   } else {
     SPARQ_ASSIGN_OR_RETURN(w.token_embd,
                            PlainF32(ck, path, "token_embd.weight", {c.n_vocab, c.n_embd}));

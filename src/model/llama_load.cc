@@ -56,9 +56,12 @@ double ParameterCount(const LlamaModel& m) {
 uint64_t LlamaModel::weight_bytes_per_token() const {
   const LlamaWeights& w = impl_->weights;
   const uint64_t embd = w.token_embd.nbytes();
-  const uint64_t row = w.token_embd.rank() == 2 && w.token_embd.dim(0) > 0
-                           ? embd / static_cast<uint64_t>(w.token_embd.dim(0))
-                           : 0;
+  uint64_t row = 0;
+  if (w.token_embd.rank() == 2 && w.token_embd.dim(0) > 0) {
+    row = embd / static_cast<uint64_t>(w.token_embd.dim(0));
+  } else if (w.token_embd.empty() && w.output.rows() > 0) {  // looked up in the head's rows
+    row = w.output.weight_bytes() / static_cast<uint64_t>(w.output.rows());
+  }
   return weight_bytes() - embd + row;
 }
 
@@ -144,7 +147,22 @@ Result<LlamaModel> LlamaModel::FromParts(LlamaConfig config, LlamaWeights weight
     return InvalidInput(what + ": " + std::to_string(weights.blocks.size()) + " blocks for " +
                         std::to_string(config.n_layer) + " layers");
   }
-  if (weights.token_embd.dtype() != DType::kF32 || weights.token_embd.rank() != 2 ||
+  if (weights.token_embd.empty()) {
+    // The lookup then reads the tied head's rows (Embed): they must be dense quantized.
+    std::vector<float> row(static_cast<size_t>(std::max<int64_t>(config.n_embd, 1)));
+    const bool rows_ok = weights.output_row_ids.empty() ||
+                         (weights.output_rows.rows() ==
+                              static_cast<int64_t>(weights.output_row_ids.size()) &&
+                          weights.output_rows.cols() == config.n_embd &&
+                          weights.output_rows.DequantizeRow(0, row.data()));
+    if (!config.tied_output || weights.output.rows() != config.n_vocab ||
+        weights.output.cols() != config.n_embd || !weights.output.DequantizeRow(0, row.data()) ||
+        !rows_ok) {
+      return InvalidInput(what + ": no token embedding table, and the head is not a tied dense "
+                          "quantized [" + std::to_string(config.n_vocab) + ", " +
+                          std::to_string(config.n_embd) + "] matrix to look tokens up in");
+    }
+  } else if (weights.token_embd.dtype() != DType::kF32 || weights.token_embd.rank() != 2 ||
       weights.token_embd.dim(0) != config.n_vocab || weights.token_embd.dim(1) != config.n_embd) {
     return InvalidInput(what + ": token embedding is " + weights.token_embd.ShapeString() +
                         ", expected f32[" + std::to_string(config.n_vocab) + ", " +
@@ -194,14 +212,20 @@ Result<LlamaModel> LlamaModel::FromGguf(const std::string& path, const KernelCon
   SPARQ_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfig::FromGguf(f));
   SPARQ_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromGguf(f));
   LlamaWeights w;
-  // The embedding lookup (Embed) reads f32 rows, so token_embd is dequantized even when the tied
-  // head runs it as stored: one row per token is read, so its f32 bytes cost memory, not speed.
-  SPARQ_ASSIGN_OR_RETURN(w.token_embd, ReadChecked(f, "token_embd.weight", {c.n_vocab, c.n_embd}));
+  const GgufTensorInfo* te = f.FindTensor("token_embd.weight");
+  const bool head_as_stored = c.tied_output && te != nullptr &&
+                              opt.gguf_values == GgufValues::kAsStored && RunsAsStored(te->type) &&
+                              te->shape() == std::vector<int64_t>{c.n_vocab, c.n_embd};
+  // The lookup (Embed) reads f32 rows of this table, or, without it, the tied head's rows
+  // dequantized per token (the same bits: tested).
+  if (opt.embedding_table || !head_as_stored) {
+    SPARQ_ASSIGN_OR_RETURN(w.token_embd,
+                           ReadChecked(f, "token_embd.weight", {c.n_vocab, c.n_embd}));
+  }
   SPARQ_ASSIGN_OR_RETURN(Tensor onorm, ReadChecked(f, "output_norm.weight", {c.n_embd}));
   w.output_norm = ToVector(onorm);
   if (c.tied_output) {
-    const GgufTensorInfo* te = f.FindTensor("token_embd.weight");
-    if (opt.gguf_values == GgufValues::kAsStored && RunsAsStored(te->type)) {
+    if (head_as_stored) {
       // Named output.weight (the layer it is) though read from token_embd.weight.
       SPARQ_ASSIGN_OR_RETURN(DenseMatrix dm, f.ReadQuantized(*te));
       SPARQ_ASSIGN_OR_RETURN(
@@ -240,7 +264,7 @@ Result<LlamaModel> LlamaModel::Load(const std::string& path, const KernelConfig&
     const size_t n = std::strlen(suffix);
     return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
   };
-  if (ends_with(".sparq") || ends_with(".safetensors")) return FromSparq(path, cfg);
+  if (ends_with(".sparq") || ends_with(".safetensors")) return FromSparq(path, cfg, opt);
   return FromGguf(path, cfg, opt);
 }
 

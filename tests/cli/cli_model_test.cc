@@ -387,7 +387,8 @@ TEST_F(CliModelTest, BenchModelDenseBf16RowAndMachineKeys) {
 
 // The bench: `--no-dense-bf16` still gives the [as stored] row right after the model, its
 // block linears int4:g32 at 3/4 byte per weight (codes, f32 scale and min per 32) and the tied
-// Q8_0 head int8:g32 at 9/8 byte; the embedding lookup stays f32 (its 4-byte row per token).
+// Q8_0 head int8:g32 at 9/8 byte, which is also the embedding: no f32 table, one head row (576 x
+// 9/8 bytes) read per token for the lookup.
 TEST_F(CliModelTest, BenchModelAsStoredRowOfAQ41Gguf) {
   std::string out, err;
   ASSERT_EQ(RunSplit("bench model '" + *model_ + "' --no-dense-bf16 --prompt 8 --decode 2 " +
@@ -408,9 +409,8 @@ TEST_F(CliModelTest, BenchModelAsStoredRowOfAQ41Gguf) {
   const int64_t linears = 106168320, embd = int64_t{49152} * 576, norms = 61 * 576;
   EXPECT_EQ(r["block_linear_bytes"].get<int64_t>(), linears * 3 / 4);
   EXPECT_EQ(r["weight_bytes_per_token"].get<int64_t>(),
-            linears * 3 / 4 + embd * 9 / 8 + 4 * norms + 4 * 576);
-  EXPECT_EQ(r["weight_bytes"].get<int64_t>(),
-            linears * 3 / 4 + embd * 9 / 8 + 4 * embd + 4 * norms);
+            linears * 3 / 4 + embd * 9 / 8 + 4 * norms + 576 * 9 / 8);
+  EXPECT_EQ(r["weight_bytes"].get<int64_t>(), linears * 3 / 4 + embd * 9 / 8 + 4 * norms);
   // A .sparq first model has no such row.
   ASSERT_EQ(RunSplit("bench model " + *pruned_ + " --no-dense-bf16 --prompt 8 --decode 2 " +
                          "--repeats 1 --threads 1 --json",

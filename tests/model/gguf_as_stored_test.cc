@@ -11,6 +11,7 @@
 #include "model/model_testutil.h"
 #include "sparq/gguf.h"
 #include "sparq/model.h"
+#include "src/model/llama_internal.h"
 
 namespace sparq {
 namespace {
@@ -152,6 +153,44 @@ TEST_F(LlamaGgufAsStoredTest, PerplexityMatchesTheF32Load) {
               a->perplexity, q->perplexity, q->perplexity / a->perplexity - 1.0);
   // Measured +3.7e-7 relative (AVX3_DL); 1e-5 leaves room for other targets' summation orders.
   EXPECT_NEAR(q->perplexity / a->perplexity, 1.0, 1e-5);
+}
+
+// LoadOptions::embedding_table = false (what generate / eval / bench model load with): no f32
+// table; the lookup dequantizes the Q8_0 head's row of each token. Every token's row against the
+// f32 load's table (the GGUF reader's own dequantization) bit for bit; a prompt's logits equal
+// the as-stored load's with its table bit for bit; 4 bytes x 49,152 x 576 fewer weight bytes.
+TEST_F(LlamaGgufAsStoredTest, WithoutTheTableTheHeadsRowsAreTheLookupBitForBit) {
+  auto lean = LlamaModel::Load(path_, testing::MachineConfig(),
+                               {.gguf_values = GgufValues::kAsStored, .embedding_table = false});
+  ASSERT_TRUE(lean.ok()) << lean.status().ToString();
+  const LlamaConfig& c = lean->config();
+  EXPECT_TRUE(lean->weights().token_embd.empty());
+  std::vector<int32_t> all(static_cast<size_t>(c.n_vocab));
+  for (int32_t t = 0; t < c.n_vocab; ++t) all[t] = t;
+  std::vector<float> x(static_cast<size_t>(c.n_vocab * c.n_embd));
+  Embed(lean->weights(), c.n_embd, all, x.data());
+  const float* want = f32_->weights().token_embd.data_as<float>();
+  for (int32_t t = 0; t < c.n_vocab; ++t) {
+    ASSERT_EQ(std::memcmp(x.data() + int64_t{t} * c.n_embd, want + int64_t{t} * c.n_embd,
+                          sizeof(float) * c.n_embd),
+              0)
+        << "token " << t;
+  }
+  const uint64_t table = uint64_t(c.n_vocab) * c.n_embd * 4;
+  EXPECT_EQ(lean->weight_bytes(), stored_->weight_bytes() - table);
+  // One embedding row read per token: the head's row (1 code byte + 4/32 scale bytes a value).
+  EXPECT_EQ(lean->weight_bytes_per_token(), stored_->weight_bytes_per_token() -
+                                                4 * uint64_t(c.n_embd) +
+                                                lean->weights().output.weight_bytes() / c.n_vocab);
+  auto ids = lean->tokenizer().Encode("The history of the city of London");
+  ASSERT_TRUE(ids.ok());
+  ThreadPool pool(2);
+  std::vector<float> la(static_cast<size_t>(ids->size() * c.n_vocab)), lb(la.size());
+  auto ca = lean->NewCache(64), cb = stored_->NewCache(64);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  ASSERT_TRUE(lean->Forward(*ids, &*ca, la.data(), true, &pool).ok());
+  ASSERT_TRUE(stored_->Forward(*ids, &*cb, lb.data(), true, &pool).ok());
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0);
 }
 
 }  // namespace

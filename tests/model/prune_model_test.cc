@@ -733,7 +733,35 @@ TEST_F(PruneModelTest, Int4HeadKeepsItsMostFrequentRowsInInt8) {
             m->weights().output.weight_bytes() + m->weights().output_rows.weight_bytes() +
                 m->weights().token_embd.nbytes() + (1 + 2 * c.n_layer) * d * sizeof(float) +
                 m->block_linear_bytes());
-  // A saved copy holds the same parts.
+  // Loaded without the f32 table (inference's load), the lookup reads the head's int4 rows and
+  // the int8 rows apart: every token's row is the table's bit for bit, the head the same.
+  auto lean = LlamaModel::Load(out, testing::MachineConfig(), {.embedding_table = false});
+  ASSERT_TRUE(lean.ok()) << lean.status().ToString();
+  ASSERT_TRUE(lean->weights().token_embd.empty());
+  EXPECT_EQ(lean->weights().output_row_ids, m->weights().output_row_ids);
+  {
+    std::vector<int32_t> all(static_cast<size_t>(c.n_vocab));
+    for (int32_t t = 0; t < c.n_vocab; ++t) all[t] = t;
+    std::vector<float> x(mixed.size());
+    Embed(lean->weights(), d, all, x.data());
+    for (int32_t t = 0; t < c.n_vocab; ++t) {
+      ASSERT_EQ(std::memcmp(x.data() + int64_t{t} * d, mixed.data() + int64_t{t} * d,
+                            d * sizeof(float)),
+                0)
+          << "token " << t;
+    }
+    std::vector<float> lean_logits(logits.size());
+    HeadForward(lean->weights(), xn.data(), n, lean_logits.data(), &pool);
+    EXPECT_EQ(std::memcmp(logits.data(), lean_logits.data(), logits.size() * sizeof(float)), 0);
+    EXPECT_EQ(lean->weight_bytes(), m->weight_bytes() - m->weights().token_embd.nbytes());
+  }
+  // A saved copy holds the same parts (saved from the table-less load too).
+  const std::string lean_saved = Out("embd-int8-rows-lean.sparq");
+  ASSERT_TRUE(SaveLlamaCheckpoint(*lean, lean_saved).ok());
+  auto m3 = LlamaModel::Load(lean_saved, testing::MachineConfig());
+  ASSERT_TRUE(m3.ok()) << m3.status().ToString();
+  ASSERT_EQ(std::memcmp(m3->weights().token_embd.data(), e, mixed.size() * sizeof(float)), 0);
+  std::remove(lean_saved.c_str());
   const std::string saved = Out("embd-int8-rows-saved.sparq");
   ASSERT_TRUE(SaveLlamaCheckpoint(*m, saved).ok());
   auto m2 = LlamaModel::Load(saved, testing::MachineConfig());
