@@ -566,6 +566,8 @@ def load(path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None,
     product's bits.
     kv_cache: the command line's ``--kv-cache``: "f32", or "f16" (keys and values rounded to f16
     as they are written, as llama.cpp's default cache: half the bytes decode attention reads).
+    A tied head stored quantized (a GGUF's Q8_0 head as stored, a .sparq's int8 / int4
+    embedding) is also the embedding lookup: no f32 copy of the table is kept (the same bits).
     A missing file raises OSError, a malformed one ValueError, with the command line's message.
     """
     path = os.fspath(path)
