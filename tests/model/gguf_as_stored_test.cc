@@ -193,5 +193,33 @@ TEST_F(LlamaGgufAsStoredTest, WithoutTheTableTheHeadsRowsAreTheLookupBitForBit) 
   EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0);
 }
 
+// No table needs a head to look tokens up in: weights without one and with an f32 head are
+// refused by FromParts, with a message that says so.
+TEST_F(LlamaGgufAsStoredTest, NoTableAndAnF32HeadIsRefused) {
+  auto lean = LlamaModel::Load(path_, testing::MachineConfig(),
+                               {.gguf_values = GgufValues::kAsStored, .embedding_table = false});
+  ASSERT_TRUE(lean.ok()) << lean.status().ToString();
+  const LlamaConfig c = lean->config();
+  LlamaWeights w = std::move(lean->mutable_weights());
+  DenseMatrix dm;
+  dm.rows = c.n_vocab;
+  dm.cols = c.n_embd;
+  dm.values = f32_->weights().token_embd.Clone();
+  auto head = LinearWeight::FromMatrix(SparseMatrix(std::move(dm)), "output.weight",
+                                       testing::MachineConfig());
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  w.output = std::move(*head);
+  auto f = GgufFile::Open(path_);
+  ASSERT_TRUE(f.ok());
+  auto tok = Tokenizer::FromGguf(*f);
+  ASSERT_TRUE(tok.ok());
+  auto m = LlamaModel::FromParts(c, std::move(w), std::move(*tok), "parts");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("parts: no token embedding table, and the head is not a "
+                                      "tied dense quantized"),
+            std::string::npos)
+      << m.status().ToString();
+}
+
 }  // namespace
 }  // namespace sparq
