@@ -36,6 +36,7 @@ struct FinetuneCliOptions {
   std::string requant = "gptq";  // --requant gptq | rtn
   int threads = 0;
   bool timings = false;
+  bool recompute_activations = false;
   train::TrainTimers timers;
   JsonOutput json;
   std::string log;  // --log FILE.csv
@@ -397,6 +398,9 @@ Registrar reg(
       sub.add_flag("--timings", o->timings,
                    "Print where the steps' time went (teacher, forward, head, backward, "
                    "optimizer) at the end, on stderr");
+      sub.add_flag("--recompute-activations", o->recompute_activations,
+                     "Keep only each block's input and recompute its activations in the "
+                     "backward (memory of one block's, ~15% slower; the same result)");
       sub.add_option("--checkpoint-every", l.checkpoint_every,
                      "Save the train state every N steps (0: at the end only)")
           ->capture_default_str()
@@ -429,6 +433,7 @@ Registrar reg(
       return [o](const KernelConfig& cfg) {
         o->lib.norms_only = o->train == "norms";
         o->lib.gptq = o->requant == "gptq";
+        o->lib.keep_activations = !o->recompute_activations;
         return RunFinetune(*o, cfg);
       };
     });

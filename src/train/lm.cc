@@ -165,7 +165,8 @@ Result<LmTrainResult> TrainLm(const LmTrainOptions& o, std::span<const int32_t> 
   }
   Masks masks;
   ModelWeights eff, grads;
-  const TrainExec exec{.fast = true, .pool = pool};
+  // A small model: every block's activations kept (no recompute; the same bits).
+  const TrainExec exec{.fast = true, .pool = pool, .keep_activations = true};
   const auto stream = static_cast<int64_t>(train_tokens.size());
   std::vector<std::span<const int32_t>> windows(o.batch);
   std::vector<double> losses, step_ms;

@@ -3,7 +3,7 @@
 // the blocks' outputs), forward and backward. Activation checkpointing per block: the forward
 // keeps only each block's input, and the backward recomputes that block's activations just
 // before its backward, so memory holds n_layer block inputs plus one block's activations (bounded
-// at ctx 512, issue 28). The ops run on the path the TrainExec picks (exec_ops.h), timed into its
+// at ctx 512, issue 28); or, with TrainExec::keep_activations, every block's, and no recompute. The ops run on the path the TrainExec picks (exec_ops.h), timed into its
 // TrainTimers when it has them.
 #include <algorithm>
 #include <cmath>
@@ -22,20 +22,23 @@ namespace sparq::train {
 namespace {
 
 // x [n, d] = the blocks on the embedded tokens; inputs (if not null) gets each block's input,
-// outputs (if not empty: [n_layer, n, d]) each block's output.
+// outputs (if not empty: [n_layer, n, d]) each block's output, kept (if not null) each block's
+// activations (else one scratch set is reused).
 Status Trunk(const LlamaConfig& c, const ModelWeights& w, std::span<const int32_t> tokens,
              std::vector<std::vector<float>>* inputs, std::vector<float>* x, const TrainExec& exec,
-             std::span<float> outputs = {}) {
+             std::span<float> outputs = {}, std::vector<BlockActivations>* kept = nullptr) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t d = c.n_embd;
   x->resize(n * d);
   SPARQ_RETURN_IF_ERROR(EmbeddingForward(w.token_embd, tokens, c.n_vocab, d, *x));
   std::vector<float> y(n * d);
-  BlockActivations acts;
+  BlockActivations scratch;
   if (inputs != nullptr) inputs->resize(c.n_layer);
+  if (kept != nullptr) kept->resize(c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (inputs != nullptr) (*inputs)[l] = *x;
-    SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], static_cast<int>(l), *x, n, y, &acts, exec));
+    BlockActivations* acts = kept != nullptr ? &(*kept)[l] : &scratch;
+    SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], static_cast<int>(l), *x, n, y, acts, exec));
     x->swap(y);
     if (!outputs.empty()) std::copy(x->begin(), x->end(), outputs.begin() + l * n * d);
   }
@@ -151,11 +154,13 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   const bool backward = grads != nullptr;
   // The checkpoints; SquareHead reads them too: block l's output is block l + 1's input.
   std::vector<std::vector<float>> block_in;
+  std::vector<BlockActivations> kept;  // with exec.keep_activations: no recompute below
+  const bool keep = backward && exec.keep_activations;
   std::vector<float> x, xf, logits(n * vocab);
   {
     ScopedTimer t(timer(&TrainTimers::forward));
-    SPARQ_RETURN_IF_ERROR(
-        Trunk(c, w, inputs, backward || use_hidden ? &block_in : nullptr, &x, exec));
+    SPARQ_RETURN_IF_ERROR(Trunk(c, w, inputs, backward || use_hidden ? &block_in : nullptr, &x,
+                                exec, {}, keep ? &kept : nullptr));
   }
   auto block_out = [&](int64_t l) -> std::span<const float> {
     return l + 1 < c.n_layer ? std::span<const float>(block_in[l + 1]) : std::span<const float>(x);
@@ -219,15 +224,16 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
           NormalizedMse(block_out(l), teacher_out(l), spec.hidden_weight, &unused, dh));
       for (int64_t i = 0; i < n * d; ++i) dx[i] += dh[i];
     }
-    {
+    if (!keep) {
       // Recompute: the block's activations from its checkpointed input (bitwise the forward's).
       ScopedTimer t(timer(&TrainTimers::recompute));
       SPARQ_RETURN_IF_ERROR(BlockForward(c, w.blocks[l], bi, block_in[l], n, y, &acts, exec));
     }
     ScopedTimer t(timer(&TrainTimers::backward));
     const BlockMasks* m = masks.empty() ? nullptr : &masks[l];
-    SPARQ_RETURN_IF_ERROR(
-        BlockBackward(c, w.blocks[l], bi, m, acts, dx, dprev, &grads->blocks[l], exec));
+    SPARQ_RETURN_IF_ERROR(BlockBackward(c, w.blocks[l], bi, m, keep ? kept[l] : acts, dx, dprev,
+                                        &grads->blocks[l], exec));
+    if (keep) kept[l] = BlockActivations();  // freed as the backward passes it
     dx.swap(dprev);
   }
   ScopedTimer t(timer(&TrainTimers::backward));

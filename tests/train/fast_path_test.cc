@@ -178,6 +178,38 @@ TEST(FastPath, TheSameBitsForAnyPoolSize) {
   }
 }
 
+// TrainExec::keep_activations: every block's activations kept from the forward, no recompute in
+// the backward; the loss and every gradient the same bits as with the recompute, on the fast
+// path (2 threads) and the reference, with 2:4 masks, KL and SquareHead's per-block term.
+TEST(FastPath, KeptActivationsGiveTheRecomputesBits) {
+  const LlamaConfig c = SmallConfig();
+  auto gen = Seeded(2813);
+  ModelWeights w = TinyWeights(c, &gen);
+  const std::vector<BlockMasks> masks = MaskBlock0(c, &w);
+  std::vector<int32_t> tokens(65);
+  for (auto& t : tokens) t = static_cast<int32_t>(gen() % c.n_vocab);
+  const int64_t n = 64;
+  const auto teacher = RandomNormal(&gen, n * c.n_vocab, 2.0f);
+  const auto hidden = RandomNormal(&gen, c.n_layer * n * c.n_embd, 1.0f);
+  const LossSpec spec{.ce_weight = 0.3, .kl_weight = 1.0, .tau = 1.0, .teacher_logits = teacher,
+                      .hidden_weight = 0.5, .teacher_hidden = hidden};
+  ThreadPool pool(2);
+  for (const bool fast : {true, false}) {
+    const std::string path = fast ? "fast" : "reference";
+    TrainTimers t_re, t_keep;
+    const PathRun re =
+        LossAndGrad(c, w, masks, tokens, spec, {.fast = fast, .pool = &pool, .timers = &t_re});
+    const PathRun keep = LossAndGrad(
+        c, w, masks, tokens, spec,
+        {.fast = fast, .pool = &pool, .timers = &t_keep, .keep_activations = true});
+    EXPECT_GT(re.r.hidden, 0.0);
+    EXPECT_EQ(std::memcmp(&keep.r, &re.r, sizeof(LossResult)), 0) << path;
+    ExpectSameBits(keep.g, re.g, path + ": kept vs recomputed");
+    EXPECT_GT(t_re.recompute, 0.0) << path;
+    EXPECT_EQ(t_keep.recompute, 0.0) << path;
+  }
+}
+
 TrainOptions LoopOptions() {
   TrainOptions o;
   o.schedule = {/*peak=*/5e-3, /*warmup_steps=*/2, /*total_steps=*/8, /*min_ratio=*/0.1};
