@@ -96,9 +96,9 @@ struct FinetuneOptions {
   std::function<void(const FinetuneCurvePoint&)> on_eval;  // may be empty
   std::function<void(const TrainProgress&)> progress;  // may be empty
   TrainTimers* timers = nullptr;  // null, or accumulates where the steps' time went
-  // Keep every block's activations from the forward for the backward (TrainExec::
-  // keep_activations: SmolLM2 at seq_len 512 ~0.5 GB more, ~15% less time a step); false
-  // recomputes them block by block (memory bounded by one block's). The same bits either way.
+  // Keep every block's activations from the forward for the backward (TrainExec::activations:
+  // SmolLM2 at seq_len 512 ~0.5 GB more, ~15% less time a step); false recomputes them block by
+  // block (memory bounded by one block's). The same bits either way.
   bool keep_activations = true;
 };
 

@@ -56,6 +56,8 @@ struct TrainTimers {
 // path gives the same bits for any pool size (and null: one thread); it agrees with the reference
 // to f32 rounding (tests/train/fast_path_test.cc). The pool must not be running a ParallelFor
 // of the caller's (ThreadPool is not re-entrant).
+struct BlockActivations;
+
 struct TrainExec {
   bool fast = false;
   ThreadPool* pool = nullptr;
@@ -63,11 +65,12 @@ struct TrainExec {
   // false: leave the matrices' gradients (token_embd, the linear slots) untouched, computing the
   // norms' alone: a norm-only run (AdamWOptions::norms_only) needs no dW, ~1/3 of the backward.
   bool weight_grads = true;
-  // true: ModelLossAndGrad keeps every block's activations from the forward (n_layer *
-  // BlockActivations: ~17 MB per block at n = 512 on SmolLM2, 0.5 GB in all) instead of keeping
-  // only the blocks' inputs and recomputing each block's in the backward (~15% of a fine-tuning
-  // step). The same bits either way: the recompute is the forward again.
-  bool keep_activations = false;
+  // Not null: ModelLossAndGrad keeps every block's activations from the forward here (n_layer
+  // BlockActivations: ~17 MB per block at n = 512 on SmolLM2, 0.5 GB in all), reused from call
+  // to call (no allocation per step), instead of keeping only the blocks' inputs and recomputing
+  // each block's in the backward (~15% of a fine-tuning step). The same bits either way: the
+  // recompute is the forward again.
+  std::vector<BlockActivations>* activations = nullptr;
 };
 
 // f32 master weights of one block.
@@ -174,7 +177,7 @@ struct LossResult {
 // (token_embd gets the lookup's scatter-add and the tied head's dW). masks: empty or n_layer
 // entries (BlockMasks). Activation checkpointing: the forward keeps only each block's input
 // (n_layer * n * d floats); the backward recomputes one block's activations at a time (unless
-// exec.keep_activations: then every block's are kept from the forward, the same bits).
+// exec.activations: then every block's are kept from the forward, the same bits).
 Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
                         std::span<const BlockMasks> masks, std::span<const int32_t> tokens,
                         const LossSpec& spec, LossResult* result, ModelWeights* grads,

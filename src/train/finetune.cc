@@ -299,8 +299,11 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   r.data_tokens = static_cast<int64_t>(tokens.size());
   TrainLoopOptions lo;
   lo.checkpoint_path = state_path;
-  lo.exec = {
-      .fast = true, .pool = pool, .timers = o.timers, .keep_activations = o.keep_activations};
+  std::vector<BlockActivations> activations;  // the steps' kept activations, reused
+  lo.exec = {.fast = true,
+             .pool = pool,
+             .timers = o.timers,
+             .activations = o.keep_activations ? &activations : nullptr};
   lo.progress = [&](const TrainProgress& p) {
     if (p.step == r.start_step + 1) r.first_loss = p.loss;
     r.last_loss = p.loss;

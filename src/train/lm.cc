@@ -166,7 +166,8 @@ Result<LmTrainResult> TrainLm(const LmTrainOptions& o, std::span<const int32_t> 
   Masks masks;
   ModelWeights eff, grads;
   // A small model: every block's activations kept (no recompute; the same bits).
-  const TrainExec exec{.fast = true, .pool = pool, .keep_activations = true};
+  std::vector<BlockActivations> activations;
+  const TrainExec exec{.fast = true, .pool = pool, .activations = &activations};
   const auto stream = static_cast<int64_t>(train_tokens.size());
   std::vector<std::span<const int32_t>> windows(o.batch);
   std::vector<double> losses, step_ms;

@@ -3,7 +3,8 @@
 // the blocks' outputs), forward and backward. Activation checkpointing per block: the forward
 // keeps only each block's input, and the backward recomputes that block's activations just
 // before its backward, so memory holds n_layer block inputs plus one block's activations (bounded
-// at ctx 512, issue 28); or, with TrainExec::keep_activations, every block's, and no recompute. The ops run on the path the TrainExec picks (exec_ops.h), timed into its
+// at ctx 512, issue 28); or, with TrainExec::activations, every block's, and no recompute. The
+// ops run on the path the TrainExec picks (exec_ops.h), timed into its
 // TrainTimers when it has them.
 #include <algorithm>
 #include <cmath>
@@ -154,13 +155,14 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
   const bool backward = grads != nullptr;
   // The checkpoints; SquareHead reads them too: block l's output is block l + 1's input.
   std::vector<std::vector<float>> block_in;
-  std::vector<BlockActivations> kept;  // with exec.keep_activations: no recompute below
-  const bool keep = backward && exec.keep_activations;
+  // With exec.activations: every block's kept there, no recompute below.
+  const bool keep = backward && exec.activations != nullptr;
+  std::vector<BlockActivations>* kept = keep ? exec.activations : nullptr;
   std::vector<float> x, xf, logits(n * vocab);
   {
     ScopedTimer t(timer(&TrainTimers::forward));
     SPARQ_RETURN_IF_ERROR(Trunk(c, w, inputs, backward || use_hidden ? &block_in : nullptr, &x,
-                                exec, {}, keep ? &kept : nullptr));
+                                exec, {}, kept));
   }
   auto block_out = [&](int64_t l) -> std::span<const float> {
     return l + 1 < c.n_layer ? std::span<const float>(block_in[l + 1]) : std::span<const float>(x);
@@ -231,9 +233,8 @@ Status ModelLossAndGrad(const LlamaConfig& c, const ModelWeights& w,
     }
     ScopedTimer t(timer(&TrainTimers::backward));
     const BlockMasks* m = masks.empty() ? nullptr : &masks[l];
-    SPARQ_RETURN_IF_ERROR(BlockBackward(c, w.blocks[l], bi, m, keep ? kept[l] : acts, dx, dprev,
-                                        &grads->blocks[l], exec));
-    if (keep) kept[l] = BlockActivations();  // freed as the backward passes it
+    SPARQ_RETURN_IF_ERROR(BlockBackward(c, w.blocks[l], bi, m, keep ? (*kept)[l] : acts, dx,
+                                        dprev, &grads->blocks[l], exec));
     dx.swap(dprev);
   }
   ScopedTimer t(timer(&TrainTimers::backward));

@@ -178,9 +178,10 @@ TEST(FastPath, TheSameBitsForAnyPoolSize) {
   }
 }
 
-// TrainExec::keep_activations: every block's activations kept from the forward, no recompute in
-// the backward; the loss and every gradient the same bits as with the recompute, on the fast
-// path (2 threads) and the reference, with 2:4 masks, KL and SquareHead's per-block term.
+// TrainExec::activations: every block's activations kept from the forward, no recompute in the
+// backward; the loss and every gradient the same bits as with the recompute, on the fast path
+// (2 threads) and the reference, with 2:4 masks, KL and SquareHead's per-block term; twice on one
+// workspace (reused: a shorter window's call in between).
 TEST(FastPath, KeptActivationsGiveTheRecomputesBits) {
   const LlamaConfig c = SmallConfig();
   auto gen = Seeded(2813);
@@ -199,14 +200,22 @@ TEST(FastPath, KeptActivationsGiveTheRecomputesBits) {
     TrainTimers t_re, t_keep;
     const PathRun re =
         LossAndGrad(c, w, masks, tokens, spec, {.fast = fast, .pool = &pool, .timers = &t_re});
-    const PathRun keep = LossAndGrad(
-        c, w, masks, tokens, spec,
-        {.fast = fast, .pool = &pool, .timers = &t_keep, .keep_activations = true});
+    std::vector<BlockActivations> ws;
+    const TrainExec keep_exec{
+        .fast = fast, .pool = &pool, .timers = &t_keep, .activations = &ws};
+    const PathRun keep = LossAndGrad(c, w, masks, tokens, spec, keep_exec);
     EXPECT_GT(re.r.hidden, 0.0);
+    EXPECT_EQ(ws.size(), static_cast<size_t>(c.n_layer));
     EXPECT_EQ(std::memcmp(&keep.r, &re.r, sizeof(LossResult)), 0) << path;
     ExpectSameBits(keep.g, re.g, path + ": kept vs recomputed");
     EXPECT_GT(t_re.recompute, 0.0) << path;
     EXPECT_EQ(t_keep.recompute, 0.0) << path;
+    const std::span<const int32_t> short_window = std::span(tokens).first(17);
+    const LossSpec ce_only{};
+    (void)LossAndGrad(c, w, masks, short_window, ce_only, keep_exec);
+    const PathRun again = LossAndGrad(c, w, masks, tokens, spec, keep_exec);
+    EXPECT_EQ(std::memcmp(&again.r, &re.r, sizeof(LossResult)), 0) << path;
+    ExpectSameBits(again.g, re.g, path + ": the workspace reused");
   }
 }
 
