@@ -95,6 +95,20 @@ LlamaConfig SmallConfig() {
   return c;
 }
 
+// SmallConfig's weights drawn from `seed`, block 0 under 2:4 masks, then `count` random tokens
+// (the generator goes on to the tests' teacher draws).
+struct MaskedSmallModel {
+  MaskedSmallModel(uint64_t seed, size_t count)
+      : gen(Seeded(seed)), w(TinyWeights(c, &gen)), masks(MaskBlock0(c, &w)), tokens(count) {
+    for (auto& t : tokens) t = static_cast<int32_t>(gen() % c.n_vocab);
+  }
+  const LlamaConfig c = SmallConfig();
+  decltype(Seeded(0)) gen;
+  ModelWeights w;
+  std::vector<BlockMasks> masks;
+  std::vector<int32_t> tokens;
+};
+
 struct PathRun {
   LossResult r;
   ModelWeights g;
@@ -150,12 +164,12 @@ TEST(FastPath, LossAndEveryGradientMatchTheReference) {
 }
 
 TEST(FastPath, TheSameBitsForAnyPoolSize) {
-  const LlamaConfig c = SmallConfig();
-  auto gen = Seeded(2812);
-  ModelWeights w = TinyWeights(c, &gen);
-  const std::vector<BlockMasks> masks = MaskBlock0(c, &w);
-  std::vector<int32_t> tokens(101);
-  for (auto& t : tokens) t = static_cast<int32_t>(gen() % c.n_vocab);
+  MaskedSmallModel m(2812, 101);
+  const LlamaConfig& c = m.c;
+  const ModelWeights& w = m.w;
+  const std::vector<BlockMasks>& masks = m.masks;
+  const std::vector<int32_t>& tokens = m.tokens;
+  auto& gen = m.gen;
   const auto teacher = RandomNormal(&gen, 100 * c.n_vocab, 2.0f);
   const LossSpec spec{.ce_weight = 0.3, .kl_weight = 1.0, .tau = 1.0, .teacher_logits = teacher};
   TrainTimers timers;
@@ -183,12 +197,12 @@ TEST(FastPath, TheSameBitsForAnyPoolSize) {
 // (2 threads) and the reference, with 2:4 masks, KL and SquareHead's per-block term; twice on one
 // workspace (reused: a shorter window's call in between).
 TEST(FastPath, KeptActivationsGiveTheRecomputesBits) {
-  const LlamaConfig c = SmallConfig();
-  auto gen = Seeded(2813);
-  ModelWeights w = TinyWeights(c, &gen);
-  const std::vector<BlockMasks> masks = MaskBlock0(c, &w);
-  std::vector<int32_t> tokens(65);
-  for (auto& t : tokens) t = static_cast<int32_t>(gen() % c.n_vocab);
+  MaskedSmallModel m(2813, 65);
+  const LlamaConfig& c = m.c;
+  const ModelWeights& w = m.w;
+  const std::vector<BlockMasks>& masks = m.masks;
+  const std::vector<int32_t>& tokens = m.tokens;
+  auto& gen = m.gen;
   const int64_t n = 64;
   const auto teacher = RandomNormal(&gen, n * c.n_vocab, 2.0f);
   const auto hidden = RandomNormal(&gen, c.n_layer * n * c.n_embd, 1.0f);
