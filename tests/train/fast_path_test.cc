@@ -165,11 +165,7 @@ TEST(FastPath, LossAndEveryGradientMatchTheReference) {
 
 TEST(FastPath, TheSameBitsForAnyPoolSize) {
   MaskedSmallModel m(2812, 101);
-  const LlamaConfig& c = m.c;
-  const ModelWeights& w = m.w;
-  const std::vector<BlockMasks>& masks = m.masks;
-  const std::vector<int32_t>& tokens = m.tokens;
-  auto& gen = m.gen;
+  auto& [c, gen, w, masks, tokens] = m;
   const auto teacher = RandomNormal(&gen, 100 * c.n_vocab, 2.0f);
   const LossSpec spec{.ce_weight = 0.3, .kl_weight = 1.0, .tau = 1.0, .teacher_logits = teacher};
   TrainTimers timers;
@@ -198,11 +194,7 @@ TEST(FastPath, TheSameBitsForAnyPoolSize) {
 // workspace (reused: a shorter window's call in between).
 TEST(FastPath, KeptActivationsGiveTheRecomputesBits) {
   MaskedSmallModel m(2813, 65);
-  const LlamaConfig& c = m.c;
-  const ModelWeights& w = m.w;
-  const std::vector<BlockMasks>& masks = m.masks;
-  const std::vector<int32_t>& tokens = m.tokens;
-  auto& gen = m.gen;
+  auto& [c, gen, w, masks, tokens] = m;
   const int64_t n = 64;
   const auto teacher = RandomNormal(&gen, n * c.n_vocab, 2.0f);
   const auto hidden = RandomNormal(&gen, c.n_layer * n * c.n_embd, 1.0f);
