@@ -1,10 +1,8 @@
 // LinearWeight: pack once (spmm_pack.cc), then run the registry's kernel for each call.
 #include "sparq/linear.h"
 
-#include <algorithm>
 #include <vector>
 
-#include "sparq/quant.h"
 #include "src/cpu/spmm.h"
 
 namespace sparq {
@@ -135,26 +133,7 @@ std::optional<DenseMatrix> LinearWeight::dense_quant() const {
 bool LinearWeight::DequantizeRow(int64_t r, float* out) const {
   if (!impl_ || impl_->packed.kind() != cpu::PackedKind::kDenseQuant) return false;
   const cpu::DenseQuantWeight& q = impl_->packed.dense_quant();
-  const ValueSpec& spec = q.values;
-  const uint8_t* row = q.codes.data_as<uint8_t>() + r * q.row_bytes();
-  for (int64_t g = 0; g < q.groups_per_row; ++g) {
-    const size_t gi = static_cast<size_t>(r * q.groups_per_row + g);
-    QuantGroup grp;
-    grp.scale = q.scales[gi];
-    grp.min = spec.has_min() ? q.mins[gi] : 0.0f;
-    const int64_t c1 = std::min<int64_t>(q.cols, (g + 1) * spec.group);
-    for (int64_t c = g * spec.group; c < c1; ++c) {
-      int code;
-      if (spec.dtype == DType::kI8) {
-        code = static_cast<int8_t>(row[c]);
-      } else {  // the packed int4 order of DenseQuantWeight::Code
-        constexpr int kHalf = cpu::kDqChunk / 2;
-        const int shift = c % cpu::kDqChunk >= kHalf ? 4 : 0;
-        code = (row[c / cpu::kDqChunk * kHalf + c % kHalf] >> shift) & 0x0F;
-      }
-      out[c] = Dequantize(code, grp, spec);
-    }
-  }
+  for (int64_t c = 0; c < q.cols; ++c) out[c] = q.Value(r, c);
   return true;
 }
 
