@@ -452,6 +452,7 @@ void BindModel(nb::module_& mod) {
       .def("save", &Save, nb::arg("path"), nb::arg("values").none() = nb::none())
       .def("layer", &FindLayer, nb::arg("name"), nb::keep_alive<0, 1>())
       .def_prop_ro("int8_activations", &Int8Activations)
+      .def_prop_ro("decode_rounds_x", [](const Model& m) { return m.m.decode_rounds_x(); })
       .def_prop_ro("kv_cache", &KvCacheValues)
       .def_prop_ro("layers", &Layers)
       .def_prop_ro("config", &ConfigDict)

@@ -192,11 +192,12 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
   std::vector<double> ppl(models.size(), 0.0);
   for (size_t i = 0; i < models.size() && !ppl_ids.empty(); ++i) {
     std::fprintf(stderr, "perplexity: %s\n", names[i].name.c_str());
-    // With --int8-activations only decode rounds X: score token by token, so the perplexity is
-    // that of the products the decode column times.
+    // Where decode rounds X to int8 (--activations int8 and a kernel for the model's weights),
+    // score token by token, so the perplexity is that of the products the decode column times;
+    // elsewhere decode and the whole window multiply alike, and a window at once is faster.
     SPARQ_ASSIGN_OR_RETURN(PerplexityResult r,
                            Perplexity(models[i], ppl_ids, o.ctx, &pool, {}, nullptr,
-                                      cfg.int8_activations ? 1 : 0));
+                                      models[i].decode_rounds_x() ? 1 : 0));
     ppl[i] = r.perplexity;
   }
   // The peer: the script, found near the executable for a bare --llama-cpp.
@@ -266,7 +267,7 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
                           {"prompt_tokens", o.prompt},
                           {"decode_tokens", o.decode},
                           {"runtime", "sparq"},
-                          {"activations", cfg.int8_activations ? "int8" : "f32"},
+                          {"activations", models[i].decode_rounds_x() ? "int8" : "f32"},
                           {"kv_cache", cfg.kv_f16 ? "f16" : "f32"},
                           {"cpu_model", machine.cpu_model},
                           {"isa", machine.isa}};
@@ -306,13 +307,17 @@ Status RunBenchModel(const BenchModelOptions& o, const KernelConfig& cfg) {
     if (v.is_number()) std::snprintf(b, sizeof(b), fmt, v.get<double>() * scale);
     return std::string(b);
   };
-  std::printf("%-44s %-9s %9s %7s %10s %7s %8s %8s %6s %9s\n", "model", "values", "decode t/s",
-              "vs 1st", "prefill t/s", "vs 1st", "file MB", "MB/token", "bits/w", "perplexity");
+  std::printf("%-44s %-9s %-4s %9s %7s %10s %7s %8s %8s %6s %9s\n", "model", "values", "X",
+              "decode t/s", "vs 1st", "prefill t/s", "vs 1st", "file MB", "MB/token", "bits/w",
+              "perplexity");
   for (const auto& r : rows) {
     const double d = r["decode_tok_s"].get<double>(), p = r["prefill_tok_s"].get<double>();
-    std::printf("%-44s %-9s %9.1f %6.2fx %10.1f %6.2fx %8s %8s %6s %9s\n",
+    // X: the activations of decode's products (llama.cpp's row: its own, int8 for its
+    // quantized weights, not recorded in the row).
+    const std::string x = r.contains("activations") ? r["activations"].get<std::string>() : "-";
+    std::printf("%-44s %-9s %-4s %9.1f %6.2fx %10.1f %6.2fx %8s %8s %6s %9s\n",
                 r["model"].get<std::string>().substr(0, 44).c_str(),
-                r["values"].get<std::string>().substr(0, 9).c_str(), d, d / base_dec, p,
+                r["values"].get<std::string>().substr(0, 9).c_str(), x.c_str(), d, d / base_dec, p,
                 p / base_pre, num(r["file_bytes"], 1e-6, "%.1f").c_str(),
                 num(r["weight_bytes_per_token"], 1e-6, "%.1f").c_str(),
                 num(r["bits_per_weight"], 1.0, "%.2f").c_str(),

@@ -48,13 +48,13 @@ std::string MaxIsaArg(int argc, char** argv) {
 }
 
 // Index of the command word (`bench`, `prune`, ...): the first argument that is not one of the
-// options before it (`--int8-activations`, `--max-isa X`, `--kv-cache T`), so that checks made
+// options before it (`--activations A`, `--max-isa X`, `--kv-cache T`, ...), so that checks made
 // before CLI11 parses (the peers' spins of `bench kernels`, `sparq bench MODEL`) see `sparq
 // --int8-activations bench kernels` as they see `sparq bench kernels`. argc when there is none.
 int CommandIndex(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--max-isa" || a == "--kv-cache") {
+    if (a == "--max-isa" || a == "--kv-cache" || a == "--activations") {
       ++i;
     } else if (a.empty() || a[0] != '-') {
       return i;
@@ -179,13 +179,25 @@ int main(int argc, char** argv) {
                  "`bench kernels` (OpenBLAS, oneDNN, BLIS) to their AVX2 code. SPARQ_MAX_ISA is the "
                  "old spelling.")
       ->configurable(false);
-  bool int8_activations = false;
-  app.add_flag("--int8-activations", int8_activations,
-               "Decode with activations rounded to int8 per 32 columns, as llama.cpp does, where a "
-               "kernel for it exists (2:4 int4 weights with groups of 64 or more, dense int8 / "
-               "int4 weights; on AVX-512 VNNI + VBMI and on AVX2): 1.5-4x the decode kernels' "
-               "speed, at ~0.5% relative error per product (off: every product has the f32 "
-               "product's bits).")
+  // int8 by default since 2026-12-07: where a kernel for it exists, it is llama.cpp's own decode
+  // arithmetic: 1.1-1.6x the f32-X decode of a 2:4 int4 or as-stored GGUF model on a Zen 5, at
+  // +0.1-0.5% perplexity; users compare defaults, and f32 X left sparq's default decode slower.
+  std::string activations = "int8";
+  CLI::Option* act_opt =
+      app.add_option("--activations", activations,
+                     "Activations of decode products with quantized weights: int8 (rounded per "
+                     "32 columns, as llama.cpp does, where a kernel for it exists: 2:4 int4 "
+                     "weights with groups of 64 or more, dense int8 / int4 weights, a GGUF's "
+                     "Q4_0 / Q4_1 / Q8_0 run as stored; on AVX-512 VNNI + VBMI and on AVX2), or "
+                     "f32 (every product has the f32 product's bits). Prefill, f32 / bf16 "
+                     "weights and the other layouts run f32 X either way.")
+          ->check(CLI::IsMember({"int8", "f32"}))
+          ->capture_default_str()
+          ->configurable(false);
+  bool int8_flag = false;
+  app.add_flag("--int8-activations", int8_flag,
+               "The old spelling of --activations int8 (the default)")
+      ->excludes(act_opt)
       ->configurable(false);
   std::string kv_cache = "f32";
   app.add_option("--kv-cache", kv_cache,
@@ -211,7 +223,7 @@ int main(int argc, char** argv) {
   // The run's one configuration: this machine, capped by --max-isa; passed down, never global.
   auto cfg = KernelConfig::FromMachine(max_isa);
   if (!cfg.ok()) return ExitCodeFor(cfg.status());
-  cfg->int8_activations = int8_activations;
+  cfg->int8_activations = int8_flag || activations == "int8";
   cfg->kv_f16 = kv_cache == "f16";
   try {
     for (auto& [sub, run] : runs) {

@@ -54,7 +54,9 @@ struct KernelConfig {
   // Decode with X rounded to int8 per block of 32 columns (llama.cpp's Q8 activations) where the
   // table has such a row (2:4 int4 on AVX-512 VNNI + VBMI, groups of >= 64): about twice the
   // f32 row, at ~0.5% relative error per product on Gaussian inputs instead of f32 rounding.
-  // Off: every product has the bits of the f32 product with the dequantized weights.
+  // Off: every product has the bits of the f32 product with the dequantized weights. Off in a
+  // config the library makes; the command line (`--activations`, default int8) and Python's
+  // sparq.load (int8_activations=True) turn it on.
   bool int8_activations = false;
   // The KV cache a model makes for generation and perplexity (LlamaModel::NewCache) holds f16
   // instead of f32: half the bytes decode attention reads per token (at 512 positions of

@@ -74,6 +74,8 @@ class LinearWeight {
   // Which kernel runs `n` tokens and why every other kernel of the weight's layout declined, one
   // "  name: reason" line each after a "chosen: name (tile, targets)" line.
   std::string explain(int64_t n) const;
+  // Forward of `n` tokens rounds X to int8 (a decode row of KernelConfig::int8_activations).
+  bool rounds_x(int64_t n) const;
   // How the weight is stored for compute, e.g. "dense f32", "nm 2:4 bf16", "csr f32 u16".
   const std::string& format() const;
   // The values as the kernels read them: f32, bf16, or a quantized spec (int4:g64, ...).

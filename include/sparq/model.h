@@ -205,6 +205,9 @@ class LlamaModel {
   // The values the blocks' linear layers store, as the kernels read them: "bf16", "int4:g64", or
   // the distinct specs joined by "+" in layer order ("bf16+f32" when some layers stay f32).
   std::string block_linear_values() const;
+  // Some product of a decoded token rounds X to int8 (LinearWeight::rounds_x of a block's layer
+  // or the head): what KernelConfig::int8_activations changed for this model.
+  bool decode_rounds_x() const;
 
   // Runs `tokens` at positions cache->length() ... and appends them to the cache. logits: if not
   // null, [n, n_vocab] for every token when all_logits, else [n_vocab] for the last token only.

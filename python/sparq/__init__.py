@@ -512,8 +512,9 @@ class Model:
             "model": os.path.basename(os.path.normpath(self._path)),
             "variant": "as_stored",
             "runtime": "sparq",
-            # As the command: "int8" with int8_activations (its decode rounds X where it can).
-            "activations": "int8" if self._m.int8_activations else "f32",
+            # As the command: "int8" where decode rounds X (int8_activations and a kernel for
+            # the model's weights), else "f32".
+            "activations": "int8" if self._m.decode_rounds_x else "f32",
             "kv_cache": self._m.kv_cache,
             "decode_tok_s": dec,
             "prefill_tok_s": pre,
@@ -551,13 +552,14 @@ class Model:
 
 
 def load(path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None,
-         gguf_values: str = "as-stored", int8_activations: bool = False,
+         gguf_values: str = "as-stored", int8_activations: bool = True,
          kv_cache: str = "f32") -> Model:
     """Loads a model: a .gguf file, a .sparq checkpoint or a Hugging Face Llama folder.
 
     threads: None uses every hardware thread. gguf_values: "as-stored" (the command line's
     default: a GGUF's Q4_0 / Q4_1 / Q8_0 linear layers run as stored) or "f32" (dequantized).
-    int8_activations: the command line's ``--int8-activations``: decode (a few tokens per
+    int8_activations: the command line's ``--activations int8`` (True, the default, as there)
+    or ``f32`` (False): decode (a few tokens per
     product) rounds activations to int8 per 32 columns, as llama.cpp does, where a kernel for
     it exists: 2:4 int4 layers with groups of 64 or more and dense int8 / int4 layers and heads
     (a GGUF's Q8_0 / Q4_0 / Q4_1 as stored), on AVX-512 VNNI + VBMI CPUs (Highway's "AVX3_DL" in
@@ -612,7 +614,7 @@ def prune_model(
     Returns the pruned model, loaded with the same threads (and a Model argument's
     ``int8_activations`` and ``kv_cache``); its ``prune_report`` is the command's JSON report.
     """
-    int8, kv_cache = False, "f32"
+    int8, kv_cache = True, "f32"  # load's defaults
     if isinstance(model, Model):
         src = model.path
         int8, kv_cache = model.int8_activations, model.kv_cache

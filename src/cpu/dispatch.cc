@@ -175,7 +175,7 @@ std::string Declines(const KernelRow& row, const PackedWeight& w, int64_t n,
            std::to_string(LanesAt(cfg)) + " lanes of " + cfg.target_name();
   }
   if (row.mode == KernelMode::kDecodeInt8X) {
-    if (!cfg.int8_activations) return "rounds X to int8: off (--int8-activations turns it on)";
+    if (!cfg.int8_activations) return "rounds X to int8: off (--activations f32)";
     if (w.kind() == PackedKind::kNm && w.nm().group_shift < 6) {
       // The AVX2 rows' step is 32 kept values; they keep the AVX-512 rows' rule (one dispatch
       // rule per layout; groups of 32 kept values are rare: 2:4 defaults to g64).

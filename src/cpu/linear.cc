@@ -148,6 +148,11 @@ std::string LinearWeight::kernel_name(int64_t n) const {
          impl_->packed.source + ")";
 }
 
+bool LinearWeight::rounds_x(int64_t n) const {
+  return impl_ &&
+         cpu::ChooseKernel(impl_->packed, n, impl_->cfg).mode == cpu::KernelMode::kDecodeInt8X;
+}
+
 std::string LinearWeight::explain(int64_t n) const {
   if (!impl_) return "none\n";
   const cpu::KernelChoice c = cpu::ExplainKernel(impl_->packed, n, impl_->cfg);

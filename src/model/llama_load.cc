@@ -65,6 +65,15 @@ uint64_t LlamaModel::weight_bytes_per_token() const {
   return weight_bytes() - embd + row;
 }
 
+bool LlamaModel::decode_rounds_x() const {
+  for (const LlamaBlock& b : impl_->weights.blocks) {
+    for (const LinearWeight& lw : b.linear) {
+      if (lw.rounds_x(1)) return true;
+    }
+  }
+  return impl_->weights.output.rounds_x(1);
+}
+
 std::string LlamaModel::block_linear_values() const {
   std::vector<std::string> seen;
   for (const LlamaBlock& b : impl_->weights.blocks) {

@@ -129,34 +129,42 @@ std::string ChosenFor(const std::string& out, const std::string& header) {
   return out.substr(b, out.find_first_of(" \n", b) - b);
 }
 
-// --int8-activations: on AVX3_DL and on AVX2 a 2:4 int4 weight with groups of 64 decodes on the
-// target's int8-X row, one with groups of 32 keeps the f32-X row and says why; without the flag
-// (or on AVX3 without VNNI) the int8-X rows decline and name the reason.
+// The default activations (int8; also spelled --activations int8 and --int8-activations): on
+// AVX3_DL and on AVX2 a 2:4 int4 weight with groups of 64 decodes on the target's int8-X row, one
+// with groups of 32 keeps the f32-X row and says why; with --activations f32 (or on AVX3 without
+// VNNI) the int8-X rows decline and name the reason. The two spellings together are refused.
 TEST(KernelTableCliTest, Int8ActivationsChooseTheIntegerRowWhereItRuns) {
   std::string out, err;
   const std::string run = "bench kernels --explain --shapes 128x256 --n 1 --patterns 2:4 "
                           "--values int4:g64,int4:g32";
-  ASSERT_EQ(RunCli("--int8-activations " + run, &out, &err), 0) << err;
-  const std::string g64 = ChosenFor(out, "128x256 2:4 int4:g64 n=1");
-  const std::string g32 = ChosenFor(out, "128x256 2:4 int4:g32 n=1");
-  EXPECT_THAT(g32, ::testing::Not(HasSubstr("_x8"))) << out;
-  if (IsaOf(out) == "AVX3_DL" || IsaOf(out) == "AVX2") {
-    EXPECT_EQ(g64, IsaOf(out) == "AVX2" ? "i4_nm24_decode_4x1_x8__avx2"
-                                        : "i4_nm24_decode_4x1_x8__avx3_dl") << out;
-    EXPECT_THAT(out, HasSubstr("needs groups of 64 or more, the weight's are 32")) << out;
-  } else {
-    EXPECT_THAT(g64, ::testing::Not(HasSubstr("_x8"))) << out;
-    EXPECT_THAT(out, HasSubstr("declined i4_nm24_decode_4x1_x8__avx3_dl: runs on")) << out;
+  for (const std::string act : {"", "--activations int8 ", "--int8-activations "}) {
+    ASSERT_EQ(RunCli(act + run, &out, &err), 0) << act << err;
+    const std::string g64 = ChosenFor(out, "128x256 2:4 int4:g64 n=1");
+    const std::string g32 = ChosenFor(out, "128x256 2:4 int4:g32 n=1");
+    EXPECT_THAT(g32, ::testing::Not(HasSubstr("_x8"))) << out;
+    if (IsaOf(out) == "AVX3_DL" || IsaOf(out) == "AVX2") {
+      EXPECT_EQ(g64, IsaOf(out) == "AVX2" ? "i4_nm24_decode_4x1_x8__avx2"
+                                          : "i4_nm24_decode_4x1_x8__avx3_dl")
+          << act << out;
+      EXPECT_THAT(out, HasSubstr("needs groups of 64 or more, the weight's are 32")) << out;
+    } else {
+      EXPECT_THAT(g64, ::testing::Not(HasSubstr("_x8"))) << out;
+      EXPECT_THAT(out, HasSubstr("declined i4_nm24_decode_4x1_x8__avx3_dl: runs on")) << out;
+    }
   }
-  ASSERT_EQ(RunCli("--max-isa AVX2 --int8-activations " + run, &out, &err), 0) << err;
+  ASSERT_EQ(RunCli("--max-isa AVX2 " + run, &out, &err), 0) << err;
   if (IsaOf(out) == "AVX2") {  // (a CPU without AVX2 reports SSE4: no int8-X row)
     EXPECT_EQ(ChosenFor(out, "128x256 2:4 int4:g64 n=1"), "i4_nm24_decode_4x1_x8__avx2") << out;
   }
-  ASSERT_EQ(RunCli("--max-isa AVX3_DL " + run, &out, &err), 0) << err;
+  ASSERT_EQ(RunCli("--max-isa AVX3_DL --activations f32 " + run, &out, &err), 0) << err;
   EXPECT_THAT(ChosenFor(out, "128x256 2:4 int4:g64 n=1"), ::testing::Not(HasSubstr("_x8"))) << out;
   if (IsaOf(out) == "AVX3_DL") {
-    EXPECT_THAT(out, HasSubstr("rounds X to int8: off (--int8-activations turns it on)")) << out;
+    EXPECT_THAT(out, HasSubstr("rounds X to int8: off (--activations f32)")) << out;
   }
+  EXPECT_NE(RunCli("--int8-activations --activations f32 " + run, &out, &err), 0);
+  EXPECT_THAT(err, HasSubstr("--activations")) << err;
+  EXPECT_NE(RunCli("--activations int4 " + run, &out, &err), 0);
+  EXPECT_THAT(err, HasSubstr("int4")) << err;
 }
 
 // --values with quantized specs: the N:M rows run the i8 / i4 kernels (and say so), a spec the

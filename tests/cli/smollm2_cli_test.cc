@@ -60,8 +60,8 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
   const std::string flags = " --threads 1 --prompt 8 --decode 2 --repeats 1 --json";
   // (The shorthand with an option before `bench` too: it once looked at the first word only.)
   // (--kv-cache, another option before `bench`, with its value.)
-  for (const std::string sub :
-       {"bench model '", "bench '", "--int8-activations bench '", "--kv-cache f16 bench '"}) {
+  for (const std::string sub : {"bench model '", "bench '", "--int8-activations bench '",
+                                "--kv-cache f16 bench '", "--activations f32 bench '"}) {
     std::string out;
     ASSERT_EQ(testing::RunCommand(Cli() + " " + sub + path_ + "'" + flags, &out), 0) << sub << out;
     const json rows = json::parse(out);
@@ -70,6 +70,13 @@ TEST_F(SmolLm2Test, BenchModelJsonRowsAndTheBenchModelShorthand) {
     EXPECT_EQ(rows[2]["variant"], "as_stored_quant");
     const json& r = rows[0];
     EXPECT_EQ(r["kv_cache"], sub.starts_with("--kv-cache") ? "f16" : "f32") << sub;
+    // Decode rounds X to int8 by default where a kernel for it exists: the Q4_1 row as stored
+    // (its int8-X rows: AVX-512 VNNI + VBMI and AVX2), never the f32 and bf16 rows.
+    const std::string isa = r["isa"].get<std::string>();
+    const bool x8 = !sub.starts_with("--activations f32") && (isa == "AVX3_DL" || isa == "AVX2");
+    EXPECT_EQ(rows[0]["activations"], "f32") << sub;
+    EXPECT_EQ(rows[1]["activations"], "f32") << sub;
+    EXPECT_EQ(rows[2]["activations"], x8 ? "int8" : "f32") << sub << " on " << isa;
     EXPECT_EQ(r["model"], "SmolLM2-135M-Instruct.Q4_1.gguf");
     EXPECT_EQ(r["threads"], 1);
     EXPECT_EQ(r["prompt_tokens"], 8);

@@ -1,5 +1,6 @@
-"""sparq.load(..., int8_activations=...) and Model.layer(name) (issue 29). References: the default
-load (flag off must not change a bit), the flag-off model's perplexity (flag on stays close), the
+"""sparq.load(..., int8_activations=...) and Model.layer(name) (issue 29). References: the flag-off
+load (where no kernel rounds X, on must not change a bit), the flag-off model's perplexity (flag on
+stays close), the
 `sparq convert --format dense` densification of the checkpoint (a layer's values) and NumPy
 products in double (a layer's products)."""
 
@@ -51,19 +52,27 @@ def _has_vnni():
 
 # ---- int8_activations --------------------------------------------------------------------------
 
-def test_int8_activations_off_is_the_default_bit_for_bit(tiny_model_dir, int4_path, text):
+def test_int8_activations_on_is_the_default_and_off_keeps_f32_bits(tiny_model_dir, int4_path,
+                                                                    text):
+    """The default is the command line's (--activations int8): on. On a dense f32 model no
+    kernel rounds X, so the default and off give the same bits and report f32."""
     for path in (tiny_model_dir, int4_path):
         default = sparq.load(path, threads=THREADS)
+        on = sparq.load(path, threads=THREADS, int8_activations=True)
         off = sparq.load(path, threads=THREADS, int8_activations=False)
-        assert default.int8_activations is False and off.int8_activations is False
+        assert default.int8_activations is True and off.int8_activations is False
         ids = default.tokenize(text[:200])
-        assert np.array_equal(default.logits(ids), off.logits(ids))
-        # One token at a time too: the decode products the flag would change.
+        # One token at a time: the decode products the flag changes.
         a = default.eval(text, ctx=64, max_tokens=200, step=1)
-        b = off.eval(text, ctx=64, max_tokens=200, step=1)
+        b = on.eval(text, ctx=64, max_tokens=200, step=1)
+        c = off.eval(text, ctx=64, max_tokens=200, step=1)
         assert a["perplexity"] == b["perplexity"]
-        assert (a["step"], a["int8_activations"]) == (1, False)
-        assert default.bench(prompt=8, decode=2, repeats=1)["activations"] == "f32"
+        assert (a["step"], a["int8_activations"], c["int8_activations"]) == (1, True, False)
+        assert off.bench(prompt=8, decode=2, repeats=1)["activations"] == "f32"
+        if path == tiny_model_dir:
+            assert np.array_equal(default.logits(ids), off.logits(ids))
+            assert a["perplexity"] == c["perplexity"]
+            assert default.bench(prompt=8, decode=2, repeats=1)["activations"] == "f32"
 
 
 def test_int8_activations_on_reports_int8_and_changes_only_what_it_serves(tiny_model_dir,
@@ -74,14 +83,15 @@ def test_int8_activations_on_reports_int8_and_changes_only_what_it_serves(tiny_m
     assert on.eval(text, ctx=64, max_tokens=100)["int8_activations"] is True
     if _has_vnni():  # the int8-X decode row exists only on AVX-512 VNNI + VBMI
         assert "_x8_" in on.layer(INT4_LAYER).kernel_name(1)
-    assert "_x8_" not in sparq.load(int4_path, threads=THREADS).layer(INT4_LAYER).kernel_name(1)
+    assert "_x8_" not in sparq.load(int4_path, threads=THREADS,
+                                    int8_activations=False).layer(INT4_LAYER).kernel_name(1)
     # Prefill (whole windows) runs no int8 kernel: the same bits as flag off.
-    off = sparq.load(int4_path, threads=THREADS)
+    off = sparq.load(int4_path, threads=THREADS, int8_activations=False)
     ids = on.tokenize(text[:200])
     assert np.array_equal(on.logits(ids), off.logits(ids))
     # A dense f32 model has no int8-X kernel: decode unchanged too.
     d_on = sparq.load(tiny_model_dir, threads=THREADS, int8_activations=True)
-    d_off = sparq.load(tiny_model_dir, threads=THREADS)
+    d_off = sparq.load(tiny_model_dir, threads=THREADS, int8_activations=False)
     assert d_on.eval(text, ctx=64, max_tokens=200, step=1)["perplexity"] == \
         d_off.eval(text, ctx=64, max_tokens=200, step=1)["perplexity"]
     # A Model argument passes the flag on to prune_model's result.
@@ -94,7 +104,8 @@ def test_int8_activations_on_reports_int8_and_changes_only_what_it_serves(tiny_m
 
 def test_int8_activations_perplexity_within_2_percent(int4_path, text):
     """Token by token (step=1: the decode products the flag rounds), on the 2:4 int4 model."""
-    off = sparq.load(int4_path, threads=THREADS).eval(text, ctx=128, step=1)
+    off = sparq.load(int4_path, threads=THREADS, int8_activations=False).eval(text, ctx=128,
+                                                                              step=1)
     on = sparq.load(int4_path, threads=THREADS, int8_activations=True).eval(text, ctx=128, step=1)
     rel = abs(on["perplexity"] / off["perplexity"] - 1)
     print(f"perplexity f32 X {off['perplexity']:.4f}, int8 X {on['perplexity']:.4f} ({rel:+.4%})")
@@ -116,7 +127,8 @@ def test_smollm2_int4_int8_activations_perplexity(tmp_path):
     # the thousands, where a 2% bar means nothing).
     sparq.prune_model(gguf, "2:4", method="sparsegpt", calib=text, values="int4:g64",
                       out=out, calib_samples=8, calib_len=128, threads=THREADS)
-    off = sparq.load(out, threads=THREADS).eval(text, ctx=256, max_tokens=512, step=1)
+    off = sparq.load(out, threads=THREADS, int8_activations=False).eval(text, ctx=256,
+                                                                        max_tokens=512, step=1)
     on = sparq.load(out, threads=THREADS, int8_activations=True).eval(text, ctx=256,
                                                                       max_tokens=512, step=1)
     print(f"SmolLM2 2:4 int4 perplexity f32 X {off['perplexity']:.4f}, int8 X "
@@ -182,7 +194,8 @@ def test_layer_of_an_int4_model_dequantizes_as_the_cli(int4_path, tmp_path, spar
     assert np.all(np.abs(w - ref) <= 2.0 ** -23 * np.abs(ref)), np.max(np.abs(w - ref))
     assert np.array_equal(w != 0, ref != 0)
     # Without int8 X, products are f32 sums of the dequantized values.
-    _check_products(sparq.load(int4_path, threads=THREADS).layer(INT4_LAYER), rng)
+    f32_x = sparq.load(int4_path, threads=THREADS, int8_activations=False)
+    _check_products(f32_x.layer(INT4_LAYER), rng)
 
 
 def test_layer_of_a_permuted_model_is_in_the_models_input_order(tiny_model_dir, text, rng):
