@@ -56,8 +56,8 @@ HWY_INLINE void UpdateLanes(D d, const AdamWUpdateArgs& a, const float* g, float
 }
 #endif
 
-// n contiguous entries (n <= kChunk when tail copies are needed): whole vectors in place, the
-// last partial one through zero-padded copies (0 gradient and moments: sqrt(0) + eps > 0).
+// n contiguous entries: whole vectors in place, the last partial one (under N <= kChunk entries)
+// through zero-padded copies (0 gradient and moments: sqrt(0) + eps > 0, no NaN in spare lanes).
 template <class D>
 HWY_INLINE void UpdateRun(D d, const AdamWUpdateArgs& a, const float* g, float* p, float* m,
                           float* v, int64_t n) {
