@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sparq/train_optim.h"
+#include "src/train/adamw_simd.h"
 #include "src/train/model_check.h"
 
 namespace sparq::train {
@@ -150,20 +151,14 @@ Status AdamW::Step(ModelWeights* w, const ModelWeights& grads, double lr, AdamWS
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t_));
   run([&](const Block& b, size_t) {
     const auto& e = we[b.tensor];
-    const std::vector<float>& g = *ge[b.tensor].values;
-    std::vector<float>& p = *e.values;
     Slot& st = state_[b.tensor];
     const double decay = e.matrix ? 1.0 - lr * opt_.weight_decay : 1.0;
-    for (int64_t i = b.begin; i < b.end; ++i) {
-      const int64_t at = e.index(i);
-      const double gi = static_cast<double>(g[at]) * clip;
-      // The update uses this step's moments in double; the state keeps them rounded to f32.
-      const double m = b1 * st.m[i] + (1.0 - b1) * gi;
-      const double v = b2 * st.v[i] + (1.0 - b2) * gi * gi;
-      st.m[i] = static_cast<float>(m);
-      st.v[i] = static_cast<float>(v);
-      p[at] = static_cast<float>(p[at] * decay - lr * (m / bc1) / (std::sqrt(v / bc2) + opt_.eps));
-    }
+    // The update uses this step's moments in double; the state keeps them rounded to f32.
+    const AdamWUpdateArgs args{clip, b1, 1.0 - b1, b2, 1.0 - b2, bc1, bc2, decay, lr, opt_.eps};
+    const int64_t* kept = e.masked() ? e.kept->data() + b.begin : nullptr;
+    const int64_t off = e.masked() ? 0 : b.begin;
+    AdamWUpdate(args, ge[b.tensor].values->data() + off, e.values->data() + off, kept,
+                st.m.data() + b.begin, st.v.data() + b.begin, b.end - b.begin);
   });
   if (info != nullptr) *info = {norm, clip};
   return Status::Ok();
