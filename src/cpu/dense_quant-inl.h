@@ -148,6 +148,25 @@ HWY_INLINE void DqDecodeChunk(const DenseQuantWeight& w, int64_t r, int64_t c, i
   }
 }
 
+// Rows [r0, r1) dequantized into out [row - r0][k_pad], the values every other row multiplies: the
+// sgemm rows' panel (which reads the first cols of each row: a padded zero code with a min is
+// the min, not 0).
+template <int kV>
+HWY_NOINLINE void DqDequantRows(const DenseQuantWeight& w, int64_t r0, int64_t r1, float* out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t rb = w.row_bytes(), gpr = w.groups_per_row;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* codes = w.codes.data_as<uint8_t>() + r * rb;
+    const float* sc = w.scales.data() + r * gpr;
+    const float* mn = w.values.has_min() ? w.mins.data() + r * gpr : nullptr;
+    float* o = out + (r - r0) * w.k_pad;
+    for (int64_t c = 0; c < w.k_pad; c += L) {
+      hn::StoreU(DqValues<kV>(codes, sc, mn, w.group_shift, c), df, o + c);
+    }
+  }
+}
+
 // Tiled: rows [r0, r1) over chunks [c0, c1) of X^T tile xt (NV vectors), partial sums in scratch
 // [row][NT] (started from zero at c0 == 0). Rows run 4, 2 or 1 at a time as the N:M tiled rows.
 template <int kV, int NV>

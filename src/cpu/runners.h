@@ -20,6 +20,10 @@ void RunRowGroupTiled(const KernelRow& row, const PackedWeight& pw, const SpmmAr
                  ThreadPool* pool);
 void RunDenseBlas(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                   ThreadPool* pool);
+// Dense int8 / int4 for many tokens (blas.cc): panels of rows dequantized by the row's body, each
+// multiplied by OpenBLAS's sgemm.
+void RunDenseQuantSgemm(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                        ThreadPool* pool);
 
 // One weight's product, by the row chosen for it, in a call that runs several over the same X.
 struct DecodeJob {

@@ -166,6 +166,15 @@ struct DenseQuantTiledBody {
   }
 };
 
+// The dense int8 / int4 sgemm rows' body: rows [u0, u1) dequantized into c.scratch ([row][k_pad];
+// RunDenseQuantSgemm multiplies them).
+template <int kV>
+struct DenseQuantDequantBody {
+  static void Run(const KernelCall& c) {
+    DqDequantRows<kV>(c.w->dense_quant(), c.u0, c.u1, c.scratch);
+  }
+};
+
 // Bit-mask rows of value kind kV: f32 / bf16 values stored, or int8 / int4 codes (quantized
 // bodies: mask_quant-inl.h).
 template <int kV>

@@ -155,6 +155,9 @@ struct DenseF32Weight {
 // `values.group` consecutive columns (32, 64 or 128, multiples of kDqChunk: a chunk lies in one
 // group); a row's last group may be short.
 inline constexpr int kDqChunk = 16;
+// Tokens from which dense int8 / int4 products dequantize panels of rows for OpenBLAS's sgemm
+// (the *_dense_sgemm_64xn rows) instead of running the tiled kernel.
+inline constexpr int64_t kDqSgemmMinN = 64;
 struct DenseQuantWeight {
   int64_t rows = 0, cols = 0;
   ValueSpec values;       // kI8, or kI4 (with a min unless values.sym); Dequantize of quant.h

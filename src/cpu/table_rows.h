@@ -72,10 +72,14 @@
       RunRowTiled, 0, SPARQ_BODY(MaskTiledBody, kVal##V, 0))
 
 // The dense quantized rows of one value kind (i8, i4, i4s): every column's code dequantized in
-// registers (decode, 4 rows x T tokens) or into the N:M tiled kernel's block (tiled).
+// registers (decode, 4 rows x T tokens), into panels of 64 rows that OpenBLAS's sgemm multiplies
+// (from kDqSgemmMinN tokens: the panel's dequantization is then a few percent of its FLOPs) or
+// into the N:M tiled kernel's block (tiled, between the two).
 #define SPARQ_DENSE_QUANT_ROWS(ROW, p, V)                                                         \
   ROW(p##_dense_decode_4xT, kDenseQuant, V, kDecode, "4xT", HWY_AVX3_DL, HWY_SCALAR, 0, 16,       \
       RunDecode, 0, SPARQ_BODY(DenseQuantDecodeBody, kVal##V))                                     \
+  ROW(p##_dense_sgemm_64xn, kDenseQuant, V, kTiled, "64xn", HWY_AVX3_DL, HWY_SCALAR, kDqSgemmMinN, \
+      INT64_MAX, RunDenseQuantSgemm, 0, SPARQ_BODY(DenseQuantDequantBody, kVal##V))                \
   ROW(p##_dense_tiled_4xNV, kDenseQuant, V, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2, INT64_MAX, \
       RunRowTiled, 0, SPARQ_BODY(DenseQuantTiledBody, kVal##V, 0))
 

@@ -65,8 +65,9 @@ TEST(DenseQuantTest, EveryDenseQuantRowMatchesTheReferenceOfTheDequantizedWeight
   const char* specs[] = {"int8:g32", "int8:g128", "int4:g64", "int4:g32:sym", "int4:g128"};
   // k: the model's 576 (4.5 groups of 128) and 1536, one past a chunk of 16 and in a short group
   // (100: groups of 32 hold 3 + 4 columns), below a chunk (7). m: 5 and 33 leave 1 row past the
-  // 4-row tiles. n: decode (1, 3, 16) and tiled (17, 64; partial token tiles).
-  const int64_t ms[] = {5, 33};
+  // 4-row tiles, 70 a short second panel of the sgemm rows' 64. n: decode (1, 3, 16) and tiled
+  // (17, 64; partial token tiles).
+  const int64_t ms[] = {5, 33, 70};
   const int64_t ks[] = {7, 100, 576, 1536};
   const int64_t ns[] = {1, 3, 16, 17, 64};
   ThreadPool pool2(2), pool3(3);
