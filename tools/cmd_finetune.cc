@@ -145,11 +145,14 @@ Result<train::FinetuneText> SelfDistillData(FinetuneCliOptions& o, const KernelC
   char header[512];
   std::snprintf(header, sizeof header,
                 "# sparq self-distill: teacher %s, %lld tokens, samples of %lld, temperature %g, "
-                "top-k %lld, top-p %g, seed %llu, batch %lld\n",
+                "top-k %lld, top-p %g, seed %llu, batch %lld%s\n",
                 std::filesystem::path(o.lib.teacher).filename().string().c_str(),
                 static_cast<long long>(d.tokens), static_cast<long long>(d.sample_len),
                 d.temperature, static_cast<long long>(d.top_k), d.top_p,
-                static_cast<unsigned long long>(d.seed), static_cast<long long>(d.batch));
+                static_cast<unsigned long long>(d.seed), static_cast<long long>(d.batch),
+                // The sampler decodes with the run's activations (int8 X rounds the teacher's
+                // quantized products): a cache made with f32 ones holds other samples.
+                cfg.int8_activations ? ", activations int8" : "");
   if (std::filesystem::exists(path)) {
     Result<std::string> cached = ReadTextFile(path);
     if (cached.ok() && cached->rfind(header, 0) == 0) {

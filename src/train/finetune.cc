@@ -252,10 +252,17 @@ Result<FinetuneResult> Finetune(const FinetuneOptions& o, const KernelConfig& cf
   LlamaConfig tc;
   if (o.kl > 0 || o.hidden > 0) {
     if (o.teacher.empty()) return InvalidInput("finetune: --kl or --hidden > 0 needs a --teacher");
-    // A GGUF teacher loads as f32, not as stored: its 512-token windows run 15% faster on f32
-    // BLAS than on the quantized tiles (a Zen 5, 2 threads: ~5% of a step) for 0.5 GB more
-    // (docs/measurements/zen5-finetune-kept-activations-2026-12-07.md).
-    auto t = LlamaModel::Load(o.teacher, cfg);
+    // Logits only (no --hidden): a GGUF's Q4_x / Q8_0 layers run as stored, the same values as
+    // its f32 load in ~1/5 of the memory and no f32 embedding table; since the sgemm rows their
+    // windows run as fast as f32's (docs/measurements/zen5-dense-quant-sgemm-2026-12-07.md).
+    // SquareHead's teacher becomes f32 masters below, so it loads as f32. The teacher's logits
+    // are the targets: f32 activations even where the run decodes with int8 ones (a window of
+    // <= 16 tokens runs the decode rows).
+    KernelConfig tcfg = cfg;
+    tcfg.int8_activations = false;
+    LoadOptions tlo;
+    if (o.hidden == 0) tlo = {.gguf_values = GgufValues::kAsStored, .embedding_table = false};
+    auto t = LlamaModel::Load(o.teacher, tcfg, tlo);
     if (!t.ok()) return t.status().WithContext("finetune: teacher");
     teacher.emplace(std::move(*t));
     SPARQ_RETURN_IF_ERROR(CheckTeacherVocabulary(student, o.student, *teacher, o.teacher));
