@@ -475,14 +475,20 @@ struct MaskQuantValues {
     const uint16_t* prm = w.params.data() + r * w.groups_per_row * w.params_per_group();
     float* out = buf + slot * per_row;
     int64_t at = 0;
+    // A group's scale, min and code table are set up once for its chunks (4 at g64), not per
+    // chunk: per token tile this loop runs again, and its set-up cost more than the stores.
+    int64_t group = -1;
+    hn::Vec<DF> scale = hn::Zero(df), min = hn::Zero(df), table = hn::Zero(df);
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t cnt = static_cast<int64_t>(hwy::PopCount(bits[c]));
-      const uint16_t* pg = prm + (c * kMaskChunk >> w.group_shift) * w.params_per_group();
-      const auto scale = hn::Set(df, F16Lane(pg[0]));
-      hn::Vec<DF> min = hn::Zero(df);
-      if constexpr (kV == kValI4) min = hn::Set(df, F16Lane(pg[1]));
-      hn::Vec<DF> table = min;
-      if constexpr (kMaskI4Table<kV>) table = DequantLanes<kV>(hn::Iota(DI(), 0), scale, min);
+      if (const int64_t g = c * kMaskChunk >> w.group_shift; g != group) {
+        group = g;
+        const uint16_t* pg = prm + g * w.params_per_group();
+        scale = hn::Set(df, F16Lane(pg[0]));
+        if constexpr (kV == kValI4) min = hn::Set(df, F16Lane(pg[1]));
+        table = min;
+        if constexpr (kMaskI4Table<kV>) table = DequantLanes<kV>(hn::Iota(DI(), 0), scale, min);
+      }
       for (int64_t j = 0; j < cnt; j += L) {
         hn::StoreU(MaskDequant<kV>(base, p + j, scale, min, table), df, out + at + j);
       }

@@ -162,7 +162,9 @@ double ScalarAdamWStep(const AdamWUpdateArgs& a, float g, float m, float v) {
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (memcmp of an empty vector's null data is undefined: UBSan stops there.)
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Lengths below, at and one past every target's f64 lanes (2, 4, 8) and the masked chunk (64),
