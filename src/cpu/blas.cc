@@ -61,8 +61,11 @@ void RunDenseQuantSgemm(const KernelRow& row, const PackedWeight& pw, const Spmm
       blas::OpenBlasThreads pin(1);
       auto task = [&](int64_t p, int) {
         const int64_t r0 = p * kDqPanelRows, r1 = std::min(w.rows, r0 + kDqPanelRows);
+        // Grown, never shrunk: layers of 576 and 1536 columns alternate, and a resize up again
+        // would zero the new part on every call.
         thread_local std::vector<float> panel;
-        panel.resize(static_cast<size_t>(kDqPanelRows * w.k_pad));
+        const auto need = static_cast<size_t>(kDqPanelRows * w.k_pad);
+        if (panel.size() < need) panel.resize(need);
         KernelCall c;
         c.w = &pw;
         c.u0 = r0;
