@@ -207,6 +207,31 @@ def main():
     write("checkpoint", "csr_int4_g32_mask.sparq", csr_quant("int4:g32", 4, 41, mask=True))
     write("checkpoint", "csr_int8_g32_mask.sparq", csr_quant("int8:g32", 3, 40, mask=True))
 
+    # Quantized V:N:M checkpoints: slabs of 2 rows, every 2:4 group keeping its columns 0 and 1
+    # (indices 0 and 1: the nibble 0b0100), codes like N:M's [rows, groups * 2], f16 scales (and
+    # mins) per group of G kept values of a row.
+    def vnm_quant(spec, rows, cols, scale=0x2E66, min_=0xBC00):
+        g = int(spec.split(":")[1][1:])
+        i8, per_row = spec.startswith("int8"), cols // 4 * 2
+        qg, slabs, mrow = (per_row + g - 1) // g, (rows + 1) // 2, cols // 8
+        if i8:
+            codes = bytes(((i * 37 + 3) % 255 - 127) % 256 for i in range(rows * per_row))
+        else:
+            lo = 1 if spec.endswith(":sym") else 0
+            codes = bytes((lo + (i * 7 + 1) % (16 - lo)) | ((lo + (i * 5 + 2) % (16 - lo)) << 4)
+                          for i in range(rows * per_row // 2))
+        parts = {"w.values": ("I8" if i8 else "U8", [rows, len(codes) // rows], codes),
+                 "w.meta": ("U8", [slabs, mrow], b"\x44" * (slabs * mrow)),
+                 "w.scales": ("F16", [rows, qg], struct.pack("<H", scale) * (rows * qg))}
+        if spec.startswith("int4") and not spec.endswith(":sym"):
+            parts["w.mins"] = ("F16", [rows, qg], struct.pack("<H", min_) * (rows * qg))
+        entry = {"format": "vnm", "pattern": "vnm:2:2:4", "shape": [rows, cols],
+                 "dtype": "i8" if i8 else "u8", "values": spec, "v": 2, "n": 2, "m": 4}
+        return st(parts, {"sparq": json.dumps({"format_version": 4, "tensors": {"w": entry}})})
+    write("checkpoint", "vnm_int8_g32.sparq", vnm_quant("int8:g32", 3, 40))
+    write("checkpoint", "vnm_int4_g64.sparq", vnm_quant("int4:g64", 4, 136))
+    write("checkpoint", "broken_vnm_nan_scale.sparq", vnm_quant("int4:g32:sym", 2, 64, scale=0x7E00))
+
     # N:M / V:N:M meta as ranks (format version 4): per group the rank of its ascending indices
     # among the C(m, n) subsets, in colex order (= ascending as bit sets), ceil(log2 C) bits LSB
     # first; the groups cycle through every rank; one broken seed holds a rank C(m, n).
@@ -254,7 +279,8 @@ def main():
         for pat, fmt, values in [("2:4", "auto", "bf16"), ("vnm:2:2:4", "auto", "bf16"),
                                  ("block:2x4:0.5", "auto", "bf16"), ("unstructured:0.5", "csr", "f32"),
                                  ("unstructured:0.5", "coo", "f32"), ("2:4", "nm", "int4:g32"),
-                                 ("2:4", "nm", "int8:g32"), ("1:4", "dense", "f32")]:
+                                 ("2:4", "nm", "int8:g32"), ("vnm:2:2:4", "auto", "int4:g32"),
+                                 ("1:4", "dense", "f32")]:
             out = os.path.join(tmp, "c.sparq")
             subprocess.run([cli, "convert", src, out, "--pattern", pat, "--format", fmt,
                             "--include", "blk.*", "--values", values],

@@ -109,8 +109,10 @@ Status Run(const Options& o) {
     return InvalidInput("convert: bad --include regex '" + o.include + "': " + e.what());
   }
   const FormatKind fmt = format ? *format : (pattern ? PickFormat(*pattern) : FormatKind::kDense);
-  if (spec.quantized() && (to_dense || (fmt != FormatKind::kNM && fmt != FormatKind::kCsr))) {
-    return InvalidInput("convert: " + spec.Name() + " values are stored for nm and csr matrices only, not " +
+  if (spec.quantized() && (to_dense || (fmt != FormatKind::kNM && fmt != FormatKind::kVNM &&
+                                        fmt != FormatKind::kCsr))) {
+    return InvalidInput("convert: " + spec.Name() +
+                        " values are stored for nm, vnm and csr matrices only, not " +
                         std::string(to_dense ? "dense" : FormatName(fmt)) + " ones");
   }
 
@@ -139,12 +141,8 @@ Status Run(const Options& o) {
       } else {
         auto enc = Encode(std::span<const float>(wp, w->numel()), m, k, fmt, *pattern, vt);
         if (!enc.ok()) { s.status = enc.status().WithContext("tensor '" + t.name + "'"); return; }
-        if (spec.quantized() && fmt == FormatKind::kNM) {
-          auto q = NmMatrix::Quantize(std::get<NmMatrix>(*enc), spec, {}, t.name);
-          if (!q.ok()) { s.status = q.status(); return; }
-          *enc = std::move(*q);
-        } else if (spec.quantized()) {
-          auto q = CsrMatrix::Quantize(std::get<CsrMatrix>(*enc), spec, {}, t.name);
+        if (spec.quantized()) {
+          auto q = QuantizeMatrix(*enc, spec, {}, t.name);
           if (!q.ok()) { s.status = q.status(); return; }
           *enc = std::move(*q);
         }
@@ -227,9 +225,10 @@ Registrar reg("convert", "Magnitude-prune the selected weights of a model file t
                 sub.add_option("--pattern", o->pattern, "2:4 | 4:8 | unstructured:0.9 | block:16x16 | vnm:8:2:4 | rows:0.3 ...");
                 sub.add_option("--format", o->format, "auto | dense | coo | csr | bsr | nm | vnm (default auto)");
                 sub.add_option("--include", o->include, "regex (whole name) of the 2-D tensors to convert");
-                sub.add_option("--values,--dtype", o->values,
-                               "values of converted tensors: f32 | bf16 | f16 | int8[:gN] | "
-                               "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm and csr formats)");
+                sub.add_option(
+                    "--values,--dtype", o->values,
+                    "values of converted tensors: f32 | bf16 | f16 | int8[:gN] | "
+                    "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm, vnm and csr formats)");
                 sub.add_option("--threads", o->threads, "worker threads");
                 sub.add_flag("--model", o->model,
                              "write the whole model (GGUF or Hugging Face folder) as a checkpoint "

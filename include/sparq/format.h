@@ -6,7 +6,8 @@
 // Validate (rejects malformed parts with a message naming the tensor and the position) and
 // ByteSize (exact bytes of all parts). Values are f32, bf16 or f16; FromDense converts f32 input
 // to `value_dtype` with round-to-nearest-even, so ToDense returns the rounded values.
-// N:M, CSR and dense matrices can hold quantized values instead (QuantParts below, sparq/quant.h).
+// N:M, V:N:M, CSR and dense matrices can hold quantized values instead (QuantParts below,
+// sparq/quant.h).
 #pragma once
 
 #include <cstdint>
@@ -159,15 +160,27 @@ struct NmMatrix {
 
 // V:N:M: rows are taken in slabs of v consecutive rows (the last slab may be shorter); within a
 // slab every row keeps the same n positions of each group of m columns. Indices are stored once
-// per slab, in the N:M bit layout above.
+// per slab, in the N:M bit layout above. Quantized values (QuantParts) are laid out exactly as
+// N:M's: codes [rows, groups * n] (int4: two to a byte), groups of spec.group kept values of a
+// row, scales (and mins) f16 [rows, ceil(groups * n / spec.group)].
 struct VnmMatrix {
   int64_t rows = 0, cols = 0;
   int v = 0, n = 0, m = 0;
-  Tensor values;  // f32/bf16/f16 [rows, groups * n]
+  Tensor values;  // f32/bf16/f16 [rows, groups * n], or codes (QuantParts)
   Tensor meta;    // u8 [ceil(rows / v), meta_row_bytes]
+  QuantParts quant;
 
   static Result<VnmMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols, int v,
                                      int n, int m, DType value_dtype = DType::kF32);
+  // As NmMatrix::Quantize: same meta, each group's parameters by round to nearest or from
+  // `fitted` (rows * quant_groups(spec), row-major), each value its nearest code.
+  static Result<VnmMatrix> Quantize(const VnmMatrix& src, const ValueSpec& spec,
+                                    std::span<const QuantGroup> fitted = {},
+                                    const std::string& name = "weight");
+  int64_t quant_groups(const ValueSpec& spec) const;  // ceil(groups * n / spec.group)
+  // The stored values as f32 [rows, groups * n] (codes dequantized; padded tail slots 0).
+  // Precondition: a valid matrix.
+  Tensor StoredValuesF32() const;
   Tensor ToDense() const;
   Status Validate(const std::string& name) const;
   uint64_t ByteSize() const;
@@ -215,6 +228,10 @@ FormatKind KindOf(const SparseMatrix& s);
 int64_t Rows(const SparseMatrix& s);
 int64_t Cols(const SparseMatrix& s);
 DType ValueDType(const SparseMatrix& s);  // the dtype of `values` (codes: i8 or u8)
+// The same matrix with quantized values (its Quantize: N:M, V:N:M, CSR, dense; others are refused
+// with a message naming `name` and the format): round to nearest, or `fitted`'s parameters.
+Result<SparseMatrix> QuantizeMatrix(const SparseMatrix& s, const ValueSpec& spec,
+                                    std::span<const QuantGroup> fitted, const std::string& name);
 // What the values are: "f32", "bf16", "f16", or a quantized spec name ("int4:g64").
 std::string ValuesName(const SparseMatrix& s);
 bool IsQuantized(const SparseMatrix& s);

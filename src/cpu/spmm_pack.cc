@@ -742,6 +742,33 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
   return pw;
 }
 
+// Quantized V:N:M (stored codes, or f32 values rounded to `options.values`) runs as f32 row
+// groups of its dequantized values: no row-group row reads codes yet, so the file is smaller
+// but the product reads what an f32 V:N:M weight does (as CSR column lists, PackCsrValues).
+Result<PackedWeight> PackVnmValues(const VnmMatrix& s, const std::string& name, PackedWeight pw,
+                                   const PackOptions& options) {
+  const ValueSpec& want = options.values;
+  if (!s.quant.quantized() && !want.quantized()) return PackVnm(s, name, std::move(pw));
+  if (s.quant.quantized() && want.quantized() && want.Name() != s.quant.spec.Name()) {
+    return InvalidInput(name + ": values are stored as " + s.quant.spec.Name() + ", not " +
+                        want.Name());
+  }
+  VnmMatrix rounded;
+  if (!s.quant.quantized()) {
+    SPARQ_ASSIGN_OR_RETURN(rounded, VnmMatrix::Quantize(s, want, {}, name));
+  } else {
+    SPARQ_RETURN_IF_ERROR(s.Validate(name));
+  }
+  const VnmMatrix& q = s.quant.quantized() ? s : rounded;
+  VnmMatrix twin;
+  twin.rows = q.rows, twin.cols = q.cols, twin.v = q.v, twin.n = q.n, twin.m = q.m;
+  twin.meta = q.meta;
+  twin.values = q.StoredValuesF32();
+  SPARQ_ASSIGN_OR_RETURN(pw, PackVnm(twin, name, std::move(pw)));
+  pw.source = "vnm " + q.quant.spec.Name() + " dequantized, " + pw.source;
+  return pw;
+}
+
 }  // namespace
 
 float NmWeight::Value(int64_t r, int64_t j) const {
@@ -818,10 +845,14 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
           }
         }
         if constexpr (std::is_same_v<T, CsrMatrix>) return PackCsrValues(s, name, std::move(pw), options);
+        if constexpr (std::is_same_v<T, VnmMatrix>) {
+          return PackVnmValues(s, name, std::move(pw), options);
+        }
         if constexpr (!std::is_same_v<T, NmMatrix> && !std::is_same_v<T, DenseMatrix>) {
           if (options.values.quantized()) {
             return InvalidInput(name + ": " + options.values.Name() +
-                                " values are packed for N:M, CSR and dense weights only so far (this one is " +
+                                " values are packed for N:M, V:N:M, CSR and dense weights only so "
+                                "far (this one is " +
                                 std::string(FormatName(KindOf(matrix))) + ")");
           }
         }
@@ -830,8 +861,8 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
           return PackCoo(s, name, std::move(pw), options.csr_layout);
         }
         if constexpr (std::is_same_v<T, BsrMatrix>) return PackBsr(s, name, std::move(pw));
-        if constexpr (std::is_same_v<T, NmMatrix>) return PackNm(s, name, std::move(pw), options.values);
-        if constexpr (std::is_same_v<T, VnmMatrix>) return PackVnm(s, name, std::move(pw));
+        if constexpr (std::is_same_v<T, NmMatrix>)
+          return PackNm(s, name, std::move(pw), options.values);
       },
       matrix);
 }

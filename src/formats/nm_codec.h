@@ -232,9 +232,10 @@ inline Status ValidateNmParts(const Tensor& values, const Tensor& meta, const Nm
   return CheckPart(meta, name + ".meta", {DType::kU8}, {l.slabs, l.meta_row_bytes});
 }
 
-// The parts of a quantized NmMatrix (nm_quant.cc): spec, codes (dtype, shape, range), f16 scales
-// (finite, >= 0) and mins (finite; present exactly for int4 with a min), meta's shape.
+// The parts of a quantized NmMatrix / VnmMatrix (nm_quant.cc): spec, codes (dtype, shape, range),
+// f16 scales (finite, >= 0) and mins (finite; present exactly for int4 with a min), meta's shape.
 Status ValidateQuantParts(const NmMatrix& s, const std::string& name);
+Status ValidateQuantParts(const VnmMatrix& s, const std::string& name);
 
 inline Status ValidateNmParams(int v, int n, int m, const std::string& name) {
   if (m < 2 || m > 16 || n < 1 || n >= m) {

@@ -44,6 +44,13 @@ Tensor VnmMatrix::ToDense() const {
   Tensor out = ZeroDense(rows, cols);
   if (!ValidateNmParams(v, n, m, "").ok()) return out;
   const NmLayout l = MakeNmLayout(rows, cols, v, n, m);
+  if (quant.quantized()) {
+    if (!ValidateQuantParts(*this, "").ok()) return out;
+    const Tensor vals = StoredValuesF32();
+    DecodeNm<F32Codec>(vals.data_as<float>(), meta.data_as<uint8_t>(), l,
+                       out.mutable_data_as<float>());
+    return out;
+  }
   // Precondition is a valid matrix; mismatched parts give zeros rather than a bad read.
   if (!ValidateNmParts(values, meta, l, "").ok()) return out;
   DispatchValue(values.dtype(), [&](auto codec) {
@@ -58,6 +65,11 @@ Status VnmMatrix::Validate(const std::string& name) const {
   SPARQ_RETURN_IF_ERROR(CheckDims(rows, cols, name));
   SPARQ_RETURN_IF_ERROR(ValidateNmParams(v, n, m, name));
   const NmLayout l = MakeNmLayout(rows, cols, v, n, m);
+  if (quant.quantized()) {
+    SPARQ_RETURN_IF_ERROR(ValidateQuantParts(*this, name));
+    // The codes are checked above; the indices need no values (as NmMatrix::Validate).
+    return ValidateNmIndices<F32Codec>(nullptr, meta.data_as<uint8_t>(), l, name);
+  }
   SPARQ_RETURN_IF_ERROR(ValidateNmParts(values, meta, l, name));
   return DispatchValue(values.dtype(), [&](auto codec) {
     using C = decltype(codec);
@@ -66,6 +78,8 @@ Status VnmMatrix::Validate(const std::string& name) const {
   });
 }
 
-uint64_t VnmMatrix::ByteSize() const { return values.nbytes() + meta.nbytes(); }
+uint64_t VnmMatrix::ByteSize() const {
+  return values.nbytes() + meta.nbytes() + quant.scales.nbytes() + quant.mins.nbytes();
+}
 
 }  // namespace sparq

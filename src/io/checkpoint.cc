@@ -54,7 +54,11 @@ std::vector<std::pair<std::string, const Tensor*>> PartsOf(const SparseMatrix& s
       return p;
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const VnmMatrix& x) const {
-      return {{"values", &x.values}, {"meta", &x.meta}};
+      if (!x.quant.quantized()) return {{"values", &x.values}, {"meta", &x.meta}};
+      std::vector<std::pair<std::string, const Tensor*>> p = {
+          {"values", &x.values}, {"meta", &x.meta}, {"scales", &x.quant.scales}};
+      if (x.quant.spec.has_min()) p.push_back({"mins", &x.quant.mins});
+      return p;
     }
   };
   return std::visit(V{}, s);
@@ -495,7 +499,7 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       auto pattern = Pattern::Parse(pat_it->get<std::string>());
       if (!pattern.ok()) return pattern.status().WithContext(what);
       const auto dtype = ParseDType(dt_it->get<std::string>());
-      // Quantized values (nm since format version 2, dense and csr too since): "values" names
+      // Quantized values (nm since format version 2, dense, csr and vnm too since): "values" names
       // the spec, "dtype" the codes' storage.
       ValueSpec qspec;
       if (auto vit = e.find("values"); vit != e.end()) {
@@ -506,10 +510,10 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           return InvalidInput(what + ": \"values\" " + Quote(spec->Name()) +
                               " is not a quantized type (float values are named by \"dtype\")");
         }
-        if (*kind != FormatKind::kNM && *kind != FormatKind::kDense &&
+        if (*kind != FormatKind::kNM && *kind != FormatKind::kVNM && *kind != FormatKind::kDense &&
             *kind != FormatKind::kCsr) {
           return InvalidInput(what + ": quantized values (" + spec->Name() +
-                              ") are stored for nm, csr and dense matrices only, not " +
+                              ") are stored for nm, vnm, csr and dense matrices only, not " +
                               Quote(fmt_it->get<std::string>()));
         }
         const DType want = spec->dtype == DType::kI8 ? DType::kI8 : DType::kU8;
@@ -667,6 +671,13 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           SPARQ_ASSIGN_OR_RETURN(x.m, IntField(e, "m", what));
           SPARQ_ASSIGN_OR_RETURN(x.values, part("values"));
           SPARQ_RETURN_IF_ERROR(read_meta(x.v, x.n, x.m, &x.meta));
+          if (qspec.quantized()) {
+            x.quant.spec = qspec;
+            SPARQ_ASSIGN_OR_RETURN(x.quant.scales, part("scales"));
+            if (qspec.has_min()) {
+              SPARQ_ASSIGN_OR_RETURN(x.quant.mins, part("mins"));
+            }
+          }
           mat = std::move(x);
           break;
         }

@@ -253,24 +253,6 @@ Result<std::vector<double>> OwlBlockSparsities(
 
 // The stored matrix with quantized values: N:M or CSR (a pruned layer) or dense (a quantized dense
 // layer or the tied head). `fitted`: GPTQ's groups, or empty for round to nearest.
-Result<SparseMatrix> QuantizeStored(const SparseMatrix& s, const ValueSpec& spec,
-                                    std::span<const QuantGroup> fitted, const std::string& name) {
-  if (const auto* nm = std::get_if<NmMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(NmMatrix q, NmMatrix::Quantize(*nm, spec, fitted, name));
-    return SparseMatrix(std::move(q));
-  }
-  if (const auto* dm = std::get_if<DenseMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(DenseMatrix q, DenseMatrix::Quantize(*dm, spec, fitted, name));
-    return SparseMatrix(std::move(q));
-  }
-  if (const auto* c = std::get_if<CsrMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(CsrMatrix q, CsrMatrix::Quantize(*c, spec, fitted, name));
-    return SparseMatrix(std::move(q));
-  }
-  return Internal(name + ": quantized values for a " + std::string(FormatName(KindOf(s))) +
-                  " matrix");
-}
-
 struct LayerJob {
   std::string name;
   int64_t m, k;
@@ -372,7 +354,7 @@ Result<PrunedLayer> PruneOne(std::vector<float> w, const LayerJob& job,
   if (quantized) {
     // GPTQ's swept weights lie on the grids it fitted: their nearest codes give them back exactly
     // (stored order = swept order, permuted or not). RTN fits each group of the stored values.
-    SPARQ_ASSIGN_OR_RETURN(out.stored, QuantizeStored(out.stored, opt.values,
+    SPARQ_ASSIGN_OR_RETURN(out.stored, QuantizeMatrix(out.stored, opt.values,
                                                       gq ? std::span<const QuantGroup>(gq->groups())
                                                          : std::span<const QuantGroup>(),
                                                       job.name));
@@ -463,10 +445,12 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         std::string(PruneMethodName(opt.method)));
   }
   if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM &&
-      opt.pattern.kind != PatternKind::kDense && PickFormat(opt.pattern) != FormatKind::kCsr) {
+      opt.pattern.kind != PatternKind::kVNM && opt.pattern.kind != PatternKind::kDense &&
+      PickFormat(opt.pattern) != FormatKind::kCsr) {
     return InvalidInput("prune: " + opt.values.Name() +
-                        " values are stored for N:M, dense and CSR (unstructured, rows, cols) "
-                        "patterns only so far, not " + opt.pattern.ToString());
+                        " values are stored for N:M, V:N:M, dense and CSR (unstructured, rows, "
+                        "cols) patterns only so far, not " +
+                        opt.pattern.ToString());
   }
   std::regex include;
   try {

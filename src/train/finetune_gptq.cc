@@ -65,7 +65,7 @@ Result<std::optional<SparseMatrix>> InStudentStructure(const SparseMatrix& rtn,
     if (!covered[j] && dp[j] != 0.0f) return std::optional<SparseMatrix>();
   }
   SPARQ_ASSIGN_OR_RETURN(SparseMatrix q,
-                         QuantizeNumbers(WithNumbers(rtn, std::move(nt)), spec, fitted, name));
+                         QuantizeMatrix(WithNumbers(rtn, std::move(nt)), spec, fitted, name));
   SPARQ_RETURN_IF_ERROR(Validate(q, name));
   return std::optional<SparseMatrix>(std::move(q));
 }

@@ -4,7 +4,7 @@
 // Route: the value slots of a matrix are mapped to dense positions through its own decoder
 // (SlotPositions, stored_slots.h), so no format's layout is repeated here and the stored
 // structure is kept bit for bit. Quantized values are re-quantized into the student's own spec
-// by round to nearest (NmMatrix / CsrMatrix / DenseMatrix::Quantize), every stored slot kept.
+// by round to nearest (QuantizeMatrix: N:M, V:N:M, CSR, dense), every stored slot kept.
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -86,7 +86,7 @@ Status WriteQuantizedMatrix(CheckpointTensor* ct, std::span<const float> w, bool
     ct->matrix = std::move(plain);
     return Validate(ct->matrix, name);
   }
-  SPARQ_ASSIGN_OR_RETURN(ct->matrix, QuantizeNumbers(plain, spec, {}, name));
+  SPARQ_ASSIGN_OR_RETURN(ct->matrix, QuantizeMatrix(plain, spec, {}, name));
   return Validate(ct->matrix, name);
 }
 

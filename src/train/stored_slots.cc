@@ -41,6 +41,7 @@ std::vector<int64_t> NumberShape(const SparseMatrix& s) {
     return std::vector<int64_t>(v.shape().begin(), v.shape().end());
   }
   if (const auto* nm = std::get_if<NmMatrix>(&s)) return {nm->rows, nm->groups() * nm->n};
+  if (const auto* vnm = std::get_if<VnmMatrix>(&s)) return {vnm->rows, vnm->groups() * vnm->n};
   if (const auto* c = std::get_if<CsrMatrix>(&s)) return {c->nnz()};
   return {Rows(s), Cols(s)};
 }
@@ -54,24 +55,6 @@ SparseMatrix WithNumbers(const SparseMatrix& s, Tensor numbers) {
       plain);
   MutableStoredValues(plain) = std::move(numbers);
   return plain;
-}
-
-Result<SparseMatrix> QuantizeNumbers(const SparseMatrix& s, const ValueSpec& spec,
-                                     std::span<const QuantGroup> fitted, const std::string& name) {
-  if (const auto* nm = std::get_if<NmMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(NmMatrix q, NmMatrix::Quantize(*nm, spec, fitted, name));
-    return SparseMatrix(std::move(q));
-  }
-  if (const auto* c = std::get_if<CsrMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(CsrMatrix q, CsrMatrix::Quantize(*c, spec, fitted, name));
-    return SparseMatrix(std::move(q));
-  }
-  if (const auto* d = std::get_if<DenseMatrix>(&s)) {
-    SPARQ_ASSIGN_OR_RETURN(DenseMatrix q, DenseMatrix::Quantize(*d, spec, fitted, name));
-    return SparseMatrix(std::move(q));
-  }
-  return Unsupported("finetune: tensor '" + name + "': quantized " +
-                     std::string(FormatName(KindOf(s))) + " values cannot be written");
 }
 
 std::vector<int64_t> SlotPositions(const SparseMatrix& sm) {

@@ -36,11 +36,6 @@ Tensor& MutableStoredValues(SparseMatrix& s);
 // s's structure holding `numbers` (f32, NumberShape(s)) instead of its values, unquantized.
 SparseMatrix WithNumbers(const SparseMatrix& s, Tensor numbers);
 
-// s (numbers, not codes; N:M, CSR or dense) with quantized values of `spec`: each group fitted by
-// round to nearest, or taken from `fitted` (as NmMatrix::Quantize), each value its nearest code.
-Result<SparseMatrix> QuantizeNumbers(const SparseMatrix& s, const ValueSpec& spec,
-                                     std::span<const QuantGroup> fitted, const std::string& name);
-
 // OUT's checkpoint as WriteFinetunedCheckpoint (sparq/finetune.h) builds it, without metadata
 // (finetune_write.cc). numbers_only: quantized matrices keep their structure but hold the trained
 // f32 numbers (no quantization parts): the input of a GPTQ re-quantization.

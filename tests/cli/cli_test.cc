@@ -187,6 +187,31 @@ TEST(ConvertCliTest, QuantizedValuesAndBackToDense) {
   ASSERT_EQ(e->tensor.dtype(), DType::kF32);
   ASSERT_EQ(e->tensor.nbytes(), want.nbytes());
   EXPECT_EQ(std::memcmp(e->tensor.data(), want.data(), want.nbytes()), 0);
+  // V:N:M the same way: vnm matrices of codes whose dequantized values keep the pattern, and
+  // --format dense gives those values back.
+  const std::string v = testing::TempDir() + "/cv.sparq",
+                    vd = testing::TempDir() + "/cv.safetensors";
+  ASSERT_EQ(
+      RunCli("convert " + model + " " + v + " --pattern vnm:4:2:4 --values int8:g32" + sel, &out),
+      0)
+      << out;
+  auto cv = ReadCheckpoint(v);
+  ASSERT_TRUE(cv.ok()) << cv.status().ToString();
+  const CheckpointTensor* vq = cv->FindMatrix("blk.0.ffn_up.weight");
+  ASSERT_NE(vq, nullptr);
+  ASSERT_NE(std::get_if<VnmMatrix>(&vq->matrix), nullptr);
+  EXPECT_EQ(ValuesName(vq->matrix), "int8:g32");
+  const Tensor vw = ToDense(vq->matrix);
+  EXPECT_TRUE(Satisfies(Pattern::VNM(4, 2, 4),
+                        std::span<const float>(vw.data_as<float>(), vw.numel()), Rows(vq->matrix),
+                        Cols(vq->matrix)));
+  ASSERT_EQ(RunCli("convert " + v + " " + vd + " --format dense", &out), 0) << out;
+  auto vback = SafetensorsFile::Open(vd);
+  ASSERT_TRUE(vback.ok());
+  const SafetensorsEntry* ve = vback->Find("blk.0.ffn_up.weight");
+  ASSERT_NE(ve, nullptr);
+  ASSERT_EQ(ve->tensor.nbytes(), vw.nbytes());
+  EXPECT_EQ(std::memcmp(ve->tensor.data(), vw.data(), vw.nbytes()), 0);
 }
 
 TEST(ConvertCliTest, BadFlagsExit1WithAMessage) {
@@ -202,7 +227,8 @@ TEST(ConvertCliTest, BadFlagsExit1WithAMessage) {
   EXPECT_EQ(RunCli("convert " + model + " " + o + " --pattern 2:4 --dtype i8", &out), 1);
   EXPECT_THAT(out, HasSubstr("convert: --values: values 'i8': unknown type 'i8'"));
   EXPECT_EQ(RunCli("convert " + model + " " + o + " --pattern block:4x4 --values int4:g64", &out), 1);
-  EXPECT_THAT(out, HasSubstr("int4:g64 values are stored for nm and csr matrices only, not bsr ones"));
+  EXPECT_THAT(
+      out, HasSubstr("int4:g64 values are stored for nm, vnm and csr matrices only, not bsr ones"));
   EXPECT_EQ(RunCli("convert " + model + " " + o + " --pattern 2:4 --include '('", &out), 1);
   EXPECT_THAT(out, HasSubstr("bad --include regex"));
   EXPECT_EQ(RunCli("convert /nonexistent.gguf " + o + " --pattern 2:4", &out), 1);

@@ -238,7 +238,8 @@ TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
                    "--values int4:g64",
                    &out, &err),
             1);
-  EXPECT_THAT(err, HasSubstr("int4:g64 values are packed for N:M, CSR and dense weights only"));
+  EXPECT_THAT(err,
+              HasSubstr("int4:g64 values are packed for N:M, V:N:M, CSR and dense weights only"));
 }
 
 }  // namespace

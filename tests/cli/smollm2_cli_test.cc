@@ -140,8 +140,8 @@ TEST_F(SmolLm2Test, PruneValuesAndDtypeAreOneFlag) {
                                     "/pu.sparq' 2>&1",
                                 &log),
             1);
-  EXPECT_NE(log.find("int4:g64 values are stored for N:M, dense and CSR (unstructured, rows, "
-                     "cols) patterns only so far, not block:16x16"),
+  EXPECT_NE(log.find("int4:g64 values are stored for N:M, V:N:M, dense and CSR (unstructured, "
+                     "rows, cols) patterns only so far, not block:16x16"),
             std::string::npos)
       << log;
   for (const auto& p : {a, b}) std::remove(p.c_str());

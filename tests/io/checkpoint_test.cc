@@ -667,7 +667,7 @@ TEST(CheckpointMalformedTest, QuantizedValues) {
   f.doc["tensors"]["w"]["format"] = "bsr";
   f.doc["tensors"]["w"]["values"] = "int8:g64";
   f.doc["tensors"]["w"]["dtype"] = "i8";
-  EXPECT_THAT(ErrorOf(f), HasSubstr("stored for nm, csr and dense matrices only"));
+  EXPECT_THAT(ErrorOf(f), HasSubstr("stored for nm, vnm, csr and dense matrices only"));
 }
 
 TEST(CheckpointMalformedTest, PartClaimedTwice) {

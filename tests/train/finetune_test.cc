@@ -558,12 +558,12 @@ float MaxRowScale(const SparseMatrix& sm, int64_t r) {
   return mx;
 }
 
-// A quantized student (int4:g32:sym and int8:g32 2:4, permuted 2:4 int4, int8:g32 CSR, int4:g32
-// dense, an int8 embedding, one f32 2:4 slot) trains: OUT has the same formats, value specs,
-// structure (N:M metadata, CSR indices, permutations) bit for bit, every stored value is the
-// trained weight rounded to nearest in its group (within half a step; --requant rtn), nothing is
-// stored outside the structure, a kept weight whose code meant 0 is kept and trains, and OUT
-// loads and runs.
+// A quantized student (int4:g32:sym and int8:g32 2:4, permuted 2:4 int4, int8:g32 CSR and V:N:M
+// 2:2:4, int4:g32 dense, an int8 embedding, one f32 2:4 slot) trains: OUT has the same formats,
+// value specs, structure (N:M metadata, CSR indices, permutations) bit for bit, every stored value
+// is the trained weight rounded to nearest in its group (within half a step; --requant rtn),
+// nothing is stored outside the structure, a kept weight whose code meant 0 is kept and trains, and
+// OUT loads and runs.
 TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
   const std::string q = TempPath("quant_student.sparq"), out = TempPath("quant_out.sparq");
   WriteTinySparq(q, 1, testing::QuantStore, 11, 2, "int8:g32");
@@ -597,6 +597,11 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
       const Tensor& my = std::get<NmMatrix>(y.matrix).meta;
       ASSERT_EQ(nx->meta.nbytes(), my.nbytes());
       EXPECT_EQ(std::memcmp(nx->meta.data(), my.data(), my.nbytes()), 0);
+    }
+    if (const auto* vx = std::get_if<VnmMatrix>(&x.matrix)) {
+      const Tensor& my = std::get<VnmMatrix>(y.matrix).meta;
+      ASSERT_EQ(vx->meta.nbytes(), my.nbytes());
+      EXPECT_EQ(std::memcmp(vx->meta.data(), my.data(), my.nbytes()), 0);
     }
     if (const auto* cx = std::get_if<CsrMatrix>(&x.matrix)) {
       const auto& cy = std::get<CsrMatrix>(y.matrix);
@@ -663,7 +668,7 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
     }
   }
   EXPECT_EQ(quantized, 13);           // 12 of the 14 block slots, and the embedding
-  EXPECT_EQ(kept_zeros_trained, 10);  // the N:M and CSR quantized slots
+  EXPECT_EQ(kept_zeros_trained, 10);  // the N:M, V:N:M and CSR quantized slots
   EXPECT_GT(changed, 100);
   // OUT loads and runs.
   auto model = LlamaModel::Load(out, cfg_);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -23,8 +25,8 @@ namespace sparq::train::testing {
 
 // How each slot of a tiny student is stored.
 // The quantized kinds (int8:g32, int4:g32:sym, int4:g32 with a min) store one kept weight as a
-// code that means exactly 0 (N:M and CSR: row 1's first stored value; row 0 of ffn_up feeds a
-// pruned column of a CSR ffn_down, so its gradient is 0), to check that it trains.
+// code that means exactly 0 (N:M, V:N:M and CSR: row 1's first stored value; row 0 of ffn_up feeds
+// a pruned column of a CSR ffn_down, so its gradient is 0), to check that it trains.
 enum class TinyStore {
   kDenseF32,
   kNm24F32,
@@ -35,7 +37,8 @@ enum class TinyStore {
   kNm24Int4Sym,
   kNm24PermInt4Sym,
   kCsrInt8,
-  kDenseInt4
+  kDenseInt4,
+  kVnm24Int8  // V:N:M 2:2:4 (rows in pairs share each group's kept columns), int8:g32
 };
 
 // The value spec of a quantized kind, else "".
@@ -43,6 +46,7 @@ inline const char* TinyQuantSpec(TinyStore st) {
   switch (st) {
     case TinyStore::kNm24Int8:
     case TinyStore::kCsrInt8:
+    case TinyStore::kVnm24Int8:
       return "int8:g32";
     case TinyStore::kNm24Int4Sym:
     case TinyStore::kNm24PermInt4Sym:
@@ -110,6 +114,24 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
         fmt = FormatKind::kDense;
         pat = Pattern::Dense();
         wv[1] = 0.0f;  // an exact 0 of a dense slot trains (dequantized GGUF weights have them)
+      } else if (st == TinyStore::kVnm24Int8) {
+        fmt = FormatKind::kVNM;
+        pat = Pattern::VNM(2, 2, 4);
+        // Each pair of rows keeps the two columns of each group of 4 with the largest summed |w|.
+        for (int64_t r = 0; r < m; r += 2) {
+          const int64_t r1 = std::min(m - 1, r + 1);
+          for (int64_t g = 0; g < k; g += 4) {
+            int64_t idx[4] = {0, 1, 2, 3};
+            auto mag = [&](int64_t j) {
+              return std::abs(wv[r * k + g + j]) + (r1 != r ? std::abs(wv[r1 * k + g + j]) : 0.0f);
+            };
+            std::sort(idx, idx + 4, [&](int64_t a, int64_t b) { return mag(a) > mag(b); });
+            for (int64_t j : {idx[2], idx[3]}) {
+              wv[r * k + g + j] = 0.0f;
+              wv[r1 * k + g + j] = 0.0f;
+            }
+          }
+        }
       } else if (st == TinyStore::kCsrF32 || st == TinyStore::kCsrInt8) {
         fmt = FormatKind::kCsr;
         pat = Pattern::Parse("unstructured:0.5").value();
@@ -133,6 +155,11 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
         if (auto* nm = std::get_if<NmMatrix>(&*sm)) {
           nm->values.mutable_data_as<float>()[nm->groups() * nm->n] = 0.0f;  // a kept 0 in row 1
           auto q = NmMatrix::Quantize(*nm, vs);
+          ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
+          sm = SparseMatrix(std::move(*q));
+        } else if (auto* vm = std::get_if<VnmMatrix>(&*sm)) {
+          vm->values.mutable_data_as<float>()[vm->groups() * vm->n] = 0.0f;  // a kept 0 in row 1
+          auto q = VnmMatrix::Quantize(*vm, vs);
           ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
           sm = SparseMatrix(std::move(*q));
         } else if (auto* cm = std::get_if<CsrMatrix>(&*sm)) {
@@ -163,8 +190,9 @@ inline TinyStore AllDense(int64_t, int) { return TinyStore::kDenseF32; }
 inline TinyStore QuantStore(int64_t l, int s) {
   static constexpr TinyStore kKinds[] = {TinyStore::kNm24Int4Sym, TinyStore::kCsrInt8,
                                          TinyStore::kDenseInt4,   TinyStore::kNm24PermInt4Sym,
-                                         TinyStore::kNm24Int8,    TinyStore::kNm24F32};
-  return kKinds[(l * kNumSlots + s) % 6];
+                                         TinyStore::kNm24Int8,    TinyStore::kNm24F32,
+                                         TinyStore::kVnm24Int8};
+  return kKinds[(l * kNumSlots + s) % 7];
 }
 // The same without channel permutations (GPTQ's re-quantization refuses permuted layers).
 inline TinyStore QuantStoreNoPerm(int64_t l, int s) {

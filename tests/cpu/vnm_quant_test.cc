@@ -1,0 +1,86 @@
+// V:N:M weights with int8 / int4 values (format.h VnmMatrix, N:M's code layout) through
+// LinearWeight: dequantized into f32 row groups at pack time, on every compiled target the CPU
+// supports, against the double reference of the dequantized weight; stored codes and round to
+// nearest at pack time give the same bits; a spec that disagrees with the stored one, or a
+// malformed stored part, is an error naming the weight.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sparq/linear.h"
+#include "sparq/quant.h"
+#include "tests/cpu/spmm_cases_testutil.h"
+#include "tests/cpu/spmm_testutil.h"
+
+namespace sparq {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_cpu::Cfg;
+using testing_cpu::ForEachTarget;
+using testing_cpu::RandomVector;
+
+// 37 rows (a short last slab for every v), 150 columns (a 2-column tail group; 76 kept values a
+// row, so g32 / g64 / g128 all end in a short group).
+constexpr int64_t kM = 37, kK = 150;
+
+VnmMatrix Weights(int v, uint64_t seed) {
+  const std::vector<float> w = testing_cpu::PatternWeights(Pattern::VNM(v, 2, 4), kM, kK, seed);
+  return *VnmMatrix::FromDense(w, kM, kK, v, 2, 4);
+}
+
+TEST(VnmQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
+  const int targets = ForEachTarget([&](const std::string& target) {
+    for (const int v : {2, 4, 8}) {
+      const VnmMatrix src = Weights(v, 20 + v);
+      for (const char* text : {"int8:g64", "int4:g64", "int4:g32:sym", "int4:g128"}) {
+        SCOPED_TRACE(target + " v " + std::to_string(v) + " " + text);
+        const ValueSpec spec = *ValueSpec::Parse(text);
+        auto q = VnmMatrix::Quantize(src, spec, {}, "w");
+        ASSERT_TRUE(q.ok()) << q.status().ToString();
+        const Tensor deq = q->ToDense();
+        const std::vector<float> wd(deq.data_as<float>(), deq.data_as<float>() + deq.numel());
+        auto stored = LinearWeight::FromMatrix(*q, "w", Cfg());
+        ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+        auto rounded = LinearWeight::FromMatrix(src, spec, "w", Cfg());
+        ASSERT_TRUE(rounded.ok()) << rounded.status().ToString();
+        EXPECT_THAT(stored->format(), HasSubstr(std::string("vnm ") + text + " dequantized, vnm"));
+        for (int64_t n : {1, 5, 40}) {
+          const std::vector<float> x = RandomVector(size_t(n * kK), 6 + n);
+          std::vector<float> y(size_t(n * kM)), y2(size_t(n * kM));
+          ThreadPool pool(2);
+          stored->Forward(x.data(), n, y.data(), &pool);
+          rounded->Forward(x.data(), n, y2.data(), &pool);
+          EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)), 0) << "n " << n;
+          // The double reference of the dequantized weight; the tolerance (spmm_cases_testutil.cc)
+          // is eps(f32) times the sum of |w x| over k, per output.
+          std::vector<double> want, abs_sum;
+          testing_cpu::ReferenceForward(wd, kM, kK, x.data(), n, kK, Epilogue{}, want, abs_sum);
+          testing_cpu::ExpectClose(want, abs_sum, y.data(), n, kM, kM, kK, "vnm quant");
+        }
+      }
+    }
+  });
+  EXPECT_GE(targets, 2);
+}
+
+TEST(VnmQuantLinearTest, StoredSpecMustMatchAndPartsMustBeValid) {
+  auto q = VnmMatrix::Quantize(Weights(4, 4), *ValueSpec::Parse("int8:g64"));
+  ASSERT_TRUE(q.ok());
+  auto lw = LinearWeight::FromMatrix(*q, *ValueSpec::Parse("int4:g64"), "blk.0.ffn_up", Cfg());
+  ASSERT_FALSE(lw.ok());
+  EXPECT_THAT(lw.status().message(),
+              HasSubstr("blk.0.ffn_up: values are stored as int8:g64, not int4:g64"));
+  VnmMatrix bad = *q;
+  bad.quant.scales = bad.quant.scales.Clone();
+  bad.quant.scales.mutable_data_as<uint16_t>()[0] = 0x7E00;
+  auto lb = LinearWeight::FromMatrix(bad, "blk.0.ffn_up", Cfg());
+  ASSERT_FALSE(lb.ok());
+  EXPECT_THAT(lb.status().message(), HasSubstr("blk.0.ffn_up.scales: row 0 group 0"));
+}
+
+}  // namespace
+}  // namespace sparq
