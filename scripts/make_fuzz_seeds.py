@@ -232,6 +232,42 @@ def main():
     write("checkpoint", "vnm_int4_g64.sparq", vnm_quant("int4:g64", 4, 136))
     write("checkpoint", "broken_vnm_nan_scale.sparq", vnm_quant("int4:g32:sym", 2, 64, scale=0x7E00))
 
+    # Quantized BSR checkpoints: blocks of 2 x 4 on the diagonal block columns (block row b keeps
+    # block columns b and b + 2), codes [nblocks, 2, bw or bw / 2], f16 scales (and mins) per
+    # group of G dense columns of a row; the last block row is half padding when rows is odd.
+    def bsr_quant(spec, rows, cols, scale=0x2E66, min_=0xBC00):
+        g = int(spec.split(":")[1][1:])
+        i8, brows, bcols = spec.startswith("int8"), (rows + 1) // 2, cols // 4
+        cols_of = [sorted({b % bcols, (b + 2) % bcols}) for b in range(brows)]
+        row_ptr, col_idx = [0], []
+        for c in cols_of:
+            col_idx += c
+            row_ptr.append(len(col_idx))
+        nb, rb, lo = len(col_idx), 4 if i8 else 2, 1 if spec.endswith(":sym") else 0
+        codes = bytearray()
+        for b in range(brows):
+            for _ in cols_of[b]:
+                for i in range(2):
+                    real = b * 2 + i < rows
+                    if i8:
+                        codes += bytes((((b * 7 + i * 3 + j) % 255 - 127) % 256) if real else 0 for j in range(4))
+                    else:
+                        nib = [(lo + (b * 5 + i * 3 + j) % (16 - lo)) if real else 0 for j in range(4)]
+                        codes += bytes([nib[0] | nib[1] << 4, nib[2] | nib[3] << 4])
+        groups = (cols + g - 1) // g
+        parts = {"w.row_ptr": ("I64", [brows + 1], struct.pack(f"<{brows + 1}q", *row_ptr)),
+                 "w.col_idx": ("U16", [nb], struct.pack(f"<{nb}H", *col_idx)),
+                 "w.values": ("I8" if i8 else "U8", [nb, 2, rb], bytes(codes)),
+                 "w.scales": ("F16", [rows, groups], struct.pack("<H", scale) * (rows * groups))}
+        if spec.startswith("int4") and not spec.endswith(":sym"):
+            parts["w.mins"] = ("F16", [rows, groups], struct.pack("<H", min_) * (rows * groups))
+        entry = {"format": "bsr", "pattern": "block:2x4:0.5", "shape": [rows, cols],
+                 "dtype": "i8" if i8 else "u8", "values": spec, "bh": 2, "bw": 4}
+        return st(parts, {"sparq": json.dumps({"format_version": 4, "tensors": {"w": entry}})})
+    write("checkpoint", "bsr_int8_g32.sparq", bsr_quant("int8:g32", 5, 40))
+    write("checkpoint", "bsr_int4_g64.sparq", bsr_quant("int4:g64", 4, 136))
+    write("checkpoint", "broken_bsr_nan_scale.sparq", bsr_quant("int4:g32:sym", 2, 64, scale=0x7E00))
+
     # N:M / V:N:M meta as ranks (format version 4): per group the rank of its ascending indices
     # among the C(m, n) subsets, in colex order (= ascending as bit sets), ceil(log2 C) bits LSB
     # first; the groups cycle through every rank; one broken seed holds a rank C(m, n).
@@ -280,6 +316,7 @@ def main():
                                  ("block:2x4:0.5", "auto", "bf16"), ("unstructured:0.5", "csr", "f32"),
                                  ("unstructured:0.5", "coo", "f32"), ("2:4", "nm", "int4:g32"),
                                  ("2:4", "nm", "int8:g32"), ("vnm:2:2:4", "auto", "int4:g32"),
+                                 ("block:2x4:0.5", "auto", "int4:g32"),
                                  ("1:4", "dense", "f32")]:
             out = os.path.join(tmp, "c.sparq")
             subprocess.run([cli, "convert", src, out, "--pattern", pat, "--format", fmt,

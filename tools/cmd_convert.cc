@@ -109,10 +109,9 @@ Status Run(const Options& o) {
     return InvalidInput("convert: bad --include regex '" + o.include + "': " + e.what());
   }
   const FormatKind fmt = format ? *format : (pattern ? PickFormat(*pattern) : FormatKind::kDense);
-  if (spec.quantized() && (to_dense || (fmt != FormatKind::kNM && fmt != FormatKind::kVNM &&
-                                        fmt != FormatKind::kCsr))) {
+  if (spec.quantized() && (to_dense || fmt == FormatKind::kCoo)) {
     return InvalidInput("convert: " + spec.Name() +
-                        " values are stored for nm, vnm and csr matrices only, not " +
+                        " values are stored for nm, vnm, bsr and csr matrices, not " +
                         std::string(to_dense ? "dense" : FormatName(fmt)) + " ones");
   }
 
@@ -228,7 +227,7 @@ Registrar reg("convert", "Magnitude-prune the selected weights of a model file t
                 sub.add_option(
                     "--values,--dtype", o->values,
                     "values of converted tensors: f32 | bf16 | f16 | int8[:gN] | "
-                    "int4[:gN][:sym] (N = 32, 64, 128; quantized: nm, vnm and csr formats)");
+                    "int4[:gN][:sym] (N = 32, 64, 128; quantized: every format but coo)");
                 sub.add_option("--threads", o->threads, "worker threads");
                 sub.add_flag("--model", o->model,
                              "write the whole model (GGUF or Hugging Face folder) as a checkpoint "

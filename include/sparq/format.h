@@ -6,7 +6,7 @@
 // Validate (rejects malformed parts with a message naming the tensor and the position) and
 // ByteSize (exact bytes of all parts). Values are f32, bf16 or f16; FromDense converts f32 input
 // to `value_dtype` with round-to-nearest-even, so ToDense returns the rounded values.
-// N:M, V:N:M, CSR and dense matrices can hold quantized values instead (QuantParts below,
+// N:M, V:N:M, BSR, CSR and dense matrices can hold quantized values instead (QuantParts below,
 // sparq/quant.h).
 #pragma once
 
@@ -104,15 +104,33 @@ struct CsrMatrix {
 
 // Block CSR with blocks of bh x bw. Edge blocks (rows % bh, cols % bw) are stored padded to the
 // full block with zeros. A block is stored iff it has a nonzero.
+//
+// Quantized values (QuantParts): codes per block, int8 as i8 [nblocks, bh, bw], int4 as u8
+// [nblocks, bh, ceil(bw / 2)] (code j of a block row in the low nibble of byte j / 2 when j is
+// even, the high one when odd); padding (beyond the matrix edge, and an odd bw's spare nibble)
+// holds code 0 and stands for nothing. As CSR's, a group is spec.group consecutive *dense columns*
+// of a row, holding the stored values of that row's blocks that fall in it (GPTQ fits a group
+// when its sweep reaches the group's first column); scales (and mins) f16 [rows, ceil(cols /
+// spec.group)], a group without stored values any finite scale >= 0.
 struct BsrMatrix {
   int64_t rows = 0, cols = 0;
   int bh = 0, bw = 0;
   Tensor row_ptr;  // i64 [ceil(rows/bh) + 1], over block rows
   Tensor col_idx;  // u16 or u32 [nblocks], block-column index, strictly increasing per block row
-  Tensor values;   // f32/bf16/f16 [nblocks, bh, bw], each block row-major
+  Tensor values;   // f32/bf16/f16 [nblocks, bh, bw], each block row-major; or codes (above)
+  QuantParts quant;
 
   static Result<BsrMatrix> FromDense(std::span<const float> w, int64_t rows, int64_t cols, int bh,
                                      int bw, DType value_dtype = DType::kF32);
+  // The same blocks with quantized values, as CsrMatrix::Quantize: each group's parameters by
+  // round to nearest on the stored values in it, or from `fitted` (rows * quant_groups(spec),
+  // row-major), each value its nearest code. `src` holds numbers.
+  static Result<BsrMatrix> Quantize(const BsrMatrix& src, const ValueSpec& spec,
+                                    std::span<const QuantGroup> fitted = {},
+                                    const std::string& name = "weight");
+  int64_t quant_groups(const ValueSpec& spec) const;  // ceil(cols / spec.group)
+  // The stored values as f32 [nblocks, bh, bw] (codes dequantized, padding 0). Precondition: valid.
+  Tensor StoredValuesF32() const;
   Tensor ToDense() const;
   Status Validate(const std::string& name) const;
   uint64_t ByteSize() const;
@@ -228,7 +246,7 @@ FormatKind KindOf(const SparseMatrix& s);
 int64_t Rows(const SparseMatrix& s);
 int64_t Cols(const SparseMatrix& s);
 DType ValueDType(const SparseMatrix& s);  // the dtype of `values` (codes: i8 or u8)
-// The same matrix with quantized values (its Quantize: N:M, V:N:M, CSR, dense; others are refused
+// The same matrix with quantized values (its Quantize: N:M, V:N:M, BSR, CSR, dense; COO is refused
 // with a message naming `name` and the format): round to nearest, or `fitted`'s parameters.
 Result<SparseMatrix> QuantizeMatrix(const SparseMatrix& s, const ValueSpec& spec,
                                     std::span<const QuantGroup> fitted, const std::string& name);

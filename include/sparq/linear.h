@@ -4,8 +4,8 @@
 //   Y[n, m] = act(X[n, k] * W[m, k]^T + bias[m]) + residual[n, m]
 //
 // W is any SparseMatrix (format.h): dense f32 (runs through OpenBLAS), dense bf16 (sparq's own
-// kernel), or N:M / V:N:M / BSR / CSR / COO with f32, bf16 or f16 values (dense, N:M, V:N:M and
-// CSR with int8 / int4 ones too). FromMatrix picks the
+// kernel), or N:M / V:N:M / BSR / CSR / COO with f32, bf16 or f16 values (all but COO with int8 /
+// int4 ones too). FromMatrix picks the
 // kernel for the stored format and packs the weight into that kernel's internal layout; packing
 // cost is paid here, not per call. X and Y are dense f32, row-major with leading dimensions.
 // Forward is thread-safe for concurrent calls on the same LinearWeight (it is const); results do
@@ -48,11 +48,11 @@ class LinearWeight {
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const std::string& name,
                                          const KernelConfig& cfg);
   // The same with the values stored as `values` (sparq/quant.h): int8 / int4 specs quantize the
-  // matrix's values round-to-nearest (N:M, V:N:M, CSR and dense weights so far; other formats
-  // are an error naming the weight); float specs keep the matrix's values. A CSR weight with int8
-  // / int4 values (stored, or quantized here) keeps its codes where it packs as a bit mask (>= 20%
-  // kept); sparser, it runs dequantized to f32 through the CSR rows. V:N:M runs dequantized to f32
-  // row groups (no row-group row reads codes yet).
+  // matrix's values round-to-nearest (every format but COO, which is an error naming the weight);
+  // float specs keep the matrix's values. A CSR weight with int8 / int4 values (stored, or
+  // quantized here) keeps its codes where it packs as a bit mask (>= 20% kept); sparser, it runs
+  // dequantized to f32 through the CSR rows. V:N:M and BSR run dequantized to f32 row groups (no
+  // row-group row reads codes yet).
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const ValueSpec& values,
                                          const std::string& name, const KernelConfig& cfg);
   // A dense [rows, cols] weight stored quantized (GGUF Q8_0 = int8:g32, Q4_0 = int4:g32:sym,

@@ -742,9 +742,10 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
   return pw;
 }
 
-// Quantized V:N:M (stored codes, or f32 values rounded to `options.values`) runs as f32 row
-// groups of its dequantized values: no row-group row reads codes yet, so the file is smaller
-// but the product reads what an f32 V:N:M weight does (as CSR column lists, PackCsrValues).
+// Quantized V:N:M and BSR (stored codes, or f32 values rounded to `options.values`) run as f32
+// row groups of their dequantized values: no row-group row reads codes yet, so the file is
+// smaller but the product reads what an f32 weight of the layout does (as CSR column lists,
+// PackCsrValues).
 Result<PackedWeight> PackVnmValues(const VnmMatrix& s, const std::string& name, PackedWeight pw,
                                    const PackOptions& options) {
   const ValueSpec& want = options.values;
@@ -766,6 +767,30 @@ Result<PackedWeight> PackVnmValues(const VnmMatrix& s, const std::string& name, 
   twin.values = q.StoredValuesF32();
   SPARQ_ASSIGN_OR_RETURN(pw, PackVnm(twin, name, std::move(pw)));
   pw.source = "vnm " + q.quant.spec.Name() + " dequantized, " + pw.source;
+  return pw;
+}
+
+Result<PackedWeight> PackBsrValues(const BsrMatrix& s, const std::string& name, PackedWeight pw,
+                                   const PackOptions& options) {
+  const ValueSpec& want = options.values;
+  if (!s.quant.quantized() && !want.quantized()) return PackBsr(s, name, std::move(pw));
+  if (s.quant.quantized() && want.quantized() && want.Name() != s.quant.spec.Name()) {
+    return InvalidInput(name + ": values are stored as " + s.quant.spec.Name() + ", not " +
+                        want.Name());
+  }
+  BsrMatrix rounded;
+  if (!s.quant.quantized()) {
+    SPARQ_ASSIGN_OR_RETURN(rounded, BsrMatrix::Quantize(s, want, {}, name));
+  } else {
+    SPARQ_RETURN_IF_ERROR(s.Validate(name));
+  }
+  const BsrMatrix& q = s.quant.quantized() ? s : rounded;
+  BsrMatrix twin;
+  twin.rows = q.rows, twin.cols = q.cols, twin.bh = q.bh, twin.bw = q.bw;
+  twin.row_ptr = q.row_ptr, twin.col_idx = q.col_idx;
+  twin.values = q.StoredValuesF32();
+  SPARQ_ASSIGN_OR_RETURN(pw, PackBsr(twin, name, std::move(pw)));
+  pw.source = "bsr " + q.quant.spec.Name() + " dequantized, " + pw.source;
   return pw;
 }
 
@@ -848,19 +873,21 @@ Result<PackedWeight> Pack(const SparseMatrix& matrix, const std::string& name,
         if constexpr (std::is_same_v<T, VnmMatrix>) {
           return PackVnmValues(s, name, std::move(pw), options);
         }
+        if constexpr (std::is_same_v<T, BsrMatrix>) {
+          return PackBsrValues(s, name, std::move(pw), options);
+        }
         if constexpr (!std::is_same_v<T, NmMatrix> && !std::is_same_v<T, DenseMatrix>) {
           if (options.values.quantized()) {
             return InvalidInput(name + ": " + options.values.Name() +
-                                " values are packed for N:M, V:N:M, CSR and dense weights only so "
-                                "far (this one is " +
-                                std::string(FormatName(KindOf(matrix))) + ")");
+                                " values are packed for dense, N:M, V:N:M, BSR and CSR weights, "
+                                "not " +
+                                std::string(FormatName(KindOf(matrix))) + " (store it as CSR)");
           }
         }
         if constexpr (std::is_same_v<T, DenseMatrix>) return PackDense(s, name, std::move(pw));
         if constexpr (std::is_same_v<T, CooMatrix>) {
           return PackCoo(s, name, std::move(pw), options.csr_layout);
         }
-        if constexpr (std::is_same_v<T, BsrMatrix>) return PackBsr(s, name, std::move(pw));
         if constexpr (std::is_same_v<T, NmMatrix>)
           return PackNm(s, name, std::move(pw), options.values);
       },

@@ -83,6 +83,14 @@ Result<BsrMatrix> BsrMatrix::FromDense(std::span<const float> w, int64_t rows, i
 Tensor BsrMatrix::ToDense() const {
   Tensor out = ZeroDense(rows, cols);
   if (bh < 1 || bw < 1) return out;
+  if (quant.quantized()) {
+    // Precondition is a valid matrix; malformed parts give zeros rather than a bad read.
+    if (!Validate("").ok()) return out;
+    BsrMatrix twin = *this;
+    twin.quant = QuantParts{};
+    twin.values = StoredValuesF32();
+    return twin.ToDense();
+  }
   float* d = out.mutable_data_as<float>();
   const int64_t* rp = row_ptr.data_as<int64_t>();
   const int64_t brows = CeilDiv(rows, bh), bcols = CeilDiv(cols, bw), n = nblocks();
@@ -121,8 +129,10 @@ Status BsrMatrix::Validate(const std::string& name) const {
   const int64_t n = static_cast<int64_t>(col_idx.numel());
   SPARQ_RETURN_IF_ERROR(
       CheckPart(col_idx, name + ".col_idx", {DType::kU16, DType::kU32}, {n}));
-  SPARQ_RETURN_IF_ERROR(CheckPart(values, name + ".values",
-                                  {DType::kF32, DType::kBF16, DType::kF16}, {n, bh, bw}));
+  if (!quant.quantized()) {
+    SPARQ_RETURN_IF_ERROR(
+        CheckPart(values, name + ".values", {DType::kF32, DType::kBF16, DType::kF16}, {n, bh, bw}));
+  }
   SPARQ_RETURN_IF_ERROR(CheckPart(row_ptr, name + ".row_ptr", {DType::kI64}, {brows + 1}));
   const int64_t* rp = row_ptr.data_as<int64_t>();
   if (rp[0] != 0) {
@@ -166,6 +176,7 @@ Status BsrMatrix::Validate(const std::string& name) const {
     return Status::Ok();
   });
   SPARQ_RETURN_IF_ERROR(st);
+  if (quant.quantized()) return ValidateBsrQuant(*this, name);  // codes, padding, scales
   // Edge blocks: the padding outside the matrix must hold zeros (+0), so a kernel may compute
   // with whole blocks.
   const int64_t edge_rows = rows - (brows - 1) * bh, edge_cols = cols - (bcols - 1) * bw;
@@ -199,7 +210,8 @@ Status BsrMatrix::Validate(const std::string& name) const {
 }
 
 uint64_t BsrMatrix::ByteSize() const {
-  return row_ptr.nbytes() + col_idx.nbytes() + values.nbytes();
+  return row_ptr.nbytes() + col_idx.nbytes() + values.nbytes() + quant.scales.nbytes() +
+         quant.mins.nbytes();
 }
 
 }  // namespace sparq

@@ -15,6 +15,7 @@
 #include "sparq/tensor.h"
 
 namespace sparq {
+struct BsrMatrix;
 struct CsrMatrix;
 struct DenseMatrix;
 struct QuantParts;
@@ -146,6 +147,10 @@ Status QuantizeRows(const float* values, int64_t rows, int64_t per_row, const Va
 // A quantized CsrMatrix's codes, scales and mins (csr_quant.cc); row_ptr and col_idx are
 // checked before (precondition: valid).
 Status ValidateCsrQuant(const CsrMatrix& s, const std::string& name);
+
+// A quantized BsrMatrix's codes (padding 0), scales and mins (bsr_quant.cc); row_ptr and col_idx
+// are checked before (precondition: valid).
+Status ValidateBsrQuant(const BsrMatrix& s, const std::string& name);
 
 // A quantized DenseMatrix (dense_quant.cc): its parts' shapes, dtypes, scales and codes; and its
 // values dequantized (precondition: valid).

@@ -48,11 +48,11 @@ DType ValueDType(const SparseMatrix& s) {
 
 namespace {
 
-// The QuantParts of the formats that can hold quantized values (N:M, V:N:M, CSR and dense), else
-// nullptr.
+// The QuantParts of the formats that can hold quantized values (all but COO), else nullptr.
 const QuantParts* QuantOf(const SparseMatrix& s) {
   if (const auto* nm = std::get_if<NmMatrix>(&s)) return &nm->quant;
   if (const auto* vnm = std::get_if<VnmMatrix>(&s)) return &vnm->quant;
+  if (const auto* b = std::get_if<BsrMatrix>(&s)) return &b->quant;
   if (const auto* c = std::get_if<CsrMatrix>(&s)) return &c->quant;
   if (const auto* d = std::get_if<DenseMatrix>(&s)) return &d->quant;
   return nullptr;
@@ -76,19 +76,23 @@ Result<SparseMatrix> QuantizeMatrix(const SparseMatrix& s, const ValueSpec& spec
     if (!r.ok()) return r.status();
     return SparseMatrix(std::move(r).value());
   };
-  if (const auto* x = std::get_if<NmMatrix>(&s))
+  if (const auto* x = std::get_if<NmMatrix>(&s)) {
     return wrap(NmMatrix::Quantize(*x, spec, fitted, name));
+  }
   if (const auto* x = std::get_if<VnmMatrix>(&s)) {
     return wrap(VnmMatrix::Quantize(*x, spec, fitted, name));
   }
-  if (const auto* x = std::get_if<CsrMatrix>(&s))
+  if (const auto* x = std::get_if<BsrMatrix>(&s)) {
+    return wrap(BsrMatrix::Quantize(*x, spec, fitted, name));
+  }
+  if (const auto* x = std::get_if<CsrMatrix>(&s)) {
     return wrap(CsrMatrix::Quantize(*x, spec, fitted, name));
+  }
   if (const auto* x = std::get_if<DenseMatrix>(&s)) {
     return wrap(DenseMatrix::Quantize(*x, spec, fitted, name));
   }
   return InvalidInput(name + ": quantized values (" + spec.Name() +
-                      ") are stored for nm, vnm, csr "
-                      "and dense matrices, not " +
+                      ") are stored for nm, vnm, bsr, csr and dense matrices, not " +
                       std::string(FormatName(KindOf(s))));
 }
 

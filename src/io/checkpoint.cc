@@ -44,7 +44,11 @@ std::vector<std::pair<std::string, const Tensor*>> PartsOf(const SparseMatrix& s
       return p;
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const BsrMatrix& x) const {
-      return {{"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
+      std::vector<std::pair<std::string, const Tensor*>> p = {
+          {"row_ptr", &x.row_ptr}, {"col_idx", &x.col_idx}, {"values", &x.values}};
+      if (x.quant.quantized()) p.push_back({"scales", &x.quant.scales});
+      if (x.quant.quantized() && x.quant.spec.has_min()) p.push_back({"mins", &x.quant.mins});
+      return p;
     }
     std::vector<std::pair<std::string, const Tensor*>> operator()(const NmMatrix& x) const {
       if (!x.quant.quantized()) return {{"values", &x.values}, {"meta", &x.meta}};
@@ -499,8 +503,8 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
       auto pattern = Pattern::Parse(pat_it->get<std::string>());
       if (!pattern.ok()) return pattern.status().WithContext(what);
       const auto dtype = ParseDType(dt_it->get<std::string>());
-      // Quantized values (nm since format version 2, dense, csr and vnm too since): "values" names
-      // the spec, "dtype" the codes' storage.
+      // Quantized values (nm since format version 2, dense, csr, vnm and bsr too since): "values"
+      // names the spec, "dtype" the codes' storage.
       ValueSpec qspec;
       if (auto vit = e.find("values"); vit != e.end()) {
         if (!vit->is_string()) return InvalidInput(what + ": \"values\" is not a string");
@@ -510,10 +514,9 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           return InvalidInput(what + ": \"values\" " + Quote(spec->Name()) +
                               " is not a quantized type (float values are named by \"dtype\")");
         }
-        if (*kind != FormatKind::kNM && *kind != FormatKind::kVNM && *kind != FormatKind::kDense &&
-            *kind != FormatKind::kCsr) {
+        if (*kind == FormatKind::kCoo) {
           return InvalidInput(what + ": quantized values (" + spec->Name() +
-                              ") are stored for nm, vnm, csr and dense matrices only, not " +
+                              ") are stored for nm, vnm, bsr, csr and dense matrices only, not " +
                               Quote(fmt_it->get<std::string>()));
         }
         const DType want = spec->dtype == DType::kI8 ? DType::kI8 : DType::kU8;
@@ -643,6 +646,13 @@ Result<Checkpoint> CheckpointFromSafetensors(const SafetensorsFile& file) {
           SPARQ_ASSIGN_OR_RETURN(b.row_ptr, part("row_ptr"));
           SPARQ_ASSIGN_OR_RETURN(b.col_idx, part("col_idx"));
           SPARQ_ASSIGN_OR_RETURN(b.values, part("values"));
+          if (qspec.quantized()) {
+            b.quant.spec = qspec;
+            SPARQ_ASSIGN_OR_RETURN(b.quant.scales, part("scales"));
+            if (qspec.has_min()) {
+              SPARQ_ASSIGN_OR_RETURN(b.quant.mins, part("mins"));
+            }
+          }
           mat = std::move(b);
           break;
         }

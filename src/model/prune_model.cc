@@ -444,14 +444,6 @@ Result<ModelPruneResult> PruneLlama(const std::string& model_path, std::string_v
                         " runs SparseGPT, then GPTQ on its masks: --method sparsegpt, not " +
                         std::string(PruneMethodName(opt.method)));
   }
-  if (opt.values.quantized() && opt.pattern.kind != PatternKind::kNM &&
-      opt.pattern.kind != PatternKind::kVNM && opt.pattern.kind != PatternKind::kDense &&
-      PickFormat(opt.pattern) != FormatKind::kCsr) {
-    return InvalidInput("prune: " + opt.values.Name() +
-                        " values are stored for N:M, V:N:M, dense and CSR (unstructured, rows, "
-                        "cols) patterns only so far, not " +
-                        opt.pattern.ToString());
-  }
   std::regex include;
   try {
     include = std::regex(opt.include, std::regex::ECMAScript);

@@ -18,7 +18,9 @@ Result<GroupQuantizer> GroupQuantizer::Make(const ValueSpec& spec, const Pattern
                           " kept values is not a whole number of " + p.ToString() + " groups");
     }
     q.dense_group_ = int64_t{spec.group} / p.n * p.m;
-  } else if (p.kind == PatternKind::kDense) {
+  } else if (p.kind == PatternKind::kDense || p.kind == PatternKind::kBlock) {
+    // Dense and BSR: groups of spec.group dense columns (format.h), a block's stored values all
+    // kept, so nothing of the mask needs keeping.
     q.dense_group_ = spec.group;
   } else if (p.kind == PatternKind::kUnstructured || p.kind == PatternKind::kRows ||
              p.kind == PatternKind::kCols) {
@@ -28,8 +30,10 @@ Result<GroupQuantizer> GroupQuantizer::Make(const ValueSpec& spec, const Pattern
     q.cols_ = cols;
     q.kept_.assign(static_cast<size_t>(rows * cols), 0);
   } else {
-    return InvalidInput("values " + spec.Name() + ": quantized values need a dense, N:M, V:N:M, "
-                        "unstructured, rows or cols pattern, not " + p.ToString());
+    return InvalidInput("values " + spec.Name() +
+                        ": quantized values need a dense, N:M, V:N:M, "
+                        "block, unstructured, rows or cols pattern, not " +
+                        p.ToString());
   }
   q.per_row_ = (cols + q.dense_group_ - 1) / q.dense_group_;
   q.groups_.assign(static_cast<size_t>(rows * q.per_row_), QuantGroup{});

@@ -42,6 +42,7 @@ std::vector<int64_t> NumberShape(const SparseMatrix& s) {
   }
   if (const auto* nm = std::get_if<NmMatrix>(&s)) return {nm->rows, nm->groups() * nm->n};
   if (const auto* vnm = std::get_if<VnmMatrix>(&s)) return {vnm->rows, vnm->groups() * vnm->n};
+  if (const auto* b = std::get_if<BsrMatrix>(&s)) return {b->nblocks(), b->bh, b->bw};
   if (const auto* c = std::get_if<CsrMatrix>(&s)) return {c->nnz()};
   return {Rows(s), Cols(s)};
 }

@@ -226,9 +226,11 @@ TEST(ConvertCliTest, BadFlagsExit1WithAMessage) {
   EXPECT_THAT(out, HasSubstr("unknown --format 'zip'"));
   EXPECT_EQ(RunCli("convert " + model + " " + o + " --pattern 2:4 --dtype i8", &out), 1);
   EXPECT_THAT(out, HasSubstr("convert: --values: values 'i8': unknown type 'i8'"));
-  EXPECT_EQ(RunCli("convert " + model + " " + o + " --pattern block:4x4 --values int4:g64", &out), 1);
+  EXPECT_EQ(
+      RunCli("convert " + model + " " + o + " --pattern 2:4 --format coo --values int4:g64", &out),
+      1);
   EXPECT_THAT(
-      out, HasSubstr("int4:g64 values are stored for nm, vnm and csr matrices only, not bsr ones"));
+      out, HasSubstr("int4:g64 values are stored for nm, vnm, bsr and csr matrices, not coo ones"));
   EXPECT_EQ(RunCli("convert " + model + " " + o + " --pattern 2:4 --include '('", &out), 1);
   EXPECT_THAT(out, HasSubstr("bad --include regex"));
   EXPECT_EQ(RunCli("convert /nonexistent.gguf " + o + " --pattern 2:4", &out), 1);

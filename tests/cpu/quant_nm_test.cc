@@ -445,9 +445,10 @@ TEST(QuantNmTest, LayoutsWithoutQuantizedKernelsAreErrorsNamingTheWeight) {
   const int64_t m = 8, k = 64;
   cpu::PackOptions opt;
   opt.values = *ValueSpec::Parse("int4:g64");
-  // (dense packs quantized too: dense_quant_test.cc; CSR and V:N:M dequantized: csr_quant_test.cc,
-  // vnm_quant_test.cc; 3:8's groups of 3 kept values do not fill a group of 64)
-  for (const char* pat : {"block:4x4:0.5", "3:8"}) {
+  // (dense packs quantized too: dense_quant_test.cc; CSR, V:N:M and BSR dequantized:
+  // csr_quant_test.cc, rowgroup_quant_test.cc; 3:8's groups of 3 kept values do not fill a group
+  // of 64)
+  for (const char* pat : {"3:8"}) {
     const Pattern p = *Pattern::Parse(pat);
     const std::vector<float> w = testing_cpu::PatternWeights(p, m, k, 5);
     auto s = Encode(w, m, k, PickFormat(p), p, DType::kF32);

@@ -664,10 +664,11 @@ TEST(CheckpointMalformedTest, QuantizedValues) {
   f.doc["tensors"]["w"].erase("values");  // i8 codes read as numbers
   EXPECT_THAT(ErrorOf(f), HasSubstr("value dtype 'i8' is not f32, bf16 or f16"));
   f = FlatOf(OneNm());
-  f.doc["tensors"]["w"]["format"] = "bsr";
+  f.doc["tensors"]["w"]["format"] = "coo";
   f.doc["tensors"]["w"]["values"] = "int8:g64";
   f.doc["tensors"]["w"]["dtype"] = "i8";
-  EXPECT_THAT(ErrorOf(f), HasSubstr("stored for nm, vnm, csr and dense matrices only"));
+  EXPECT_THAT(ErrorOf(f),
+              HasSubstr("stored for nm, vnm, bsr, csr and dense matrices only, not 'coo'"));
 }
 
 TEST(CheckpointMalformedTest, PartClaimedTwice) {

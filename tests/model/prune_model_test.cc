@@ -335,6 +335,56 @@ TEST_F(PruneModelTest, Int4VnmKeepsTheSlabMasksAndRuns) {
   std::remove(out.c_str());
 }
 
+// The same for BSR: SparseGPT block:16x16:0.5 with int4:g64 values keeps the bf16 run's blocks
+// (row_ptr and col_idx bit for bit) and runs within the same bound over bf16.
+TEST_F(PruneModelTest, Int4BlocksKeepTheBlocksAndRun) {
+  ThreadPool pool(2);
+  ModelPruneOptions o = SmallOptions(PruneMethod::kSparseGpt, "block:16x16:0.5");
+  o.max_blocks = 1;
+  o.values.dtype = DType::kBF16;
+  const std::string bf16_out = Out("sgpt_bsr_bf16.sparq"), out = Out("sgpt_bsr_int4.sparq");
+  auto rb = PruneLlama(path_, calib_, o, bf16_out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(rb.ok()) << rb.status().ToString();
+  o.values = *ValueSpec::Parse("int4:g64");
+  o.act_order = true;
+  auto r = PruneLlama(path_, calib_, o, out, testing::MachineConfig(), &pool);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->layers.size(), 7u);
+  auto cb = ReadCheckpoint(bf16_out);
+  auto ck = ReadCheckpoint(out);
+  ASSERT_TRUE(cb.ok() && ck.ok()) << ck.status().ToString();
+  int quantized = 0;
+  for (const CheckpointTensor& ct : ck->matrices) {
+    if (ct.name.rfind("blk.0.", 0) != 0) continue;
+    ++quantized;
+    const auto* b = std::get_if<BsrMatrix>(&ct.matrix);
+    ASSERT_NE(b, nullptr) << ct.name;
+    EXPECT_EQ(ValuesName(ct.matrix), "int4:g64") << ct.name;
+    const auto& bb = std::get<BsrMatrix>(cb->FindMatrix(ct.name)->matrix);
+    for (const auto& [x, y] : {std::pair{&b->row_ptr, &bb.row_ptr}, {&b->col_idx, &bb.col_idx}}) {
+      ASSERT_EQ(x->nbytes(), y->nbytes()) << ct.name;
+      EXPECT_EQ(std::memcmp(x->data(), y->data(), y->nbytes()), 0)
+          << ct.name << ": the blocks differ from the bf16 run's";
+    }
+    EXPECT_NEAR(double(b->nblocks()) * 256 / double(b->rows * b->cols), 0.5, 0.01) << ct.name;
+  }
+  EXPECT_EQ(quantized, 7);
+  auto mb = LlamaModel::Load(bf16_out, testing::MachineConfig());
+  auto m = LlamaModel::Load(out, testing::MachineConfig());
+  ASSERT_TRUE(mb.ok() && m.ok()) << m.status().ToString();
+  EXPECT_NE(m->weights().blocks[0].at(LinearSlot::kQ).format().find("bsr int4:g64 dequantized"),
+            std::string::npos)
+      << m->weights().blocks[0].at(LinearSlot::kQ).format();
+  const double pb = Ppl(*mb), pq = Ppl(*m);
+  std::printf(
+      "perplexity (1024 WikiText tokens): dense %.3f, sparsegpt block:16x16:0.5 (1 block) "
+      "bf16 %.3f, int4:g64 act-order %.3f\n",
+      Ppl(*dense_), pb, pq);
+  EXPECT_LT(pq, pb * 1.10);
+  std::remove(bf16_out.c_str());
+  std::remove(out.c_str());
+}
+
 // `sparq quantize`: the dense pattern prunes nothing and stores each selected layer as a dense
 // quantized matrix, its groups fitted in SparseGPT's sweep without a mask (GPTQ) or rounded to
 // nearest (RTN); the model runs the stored codes.

@@ -526,15 +526,16 @@ TEST(PruneSparseGpt, JointGroupQuantizerStoresExactlyWhatItSwept) {
   }
 }
 
-TEST(PruneSparseGpt, GroupQuantizerRefusesPatternsItCannotGroup) {
+TEST(PruneSparseGpt, GroupQuantizerGroupsEveryPatternOrRefusesIt) {
   const ValueSpec spec = *ValueSpec::Parse("int4:g64");
   auto odd = GroupQuantizer::Make(spec, Pattern::NM(3, 8), 4, 64);
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("not a whole number of 3:8 groups"), std::string::npos);
-  auto bsr = GroupQuantizer::Make(spec, Pattern::Block(4, 4, 0.5), 4, 64);
-  ASSERT_FALSE(bsr.ok());
-  EXPECT_NE(bsr.status().message().find("need a dense, N:M, V:N:M, unstructured, rows or cols pattern"),
-            std::string::npos);
+  auto bsr = GroupQuantizer::Make(spec, Pattern::Block(4, 4, 0.5), 4, 100);
+  ASSERT_TRUE(bsr.ok());
+  EXPECT_EQ(bsr->group_size(), 64);  // BSR groups are column ranges too, all of a block kept
+  EXPECT_EQ(bsr->groups_per_row(), 2);
+  EXPECT_TRUE(bsr->kept().empty());
   auto csr = GroupQuantizer::Make(spec, Pattern::Unstructured(0.5), 4, 100);
   ASSERT_TRUE(csr.ok());
   EXPECT_EQ(csr->group_size(), 64);  // CSR groups are column ranges (format.h)

@@ -558,12 +558,12 @@ float MaxRowScale(const SparseMatrix& sm, int64_t r) {
   return mx;
 }
 
-// A quantized student (int4:g32:sym and int8:g32 2:4, permuted 2:4 int4, int8:g32 CSR and V:N:M
-// 2:2:4, int4:g32 dense, an int8 embedding, one f32 2:4 slot) trains: OUT has the same formats,
-// value specs, structure (N:M metadata, CSR indices, permutations) bit for bit, every stored value
-// is the trained weight rounded to nearest in its group (within half a step; --requant rtn),
-// nothing is stored outside the structure, a kept weight whose code meant 0 is kept and trains, and
-// OUT loads and runs.
+// A quantized student (int4:g32:sym and int8:g32 2:4, permuted 2:4 int4, int8:g32 CSR, V:N:M
+// 2:2:4 and BSR 2 x 4, int4:g32 dense, an int8 embedding, one f32 2:4 slot) trains: OUT has the
+// same formats, value specs, structure (N:M metadata, CSR indices, permutations) bit for bit, every
+// stored value is the trained weight rounded to nearest in its group (within half a step; --requant
+// rtn), nothing is stored outside the structure, a kept weight whose code meant 0 is kept and
+// trains, and OUT loads and runs.
 TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
   const std::string q = TempPath("quant_student.sparq"), out = TempPath("quant_out.sparq");
   WriteTinySparq(q, 1, testing::QuantStore, 11, 2, "int8:g32");
@@ -602,6 +602,12 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
       const Tensor& my = std::get<VnmMatrix>(y.matrix).meta;
       ASSERT_EQ(vx->meta.nbytes(), my.nbytes());
       EXPECT_EQ(std::memcmp(vx->meta.data(), my.data(), my.nbytes()), 0);
+    }
+    if (const auto* bx = std::get_if<BsrMatrix>(&x.matrix)) {
+      const auto& by = std::get<BsrMatrix>(y.matrix);
+      ASSERT_EQ(bx->col_idx.nbytes(), by.col_idx.nbytes());
+      EXPECT_EQ(std::memcmp(bx->col_idx.data(), by.col_idx.data(), bx->col_idx.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(bx->row_ptr.data(), by.row_ptr.data(), bx->row_ptr.nbytes()), 0);
     }
     if (const auto* cx = std::get_if<CsrMatrix>(&x.matrix)) {
       const auto& cy = std::get<CsrMatrix>(y.matrix);
@@ -668,7 +674,7 @@ TEST_F(FinetuneTest, AQuantizedStudentTrainsAndKeepsItsStructureAndValueSpecs) {
     }
   }
   EXPECT_EQ(quantized, 13);           // 12 of the 14 block slots, and the embedding
-  EXPECT_EQ(kept_zeros_trained, 10);  // the N:M, V:N:M and CSR quantized slots
+  EXPECT_EQ(kept_zeros_trained, 10);  // the N:M, V:N:M, BSR and CSR quantized slots
   EXPECT_GT(changed, 100);
   // OUT loads and runs.
   auto model = LlamaModel::Load(out, cfg_);

@@ -25,8 +25,8 @@ namespace sparq::train::testing {
 
 // How each slot of a tiny student is stored.
 // The quantized kinds (int8:g32, int4:g32:sym, int4:g32 with a min) store one kept weight as a
-// code that means exactly 0 (N:M, V:N:M and CSR: row 1's first stored value; row 0 of ffn_up feeds
-// a pruned column of a CSR ffn_down, so its gradient is 0), to check that it trains.
+// code that means exactly 0 (N:M, V:N:M, BSR and CSR: row 1's first stored value; row 0 of ffn_up
+// feeds a pruned column of a CSR ffn_down, so its gradient is 0), to check that it trains.
 enum class TinyStore {
   kDenseF32,
   kNm24F32,
@@ -38,7 +38,8 @@ enum class TinyStore {
   kNm24PermInt4Sym,
   kCsrInt8,
   kDenseInt4,
-  kVnm24Int8  // V:N:M 2:2:4 (rows in pairs share each group's kept columns), int8:g32
+  kVnm24Int8,  // V:N:M 2:2:4 (rows in pairs share each group's kept columns), int8:g32
+  kBsrInt8     // BSR 2 x 4 blocks, one of each pair of block columns kept, int8:g32
 };
 
 // The value spec of a quantized kind, else "".
@@ -47,6 +48,7 @@ inline const char* TinyQuantSpec(TinyStore st) {
     case TinyStore::kNm24Int8:
     case TinyStore::kCsrInt8:
     case TinyStore::kVnm24Int8:
+    case TinyStore::kBsrInt8:
       return "int8:g32";
     case TinyStore::kNm24Int4Sym:
     case TinyStore::kNm24PermInt4Sym:
@@ -132,6 +134,25 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
             }
           }
         }
+      } else if (st == TinyStore::kBsrInt8) {
+        fmt = FormatKind::kBsr;
+        pat = Pattern::Block(2, 4, 0.5);
+        // Of each pair of 2 x 4 blocks side by side, the one with the larger summed |w| is kept.
+        auto mag = [&](int64_t r, int64_t c0) {
+          float a = 0.0f;
+          for (int64_t i = r; i < r + 2; ++i) {
+            for (int64_t j = c0; j < c0 + 4; ++j) a += std::abs(wv[i * k + j]);
+          }
+          return a;
+        };
+        for (int64_t r = 0; r < m; r += 2) {
+          for (int64_t c = 0; c < k; c += 8) {
+            const int64_t drop = mag(r, c) >= mag(r, c + 4) ? c + 4 : c;
+            for (int64_t i = r; i < r + 2; ++i) {
+              for (int64_t j = drop; j < drop + 4; ++j) wv[i * k + j] = 0.0f;
+            }
+          }
+        }
       } else if (st == TinyStore::kCsrF32 || st == TinyStore::kCsrInt8) {
         fmt = FormatKind::kCsr;
         pat = Pattern::Parse("unstructured:0.5").value();
@@ -160,6 +181,11 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
         } else if (auto* vm = std::get_if<VnmMatrix>(&*sm)) {
           vm->values.mutable_data_as<float>()[vm->groups() * vm->n] = 0.0f;  // a kept 0 in row 1
           auto q = VnmMatrix::Quantize(*vm, vs);
+          ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
+          sm = SparseMatrix(std::move(*q));
+        } else if (auto* bm = std::get_if<BsrMatrix>(&*sm)) {
+          bm->values.mutable_data_as<float>()[bm->bw] = 0.0f;  // block 0's row 1 (row 1): a kept 0
+          auto q = BsrMatrix::Quantize(*bm, vs);
           ASSERT_TRUE(q.ok()) << name << ": " << q.status().ToString();
           sm = SparseMatrix(std::move(*q));
         } else if (auto* cm = std::get_if<CsrMatrix>(&*sm)) {
@@ -191,8 +217,8 @@ inline TinyStore QuantStore(int64_t l, int s) {
   static constexpr TinyStore kKinds[] = {TinyStore::kNm24Int4Sym, TinyStore::kCsrInt8,
                                          TinyStore::kDenseInt4,   TinyStore::kNm24PermInt4Sym,
                                          TinyStore::kNm24Int8,    TinyStore::kNm24F32,
-                                         TinyStore::kVnm24Int8};
-  return kKinds[(l * kNumSlots + s) % 7];
+                                         TinyStore::kVnm24Int8,   TinyStore::kBsrInt8};
+  return kKinds[(l * kNumSlots + s) % 8];
 }
 // The same without channel permutations (GPTQ's re-quantization refuses permuted layers).
 inline TinyStore QuantStoreNoPerm(int64_t l, int s) {

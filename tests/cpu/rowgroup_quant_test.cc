@@ -1,4 +1,4 @@
-// V:N:M weights with int8 / int4 values (format.h VnmMatrix, N:M's code layout) through
+// V:N:M and BSR weights with int8 / int4 values (format.h VnmMatrix, BsrMatrix) through
 // LinearWeight: dequantized into f32 row groups at pack time, on every compiled target the CPU
 // supports, against the double reference of the dequantized weight; stored codes and round to
 // nearest at pack time give the same bits; a spec that disagrees with the stored one, or a
@@ -60,6 +60,43 @@ TEST(VnmQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
           std::vector<double> want, abs_sum;
           testing_cpu::ReferenceForward(wd, kM, kK, x.data(), n, kK, Epilogue{}, want, abs_sum);
           testing_cpu::ExpectClose(want, abs_sum, y.data(), n, kM, kM, kK, "vnm quant");
+        }
+      }
+    }
+  });
+  EXPECT_GE(targets, 2);
+}
+
+// BSR blocks of 1 (CSR rows), 2 and 4+ rows (row groups of 2 and 4), edge blocks on both sides.
+TEST(BsrQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
+  const int targets = ForEachTarget([&](const std::string& target) {
+    for (const auto& [bh, bw] :
+         {std::pair{1, 8}, std::pair{2, 16}, std::pair{4, 4}, std::pair{8, 6}}) {
+      const Pattern p = Pattern::Block(bh, bw, 0.5);
+      const std::vector<float> w = testing_cpu::PatternWeights(p, kM, kK, 30 + bh);
+      const BsrMatrix src = *BsrMatrix::FromDense(w, kM, kK, bh, bw);
+      for (const char* text : {"int8:g64", "int4:g64", "int4:g32:sym"}) {
+        SCOPED_TRACE(target + " block " + p.ToString() + " " + text);
+        const ValueSpec spec = *ValueSpec::Parse(text);
+        auto q = BsrMatrix::Quantize(src, spec, {}, "w");
+        ASSERT_TRUE(q.ok()) << q.status().ToString();
+        const Tensor deq = q->ToDense();
+        const std::vector<float> wd(deq.data_as<float>(), deq.data_as<float>() + deq.numel());
+        auto stored = LinearWeight::FromMatrix(*q, "w", Cfg());
+        ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+        auto rounded = LinearWeight::FromMatrix(src, spec, "w", Cfg());
+        ASSERT_TRUE(rounded.ok()) << rounded.status().ToString();
+        EXPECT_THAT(stored->format(), HasSubstr(std::string("bsr ") + text + " dequantized, "));
+        for (int64_t n : {1, 5, 40}) {
+          const std::vector<float> x = RandomVector(size_t(n * kK), 9 + n);
+          std::vector<float> y(size_t(n * kM)), y2(size_t(n * kM));
+          ThreadPool pool(2);
+          stored->Forward(x.data(), n, y.data(), &pool);
+          rounded->Forward(x.data(), n, y2.data(), &pool);
+          EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)), 0) << "n " << n;
+          std::vector<double> want, abs_sum;
+          testing_cpu::ReferenceForward(wd, kM, kK, x.data(), n, kK, Epilogue{}, want, abs_sum);
+          testing_cpu::ExpectClose(want, abs_sum, y.data(), n, kM, kM, kK, "bsr quant");
         }
       }
     }
