@@ -1,6 +1,7 @@
 // libFuzzer target: BsrMatrix::Validate on arbitrary parts; ToDense and a re-encode round trip
 // when it passes. Header: rows u8, cols u16, bh u8, bw u8, value dtype, index dtype, nblocks u8,
-// perturb, mode (bit 0: row_ptr as u8 per-block-row counts), then row_ptr, col_idx, values.
+// perturb, mode (bit 0: row_ptr as u8 per-block-row counts; bit 1: quantized values, the spec in
+// bits 2-7), then row_ptr, col_idx, values (or codes, then scales and mins).
 #include <cstdint>
 
 #include "fuzz/validate_fuzz_util.h"
@@ -27,6 +28,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     b.row_ptr = in.Take(DType::kI64, {rp_len});
   }
   b.col_idx = in.Take(it, {fuzz::Perturbed(nblocks, perturb, 1)});
+  if (mode & 2) {  // quantized values (spec from bits 2-7): codes, then scales and mins
+    b.quant.spec = fuzz::QuantSpecFrom(mode >> 2);
+    const bool i8 = b.quant.spec.dtype == DType::kI8;
+    const int64_t qg = (b.cols + b.quant.spec.group - 1) / b.quant.spec.group;
+    b.values = in.Take(i8 ? DType::kI8 : DType::kU8,
+                       {fuzz::Perturbed(nblocks, perturb, 2), b.bh, i8 ? b.bw : (b.bw + 1) / 2});
+    b.quant.scales = in.Take(DType::kF16, {b.rows, fuzz::Perturbed(qg, perturb, 3)});
+    if (b.quant.spec.has_min()) b.quant.mins = in.Take(DType::kF16, {b.rows, qg});
+    if (!b.Validate("fuzz").ok()) return 0;
+    fuzz::CheckQuantizedRoundTrip(b);
+    return 0;
+  }
   b.values = in.Take(vt, {fuzz::Perturbed(nblocks, perturb, 2), b.bh, b.bw});
   if (!b.Validate("fuzz").ok()) return 0;
   fuzz::CheckValidRoundTrip(b, [&](std::span<const float> w) {

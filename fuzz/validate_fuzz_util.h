@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "sparq/format.h"
+#include "sparq/quant.h"
 #include "sparq/tensor.h"
 
 namespace sparq::fuzz {
@@ -83,6 +85,42 @@ void CheckValidRoundTrip(const M& mat, Reencode reencode) {
   if (!again.ok()) abort();
   if (!again->Validate("again").ok()) abort();
   CheckSameDense(dense, again->ToDense());
+}
+
+// A quantized spec from a selector byte (the specs the formats hold).
+inline ValueSpec QuantSpecFrom(uint8_t sel) {
+  static constexpr const char* kSpecs[] = {"int8:g32", "int8:g128",    "int4:g32",
+                                           "int4:g64", "int4:g64:sym", "int4:g128:sym"};
+  return *ValueSpec::Parse(kSpecs[sel % 6]);
+}
+
+// For a quantized matrix that validated: its codes dequantized are finite, and quantizing those
+// values again on the matrix's own groups (scales and mins as fitted) gives them back (equal as
+// floats: a scale of -0 may turn a 0 into -0).
+template <typename M>
+void CheckQuantizedRoundTrip(const M& mat) {
+  const Tensor dense = mat.ToDense();
+  const float* d = dense.data_as<float>();
+  for (uint64_t i = 0; i < dense.numel(); ++i) {
+    if (!std::isfinite(d[i])) abort();
+  }
+  const ValueSpec& spec = mat.quant.spec;
+  std::vector<QuantGroup> fitted(mat.quant.scales.numel());
+  for (size_t i = 0; i < fitted.size(); ++i) {
+    fitted[i] = QuantGroupFromF16(
+        mat.quant.scales.template data_as<uint16_t>()[i],
+        spec.has_min() ? mat.quant.mins.template data_as<uint16_t>()[i] : 0, spec);
+  }
+  M numbers = mat;
+  numbers.quant = QuantParts{};
+  numbers.values = mat.StoredValuesF32();
+  auto again = M::Quantize(numbers, spec, fitted, "again");
+  if (!again.ok()) abort();
+  const Tensor back = again->ToDense();
+  if (back.numel() != dense.numel()) abort();
+  for (uint64_t i = 0; i < dense.numel(); ++i) {
+    if (back.data_as<float>()[i] != d[i]) abort();
+  }
 }
 
 }  // namespace sparq::fuzz
