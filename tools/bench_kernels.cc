@@ -494,8 +494,7 @@ BenchRegistrar kernels(
       sub.add_option("--values", o->values,
                      "Comma-separated value types: f32, bf16, int8[:gN], int4[:gN][:sym] (N = 32, "
                      "64, 128; int8 / int4 quantize round-to-nearest; unstructured rows keep the "
-                     "codes in the bit-mask layout, column lists, V:N:M and blocks run "
-                     "dequantized to f32)")
+                     "codes in the bit-mask layout, column lists run dequantized to f32)")
           ->capture_default_str();
       sub.add_option("--repeats", o->repeats, "Timing samples per row (median)")->capture_default_str();
       sub.add_option("--py-peers", o->py_peers, "scipy/torch peer script ('' to skip)")->capture_default_str();

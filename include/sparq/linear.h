@@ -51,8 +51,8 @@ class LinearWeight {
   // matrix's values round-to-nearest (every format but COO, which is an error naming the weight);
   // float specs keep the matrix's values. A CSR weight with int8 / int4 values (stored, or
   // quantized here) keeps its codes where it packs as a bit mask (>= 20% kept); sparser, it runs
-  // dequantized to f32 through the CSR rows. V:N:M and BSR run dequantized to f32 row groups (no
-  // row-group row reads codes yet).
+  // dequantized to f32 through the CSR rows. V:N:M and BSR keep their codes in groups of 2 or 4
+  // rows; V = 1 and 1-row blocks (CSR rows) run dequantized to f32.
   static Result<LinearWeight> FromMatrix(SparseMatrix matrix, const ValueSpec& values,
                                          const std::string& name, const KernelConfig& cfg);
   // A dense [rows, cols] weight stored quantized (GGUF Q8_0 = int8:g32, Q4_0 = int4:g32:sym,

@@ -107,17 +107,18 @@ const char* ValueKindName(ValueKind v) {
 
 ValueKind ValueKindOf(const PackedWeight& w) {
   auto of_float = [](DType dt) { return dt == DType::kBF16 ? ValueKind::kBf16 : ValueKind::kF32; };
-  return std::visit(
-      Overloaded{
-          [](const DenseF32Weight&) { return ValueKind::kF32; },
-          [](const NmWeight& nm) { return ValueKindOf(nm.spec); },
-          [&](const RowGroupWeight& s) { return of_float(s.value_dtype); },
-          [&](const MaskWeight& m) {
-            return m.quantized() ? ValueKindOf(m.spec) : of_float(m.value_dtype);
-          },
-          [](const DenseQuantWeight& d) { return ValueKindOf(d.values); },
-      },
-      w.layout);
+  return std::visit(Overloaded{
+                        [](const DenseF32Weight&) { return ValueKind::kF32; },
+                        [](const NmWeight& nm) { return ValueKindOf(nm.spec); },
+                        [&](const RowGroupWeight& s) {
+                          return s.quantized() ? ValueKindOf(s.spec) : of_float(s.value_dtype);
+                        },
+                        [&](const MaskWeight& m) {
+                          return m.quantized() ? ValueKindOf(m.spec) : of_float(m.value_dtype);
+                        },
+                        [](const DenseQuantWeight& d) { return ValueKindOf(d.values); },
+                    },
+                    w.layout);
 }
 
 ValueKind ValueKindOf(const ValueSpec& spec) {

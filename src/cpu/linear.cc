@@ -79,16 +79,15 @@ ValueSpec LinearWeight::values() const {
     v.dtype = dt;
     return v;
   };
-  return std::visit(cpu::Overloaded{
-                        [](const cpu::DenseF32Weight&) { return ValueSpec{}; },
-                        [](const cpu::NmWeight& nm) { return nm.spec; },
-                        [](const cpu::DenseQuantWeight& d) { return d.values; },
-                        [&](const cpu::RowGroupWeight& g) { return of(g.value_dtype); },
-                        [&](const cpu::MaskWeight& m) {
-                          return m.quantized() ? m.spec : of(m.value_dtype);
-                        },
-                    },
-                    impl_->packed.layout);
+  return std::visit(
+      cpu::Overloaded{
+          [](const cpu::DenseF32Weight&) { return ValueSpec{}; },
+          [](const cpu::NmWeight& nm) { return nm.spec; },
+          [](const cpu::DenseQuantWeight& d) { return d.values; },
+          [&](const cpu::RowGroupWeight& g) { return g.quantized() ? g.spec : of(g.value_dtype); },
+          [&](const cpu::MaskWeight& m) { return m.quantized() ? m.spec : of(m.value_dtype); },
+      },
+      impl_->packed.layout);
 }
 const float* LinearWeight::dense_f32() const {
   if (!impl_ || impl_->packed.kind() != cpu::PackedKind::kDenseF32) return nullptr;

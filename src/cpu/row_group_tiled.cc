@@ -161,5 +161,56 @@ void RunRowGroupTiled(const KernelRow& row, const PackedWeight& pw, const SpmmAr
   }
 }
 
+void RunRowGroupQuantTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                           ThreadPool* pool) {
+  const RowGroupWeight& w = pw.row_groups();
+  const int64_t nvals = w.group_ptr.back() * w.g;
+  // Grown, never shrunk (layers of different sizes alternate). The calling thread's: the pool's
+  // workers fill disjoint groups of it while this call waits.
+  thread_local std::vector<float> twin;
+  if (twin.size() < static_cast<size_t>(nvals)) twin.resize(static_cast<size_t>(nvals));
+  float* const out = twin.data();  // the caller's (a worker naming `twin` gets its own)
+  const KernelBody body = row.Body(a.config());
+  constexpr int64_t kGroupsPerTask = 64;
+  const int64_t groups = w.groups(), tasks = CeilDiv(groups, kGroupsPerTask);
+  auto task = [&](int64_t t, int) {
+    KernelCall c;
+    c.w = &pw;
+    c.u0 = t * kGroupsPerTask;
+    c.u1 = std::min(groups, c.u0 + kGroupsPerTask);
+    c.scratch = out;
+    body(c);
+  };
+  if (pool != nullptr && tasks > 1) {
+    pool->ParallelFor(tasks, task);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) task(t, 0);
+  }
+  // The f32 row groups of the same structure over the twin, through the f32 tiled row.
+  PackedWeight f32;
+  f32.rows = pw.rows;
+  f32.cols = pw.cols;
+  f32.source = pw.source;
+  RowGroupWeight v;
+  v.rows = w.rows;
+  v.cols = w.cols;
+  v.g = w.g;
+  v.value_dtype = DType::kF32;
+  v.idx16 = w.idx16;
+  v.group_row = w.group_row;
+  v.group_ptr = w.group_ptr;
+  v.col_idx = w.col_idx;
+  v.values = Tensor::View(DType::kF32, {nvals}, out);
+  f32.weight_bytes = static_cast<uint64_t>(nvals) * 4 + w.col_idx.nbytes();
+  f32.stored = pw.stored;
+  f32.layout = std::move(v);
+  static const KernelRow* const f32_row = [] {
+    for (const KernelRow& r : KernelTable()) {
+      if (std::string(r.name) == "f32_rowgroups_tiled_GxNV") return &r;
+    }
+    return static_cast<const KernelRow*>(nullptr);
+  }();
+  RunRowGroupTiled(*f32_row, f32, a, pool);
+}
 
 }  // namespace sparq::cpu

@@ -7,10 +7,11 @@
 #define SPARQ_CPU_ROW_GROUPS_INL_H_
 #endif
 
-#include "src/cpu/simd-inl.h"
-#include "src/cpu/prefetch-inl.h"
-#include "src/cpu/tiled-inl.h"
 #include "src/cpu/csr-inl.h"
+#include "src/cpu/nm-inl.h"
+#include "src/cpu/prefetch-inl.h"
+#include "src/cpu/simd-inl.h"
+#include "src/cpu/tiled-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
@@ -60,16 +61,17 @@ HWY_NOINLINE void DenseBf16DecodeImpl(const RowGroupWeight& w, const float* xrep
 // columns after it are left to the G-lane loop). Per 16 products: one value load, one index load,
 // a 4- or 8-lane gather, one permute and one FMA, where the G-lane loop spends 16 / G column
 // loads, broadcasts and FMAs (V:16:2:4 4096x4096 n = 1: docs/kernels.md).
+// vals and cols hold column p0's values and index (position p at p - p0).
 template <int G, bool kBf16, bool kIdx16>
-HWY_INLINE int64_t GroupDecodeWide(const RowGroupWeight& w, int64_t p0, int64_t p1, const float* xt,
-                                   float* s) {
+HWY_INLINE int64_t GroupDecodeWide(const uint8_t* vals0, const void* cols0, int64_t p0, int64_t p1,
+                                   const float* xt, float* s) {
   static_assert(G == 2 || G == 4);
   constexpr int64_t C = 16 / G;
   const DF df;
-  const uint8_t* vals = static_cast<const uint8_t*>(w.values.data());
   const size_t vb = kBf16 ? 2 : 4;
-  const uint16_t* c16 = kIdx16 ? w.col_idx.data_as<uint16_t>() : nullptr;
-  const uint32_t* c32 = kIdx16 ? nullptr : w.col_idx.data_as<uint32_t>();
+  const uint8_t* vals = vals0;  // relative: column p0 + i at i
+  const uint16_t* c16 = kIdx16 ? static_cast<const uint16_t*>(cols0) : nullptr;
+  const uint32_t* c32 = kIdx16 ? nullptr : static_cast<const uint32_t*>(cols0);
   const __m512i rep = G == 4 ? _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
                              : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   auto xvec = [&](int64_t q) -> __m512 {
@@ -86,25 +88,26 @@ HWY_INLINE int64_t GroupDecodeWide(const RowGroupWeight& w, int64_t p0, int64_t 
     }
   };
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  int64_t p = p0;
-  for (; p + 2 * C <= p1; p += 2 * C) {
+  const int64_t len = p1 - p0;
+  int64_t i = 0;
+  for (; i + 2 * C <= len; i += 2 * C) {
     // bf16: into L1 (PrefetchFar measured slower here: 4096x4096 V:16:2:4 one thread 1.74-1.76
     // -> 2.09-2.10 ms; f32 2.96-3.82 -> 2.28-2.54).
     if constexpr (kBf16) {
-      hwy::Prefetch(vals + p * G * vb + kPrefetchBytes);
+      hwy::Prefetch(vals + i * G * vb + kPrefetchBytes);
     } else {
-      PrefetchFar(vals + p * G * vb + kPrefetchBytes);
+      PrefetchFar(vals + i * G * vb + kPrefetchBytes);
     }
-    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + p * G * vb).raw, xvec(p), acc0);
-    acc1 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + (p + C) * G * vb).raw, xvec(p + C), acc1);
+    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + i * G * vb).raw, xvec(i), acc0);
+    acc1 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + (i + C) * G * vb).raw, xvec(i + C), acc1);
   }
-  for (; p + C <= p1; p += C) {
-    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + p * G * vb).raw, xvec(p), acc0);
+  for (; i + C <= len; i += C) {
+    acc0 = _mm512_fmadd_ps(LoadValues<kBf16>(df, vals + i * G * vb).raw, xvec(i), acc0);
   }
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, _mm512_add_ps(acc0, acc1));
-  for (int i = 0; i < 16; ++i) s[i % G] += lanes[i];
-  return p;
+  for (int l = 0; l < 16; ++l) s[l % G] += lanes[l];
+  return p0 + i;
 }
 #endif
 
@@ -129,8 +132,11 @@ HWY_NOINLINE void RowGroupDecodeImpl(const RowGroupWeight& w, const float* x, in
         float wide[G] = {};
         int64_t p = p0;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-        p = w.idx16 ? GroupDecodeWide<G, kBf16, true>(w, p0, p1, xt, wide)
-                    : GroupDecodeWide<G, kBf16, false>(w, p0, p1, xt, wide);
+        const uint8_t* v0 = vals + p0 * G * static_cast<int64_t>(vb);
+        p = w.idx16 ? GroupDecodeWide<G, kBf16, true>(v0, w.col_idx.data_as<uint16_t>() + p0, p0,
+                                                      p1, xt, wide)
+                    : GroupDecodeWide<G, kBf16, false>(v0, w.col_idx.data_as<uint32_t>() + p0, p0,
+                                                       p1, xt, wide);
 #endif
         auto acc0 = hn::Zero(dg);
         auto acc1 = hn::Zero(dg);
@@ -240,6 +246,112 @@ HWY_NOINLINE void RowGroupTiledImpl(const RowGroupWeight& w, int64_t g0, int64_t
     if constexpr (G > 1) wpf.Fetch(gi + 1);
     float* scr = scratch + (gi - g0) * G * NT;  // [group][G][NT]: padded rows stay inside
     RowGroupTile<G, NV, kBf16>(w, blk.pb[gi - g0], blk.pe[gi - g0], xt, scr, first);
+  }
+}
+
+// ---- Quantized row groups (V:N:M, BSR with int8 / int4 codes; RowGroupWeight::spec) ----------
+// A segment (RowGroupWeight::qseg_*) holds at most one quantization group of each row: up to 128
+// columns of 4 rows.
+inline constexpr int64_t kMaxSegValues = 128 * 4;
+
+// Segment i's values, [column][row in group] f32, into buf (kMaxSegValues + one vector): its codes
+// dequantized with the expressions of sparq/quant.h (DequantLanes), each lane by its row's scale
+// and min; the codes past the segment (padding to 16) give values nobody reads.
+template <int G, int kV>
+HWY_INLINE void DequantSegment(const RowGroupWeight& w, int64_t i, float* buf) {
+  const DF df;
+  const DI di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t len = (w.qseg_end[i] - w.qseg_begin[i]) * G;
+  // Lane l of the vector at value e is row (e + l) % G: per-lane scales from an offset into a
+  // repeating pattern (e % G is 0 unless a vector is narrower than a group of rows).
+  alignas(64) float sc[hn::MaxLanes(DF()) + G], mn[hn::MaxLanes(DF()) + G];
+  for (int64_t l = 0; l < L + G; ++l) {
+    sc[l] = w.qscale[static_cast<size_t>(i * G + l % G)];
+    mn[l] = w.qmin[static_cast<size_t>(i * G + l % G)];
+  }
+  const uint8_t* base = w.values.data_as<uint8_t>();
+  for (int64_t e = 0; e < len; e += L) {
+    const auto scale = hn::LoadU(df, sc + e % G);
+    const auto min = hn::LoadU(df, mn + e % G);
+    const int64_t a = w.qseg_code[i] + e;  // a multiple of L: within one 16-code chunk
+    if constexpr (kV == kValI8) {
+      const hn::Rebind<int8_t, DF> d8;
+      const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(base) + a));
+      hn::StoreU(DequantLanes<kV>(q, scale, min), df, buf + e);
+    } else {
+      const auto q = Nibbles(base + a / kNmChunk * (kNmChunk / 2), a % kNmChunk);
+      hn::StoreU(DequantLanes<kV>(q, scale, min), df, buf + e);
+    }
+  }
+}
+
+// s[q] += sum over columns [0, len) of vals[c][q] * xt[cols[c]] (one token).
+template <int G>
+HWY_INLINE void SegmentSums(const RowGroupWeight& w, const float* vals, int64_t p0, int64_t p1,
+                            const float* xt, float* s) {
+  const hn::CappedTag<float, G> dg;
+  int64_t p = p0;
+  if (hn::Lanes(dg) == G) {
+    float wide[G] = {};
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    const auto* v0 = reinterpret_cast<const uint8_t*>(vals);
+    p = w.idx16 ? GroupDecodeWide<G, false, true>(v0, w.col_idx.data_as<uint16_t>() + p0, p0, p1,
+                                                  xt, wide)
+                : GroupDecodeWide<G, false, false>(v0, w.col_idx.data_as<uint32_t>() + p0, p0, p1,
+                                                   xt, wide);
+#endif
+    auto acc = hn::Zero(dg);
+    for (; p < p1; ++p)
+      acc = hn::MulAdd(hn::LoadU(dg, vals + (p - p0) * G), hn::Set(dg, xt[w.Col(p)]), acc);
+    float part[G];
+    hn::StoreU(acc, dg, part);
+    for (int q = 0; q < G; ++q) s[q] += wide[q] + part[q];
+  } else {
+    for (; p < p1; ++p) {
+      for (int q = 0; q < G; ++q) s[q] += vals[(p - p0) * G + q] * xt[w.Col(p)];
+    }
+  }
+}
+
+// Decode: each segment dequantized once into an L1 buffer, then its products for the n tokens.
+template <int G, int kV>
+HWY_NOINLINE void RowGroupQuantDecodeImpl(const RowGroupWeight& w, const float* x, int64_t ldx,
+                                          int64_t n, int64_t g0, int64_t g1, float* raw) {
+  const int64_t rows = w.group_row[g1] - w.group_row[g0];
+  alignas(64) float buf[kMaxSegValues + 64];
+  constexpr int64_t kMaxN = 16;
+  float s[kMaxN][G];
+  for (int64_t gi = g0; gi < g1; ++gi) {
+    const int64_t nrows = w.group_row[gi + 1] - w.group_row[gi];
+    const int64_t r = w.group_row[gi] - w.group_row[g0];
+    for (int64_t t0 = 0; t0 < n; t0 += kMaxN) {
+      const int64_t nt = std::min(kMaxN, n - t0);
+      for (int64_t t = 0; t < nt; ++t) {
+        for (int q = 0; q < G; ++q) s[t][q] = 0.0f;
+      }
+      for (int64_t i = w.qseg_ptr[gi]; i < w.qseg_ptr[gi + 1]; ++i) {
+        DequantSegment<G, kV>(w, i, buf);
+        for (int64_t t = 0; t < nt; ++t) {
+          SegmentSums<G>(w, buf, w.qseg_begin[i], w.qseg_end[i], x + (t0 + t) * ldx, s[t]);
+        }
+      }
+      for (int64_t t = 0; t < nt; ++t) {
+        for (int q = 0; q < nrows; ++q) raw[(t0 + t) * rows + r + q] = s[t][q];
+      }
+    }
+  }
+}
+
+// Groups [g0, g1) as f32 row-group values ([column][row], as an f32 RowGroupWeight holds them) at
+// out + position * G: the tiled rows' f32 twin of the codes (RunRowGroupQuantTiled).
+template <int G, int kV>
+HWY_NOINLINE void RowGroupDequantImpl(const RowGroupWeight& w, int64_t g0, int64_t g1, float* out) {
+  alignas(64) float buf[kMaxSegValues + 64];
+  for (int64_t i = w.qseg_ptr[g0]; i < w.qseg_ptr[g1]; ++i) {
+    DequantSegment<G, kV>(w, i, buf);
+    std::memcpy(out + w.qseg_begin[i] * G, buf,
+                static_cast<size_t>((w.qseg_end[i] - w.qseg_begin[i]) * G) * sizeof(float));
   }
 }
 

@@ -18,6 +18,11 @@ void RunRowTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a
                  ThreadPool* pool);
 void RunRowGroupTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                  ThreadPool* pool);
+// Row groups of int8 / int4 codes for many tokens (row_group_tiled.cc): the row's body dequantizes
+// the weight into an f32 twin (kept per calling thread, grown only), which the f32 tiled row of
+// row groups multiplies.
+void RunRowGroupQuantTiled(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
+                           ThreadPool* pool);
 void RunDenseBlas(const KernelRow& row, const PackedWeight& pw, const SpmmArgs& a,
                   ThreadPool* pool);
 // Dense int8 / int4 for many tokens (blas.cc): panels of rows dequantized by the row's body, each

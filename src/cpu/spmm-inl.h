@@ -274,6 +274,26 @@ struct RowGroupTiledBody {
   }
 };
 
+// Row groups (V:N:M, BSR) with int8 / int4 codes (row_groups-inl.h).
+template <int kV>
+struct GroupQuantDecodeBody {
+  static void Run(const KernelCall& c) {
+    const RowGroupWeight& w = c.w->row_groups();
+    w.g == 2 ? RowGroupQuantDecodeImpl<2, kV>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw)
+             : RowGroupQuantDecodeImpl<4, kV>(w, c.x, c.ldx, c.n, c.u0, c.u1, c.raw);
+  }
+};
+
+// Groups [u0, u1) dequantized into c.scratch (the f32 twin RunRowGroupQuantTiled multiplies).
+template <int kV>
+struct RowGroupDequantBody {
+  static void Run(const KernelCall& c) {
+    const RowGroupWeight& w = c.w->row_groups();
+    w.g == 2 ? RowGroupDequantImpl<2, kV>(w, c.u0, c.u1, c.scratch)
+             : RowGroupDequantImpl<4, kV>(w, c.u0, c.u1, c.scratch);
+  }
+};
+
 }  // namespace sparq::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -742,10 +742,72 @@ Result<PackedWeight> PackVnm(const VnmMatrix& s, const std::string& name, Packed
   return pw;
 }
 
-// Quantized V:N:M and BSR (stored codes, or f32 values rounded to `options.values`) run as f32
-// row groups of their dequantized values: no row-group row reads codes yet, so the file is
-// smaller but the product reads what an f32 weight of the layout does (as CSR column lists,
-// PackCsrValues).
+// Code j of a row of codes (int8: signed byte; int4: nibble j % 2 of byte j / 2, low first).
+int RowCode(const uint8_t* row, const ValueSpec& spec, int64_t j) {
+  if (spec.dtype == DType::kI8) return static_cast<int8_t>(row[j]);
+  return (row[j / 2] >> (j % 2 ? 4 : 0)) & 0x0F;
+}
+
+// Turns f32 row groups whose values are codes (a code twin packed by PackVnm / PackBsr, g of 2 or
+// 4) into the quantized row groups of spec.h's RowGroupWeight: segments where every row keeps one
+// quantization group (qgroup(gi, p): its index in the row's groups), codes in 16-code chunks from
+// each segment's start, f32 scales and mins of the real rows (group(r, index)).
+template <typename QGroupFn, typename ParamFn>
+Status QuantizeRowGroups(RowGroupWeight* w, const ValueSpec& spec, const std::string& name,
+                         QGroupFn qgroup, ParamFn param) {
+  const int g = w->g;
+  const Tensor codes_f = std::move(w->values);
+  const float* cf = codes_f.data_as<float>();
+  w->spec = spec;
+  w->qseg_ptr.assign(1, 0);
+  w->qseg_begin.clear(), w->qseg_end.clear(), w->qseg_code.clear();
+  w->qscale.clear(), w->qmin.clear();
+  int64_t total = 0;
+  for (int64_t gi = 0; gi < w->groups(); ++gi) {
+    const int64_t nrows = w->group_row[gi + 1] - w->group_row[gi];
+    for (int64_t p = w->group_ptr[gi]; p < w->group_ptr[gi + 1];) {
+      const int64_t qi = qgroup(gi, p);
+      int64_t e = p + 1;
+      while (e < w->group_ptr[gi + 1] && qgroup(gi, e) == qi) ++e;
+      w->qseg_begin.push_back(p);
+      w->qseg_end.push_back(e);
+      w->qseg_code.push_back(total);
+      total += CeilDiv((e - p) * g, int64_t{kNmChunk}) * kNmChunk;
+      for (int q = 0; q < g; ++q) {
+        const QuantGroup qp = q < nrows ? param(w->group_row[gi] + q, qi) : QuantGroup{};
+        w->qscale.push_back(qp.scale);
+        w->qmin.push_back(qp.min);
+      }
+      p = e;
+    }
+    w->qseg_ptr.push_back(static_cast<int64_t>(w->qseg_end.size()));
+  }
+  const bool i8 = spec.dtype == DType::kI8;
+  SPARQ_ASSIGN_OR_RETURN(w->values, Tensor::TryAlloc(i8 ? DType::kI8 : DType::kU8,
+                                                     {i8 ? total : total / 2}, name + ".values"));
+  uint8_t* out = w->values.mutable_data_as<uint8_t>();
+  if (w->values.nbytes() > 0) std::memset(out, 0, w->values.nbytes());
+  for (size_t i = 0; i < w->qseg_begin.size(); ++i) {
+    for (int64_t p = w->qseg_begin[i]; p < w->qseg_end[i]; ++p) {
+      for (int q = 0; q < g; ++q) {
+        const int code = static_cast<int>(cf[p * g + q]);
+        const int64_t e = w->qseg_code[i] + (p - w->qseg_begin[i]) * g + q;
+        if (i8) {
+          out[e] = static_cast<uint8_t>(static_cast<int8_t>(code));
+        } else {
+          const int64_t b = e % kNmChunk;
+          out[e / kNmChunk * (kNmChunk / 2) + b % (kNmChunk / 2)] |=
+              static_cast<uint8_t>(code << (b >= kNmChunk / 2 ? 4 : 0));
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Quantized V:N:M and BSR (stored codes, or f32 values rounded to `options.values`): in groups of
+// 2 or 4 rows their codes run as they are (QuantizeRowGroups above); one row per group (V = 1,
+// BSR blocks of one row: CSR rows, whose rows take no codes) runs dequantized to f32.
 Result<PackedWeight> PackVnmValues(const VnmMatrix& s, const std::string& name, PackedWeight pw,
                                    const PackOptions& options) {
   const ValueSpec& want = options.values;
@@ -761,12 +823,43 @@ Result<PackedWeight> PackVnmValues(const VnmMatrix& s, const std::string& name, 
     SPARQ_RETURN_IF_ERROR(s.Validate(name));
   }
   const VnmMatrix& q = s.quant.quantized() ? s : rounded;
+  const ValueSpec& spec = q.quant.spec;
   VnmMatrix twin;
   twin.rows = q.rows, twin.cols = q.cols, twin.v = q.v, twin.n = q.n, twin.m = q.m;
   twin.meta = q.meta;
-  twin.values = q.StoredValuesF32();
+  if (q.v == 1) {
+    twin.values = q.StoredValuesF32();
+    SPARQ_ASSIGN_OR_RETURN(pw, PackVnm(twin, name, std::move(pw)));
+    pw.source = "vnm " + spec.Name() + " dequantized, " + pw.source;
+    return pw;
+  }
+  // The code twin: each stored slot's code as an f32 (slots in the padded tail 0).
+  const int64_t per_row = q.groups() * q.n;
+  const int64_t row_bytes = spec.dtype == DType::kI8 ? per_row : (per_row + 1) / 2;
+  twin.values = Tensor::Alloc(DType::kF32, {q.rows, per_row});
+  float* tv = twin.values.mutable_data_as<float>();
+  for (int64_t r = 0; r < q.rows; ++r) {
+    const uint8_t* row = q.values.data_as<uint8_t>() + r * row_bytes;
+    for (int64_t j = 0; j < per_row; ++j) {
+      const int64_t col = (j / q.n) * q.m + q.Index(r / q.v, j);
+      tv[r * per_row + j] = col < q.cols ? static_cast<float>(RowCode(row, spec, j)) : 0.0f;
+    }
+  }
   SPARQ_ASSIGN_OR_RETURN(pw, PackVnm(twin, name, std::move(pw)));
-  pw.source = "vnm " + q.quant.spec.Name() + " dequantized, " + pw.source;
+  RowGroupWeight& w = std::get<RowGroupWeight>(pw.layout);
+  const int64_t qg = q.quant_groups(spec);
+  const uint16_t* sc = q.quant.scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? q.quant.mins.data_as<uint16_t>() : nullptr;
+  // A group's columns are its slab's kept slots in order (the padded tail left out at the end),
+  // so column position p is kept value p - group_ptr[gi] of each of its rows.
+  SPARQ_RETURN_IF_ERROR(QuantizeRowGroups(
+      &w, spec, name, [&](int64_t gi, int64_t p) { return (p - w.group_ptr[gi]) / spec.group; },
+      [&](int64_t r, int64_t i) {
+        return QuantGroupFromF16(sc[r * qg + i], mn ? mn[r * qg + i] : 0, spec);
+      }));
+  pw.source = "vnm " + std::to_string(q.v) + ":" + std::to_string(q.n) + ":" + std::to_string(q.m) +
+              " " + spec.Name();
+  pw.weight_bytes = w.values.nbytes() + w.col_idx.nbytes() + w.qscale.size() * 8;
   return pw;
 }
 
@@ -785,16 +878,60 @@ Result<PackedWeight> PackBsrValues(const BsrMatrix& s, const std::string& name, 
     SPARQ_RETURN_IF_ERROR(s.Validate(name));
   }
   const BsrMatrix& q = s.quant.quantized() ? s : rounded;
+  const ValueSpec& spec = q.quant.spec;
   BsrMatrix twin;
   twin.rows = q.rows, twin.cols = q.cols, twin.bh = q.bh, twin.bw = q.bw;
   twin.row_ptr = q.row_ptr, twin.col_idx = q.col_idx;
-  twin.values = q.StoredValuesF32();
+  if (q.bh == 1) {
+    twin.values = q.StoredValuesF32();
+    SPARQ_ASSIGN_OR_RETURN(pw, PackBsr(twin, name, std::move(pw)));
+    pw.source = "bsr " + spec.Name() + " dequantized, " + pw.source;
+    return pw;
+  }
+  // The code twin: every block slot's code as an f32 (padding codes are 0).
+  const int64_t nb = q.nblocks();
+  const int64_t rb = spec.dtype == DType::kI8 ? q.bw : (int64_t{q.bw} + 1) / 2;
+  twin.values = Tensor::Alloc(DType::kF32, {nb, q.bh, q.bw});
+  float* tv = twin.values.mutable_data_as<float>();
+  for (int64_t br = 0; br < nb * q.bh; ++br) {
+    const uint8_t* row = q.values.data_as<uint8_t>() + br * rb;
+    for (int j = 0; j < q.bw; ++j) tv[br * q.bw + j] = static_cast<float>(RowCode(row, spec, j));
+  }
   SPARQ_ASSIGN_OR_RETURN(pw, PackBsr(twin, name, std::move(pw)));
-  pw.source = "bsr " + q.quant.spec.Name() + " dequantized, " + pw.source;
+  RowGroupWeight& w = std::get<RowGroupWeight>(pw.layout);
+  const int64_t qg = q.quant_groups(spec);
+  const uint16_t* sc = q.quant.scales.data_as<uint16_t>();
+  const uint16_t* mn = spec.has_min() ? q.quant.mins.data_as<uint16_t>() : nullptr;
+  SPARQ_RETURN_IF_ERROR(QuantizeRowGroups(
+      &w, spec, name, [&](int64_t, int64_t p) { return w.Col(p) / spec.group; },
+      [&](int64_t r, int64_t i) {
+        return QuantGroupFromF16(sc[r * qg + i], mn ? mn[r * qg + i] : 0, spec);
+      }));
+  const int64_t brows = CeilDiv(q.rows, int64_t{q.bh});
+  pw.source = "bsr " + std::to_string(q.bh) + "x" + std::to_string(q.bw) + " " + spec.Name();
+  pw.weight_bytes =
+      w.values.nbytes() + w.col_idx.nbytes() + w.qscale.size() * 8 + 8 * (uint64_t(brows) + 1);
   return pw;
 }
 
 }  // namespace
+
+float RowGroupWeight::Value(int64_t gi, int64_t p, int q) const {
+  if (!quantized()) return ValueAt(values, p * g + q);
+  int64_t i = qseg_ptr[gi];
+  while (qseg_end[i] <= p) ++i;
+  const int64_t e = qseg_code[i] + (p - qseg_begin[i]) * g + q;
+  const uint8_t* b = values.data_as<uint8_t>();
+  QuantGroup qp;
+  qp.scale = qscale[i * g + q];
+  qp.min = qmin[i * g + q];
+  const int code = spec.dtype == DType::kI8
+                       ? int(static_cast<int8_t>(b[e]))
+                       : (b[e / kNmChunk * (kNmChunk / 2) + e % kNmChunk % (kNmChunk / 2)] >>
+                          (e % kNmChunk >= kNmChunk / 2 ? 4 : 0)) &
+                             0x0F;
+  return Dequantize(code, qp, spec);
+}
 
 float NmWeight::Value(int64_t r, int64_t j) const {
   const int64_t e = r * chunks * kNmChunk + j;

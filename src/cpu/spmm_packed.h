@@ -81,6 +81,19 @@ struct RowGroupWeight {
   std::vector<int64_t> group_ptr;    // [groups + 1]: its columns are [group_ptr[i], [i+1])
   Tensor col_idx;                    // u16/u32 [columns]; empty if implicit_cols
   Tensor values;                     // f32/bf16 [columns * g], [col][row in group]; zero padded
+  // Quantized values (spec.quantized(): V:N:M / BSR int8 / int4 in groups of 2 or 4 rows): a
+  // group's columns run in segments within which each of its rows keeps one quantization group;
+  // segment i (qseg_ptr[gi] <= i < qseg_ptr[gi + 1]) covers columns [qseg_begin[i], qseg_end[i]),
+  // its codes [col][row] start at value index qseg_code[i] (a multiple of kNmChunk: int8 one byte
+  // each; int4 in chunks of 16 codes, byte b of a chunk holding code b low and b + 8 high, as
+  // NmWeight) and row q's scale and min are qscale / qmin[i * g + q] (f32 of the f16 ones; a
+  // padding row's are 0). Code c of row q means Dequantize(c) of sparq/quant.h.
+  ValueSpec spec;
+  std::vector<int64_t> qseg_ptr, qseg_begin, qseg_end, qseg_code;
+  std::vector<float> qscale, qmin;
+  bool quantized() const { return spec.quantized(); }
+  // Value of column position p, row q of group gi (tests and the reference product).
+  float Value(int64_t gi, int64_t p, int q) const;
   int64_t groups() const { return static_cast<int64_t>(group_row.size()) - 1; }
   int64_t Col(int64_t p) const {
     if (implicit_cols) return p % cols;

@@ -35,7 +35,7 @@ void SpmmReference(const PackedWeight& w, const SpmmArgs& a, ThreadPool* /*pool*
                 for (int64_t r = s.group_row[gi]; r < s.group_row[gi + 1]; ++r) {
                   const int q = static_cast<int>(r - s.group_row[gi]);
                   for (int64_t p = s.group_ptr[gi]; p < s.group_ptr[gi + 1]; ++p) {
-                    acc[r] += double(ValueAt(s.values, p * s.g + q)) * x[s.Col(p)];
+                    acc[r] += double(s.Value(gi, p, q)) * x[s.Col(p)];
                   }
                 }
               }

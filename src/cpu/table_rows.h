@@ -113,27 +113,41 @@
   ROW(i4s_dense_decode_4x1_x8__avx2, kDenseQuant, I4Sym, kDecodeInt8X, "4x1", HWY_AVX2, HWY_AVX2, \
       0, 16, RunDecode, 0, SPARQ_BODY(DenseX8DecodeBody, kValI4Sym))
 
-#define SPARQ_KERNEL_ROWS(ROW)                                                                    \
+// The row-group rows of int8 / int4 codes (V:N:M, BSR in groups of 2 or 4 rows; row_groups-inl.h):
+// decode dequantizes each segment of a group (one quantization group per row) into an L1 buffer,
+// then runs the f32 loops on it; tiled dequantizes the whole weight into a per-call f32 twin
+// (its body) that the f32 tiled row multiplies (RunRowGroupQuantTiled: a few percent of a
+// prefill's FLOPs, where dequantizing per k block and token tile cost 1.7x).
+#define SPARQ_ROWGROUP_QUANT_ROWS(ROW, p, V)                                                   \
+  ROW(p##_rowgroups_decode_Gx1, kRowGroups, V, kDecode, "Gx1", HWY_AVX3_DL, HWY_SCALAR, 0, 16, \
+      RunDecode, 0, SPARQ_BODY(GroupQuantDecodeBody, kVal##V))                                 \
+  ROW(p##_rowgroups_tiled_GxNV, kRowGroups, V, kTiled, "GxNV", HWY_AVX3_DL, HWY_SCALAR, 2,     \
+      INT64_MAX, RunRowGroupQuantTiled, 0, SPARQ_BODY(RowGroupDequantBody, kVal##V))
+
+#define SPARQ_KERNEL_ROWS(ROW)                                                                     \
   ROW(f32_dense_blas, kDenseF32, F32, kBlas, "sgemv/sgemm", HWY_AVX3_DL, HWY_SCALAR, 0, INT64_MAX, \
       RunDenseBlas, 0, SPARQ_BODY(NoBody))                                                         \
-  SPARQ_NM_ROWS(ROW, f32, F32)                                                                    \
-  SPARQ_NM_ROWS(ROW, bf16, Bf16)                                                                  \
-  SPARQ_NM_ROWS(ROW, i8, I8)                                                                      \
-  SPARQ_X8_ROWS(ROW)                                                                              \
-  SPARQ_NM_ROWS(ROW, i4, I4)                                                                      \
-  SPARQ_NM_ROWS(ROW, i4s, I4Sym)                                                                  \
-  SPARQ_DENSE_X8_ROWS(ROW)                                                                        \
-  SPARQ_DENSE_QUANT_ROWS(ROW, i8, I8)                                                             \
-  SPARQ_DENSE_QUANT_ROWS(ROW, i4, I4)                                                             \
-  SPARQ_DENSE_QUANT_ROWS(ROW, i4s, I4Sym)                                                         \
-  SPARQ_FLOAT_ROWS(ROW, f32, F32, false)                                                          \
-  SPARQ_FLOAT_ROWS(ROW, bf16, Bf16, true)                                                         \
-  SPARQ_MASK_ROWS(ROW, i8, I8)                                                                    \
-  SPARQ_MASK_ROWS(ROW, i4, I4)                                                                    \
-  SPARQ_MASK_ROWS(ROW, i4s, I4Sym)                                                                \
-  ROW(bf16_dense_decode_4x1, kDenseBf16, Bf16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,    \
+  SPARQ_NM_ROWS(ROW, f32, F32)                                                                     \
+  SPARQ_NM_ROWS(ROW, bf16, Bf16)                                                                   \
+  SPARQ_NM_ROWS(ROW, i8, I8)                                                                       \
+  SPARQ_X8_ROWS(ROW)                                                                               \
+  SPARQ_NM_ROWS(ROW, i4, I4)                                                                       \
+  SPARQ_NM_ROWS(ROW, i4s, I4Sym)                                                                   \
+  SPARQ_DENSE_X8_ROWS(ROW)                                                                         \
+  SPARQ_DENSE_QUANT_ROWS(ROW, i8, I8)                                                              \
+  SPARQ_DENSE_QUANT_ROWS(ROW, i4, I4)                                                              \
+  SPARQ_DENSE_QUANT_ROWS(ROW, i4s, I4Sym)                                                          \
+  SPARQ_FLOAT_ROWS(ROW, f32, F32, false)                                                           \
+  SPARQ_FLOAT_ROWS(ROW, bf16, Bf16, true)                                                          \
+  SPARQ_MASK_ROWS(ROW, i8, I8)                                                                     \
+  SPARQ_MASK_ROWS(ROW, i4, I4)                                                                     \
+  SPARQ_MASK_ROWS(ROW, i4s, I4Sym)                                                                 \
+  SPARQ_ROWGROUP_QUANT_ROWS(ROW, i8, I8)                                                           \
+  SPARQ_ROWGROUP_QUANT_ROWS(ROW, i4, I4)                                                           \
+  SPARQ_ROWGROUP_QUANT_ROWS(ROW, i4s, I4Sym)                                                       \
+  ROW(bf16_dense_decode_4x1, kDenseBf16, Bf16, kDecode, "4x1", HWY_AVX3_DL, HWY_SCALAR, 0, 16,     \
       RunDecode, 0, SPARQ_BODY(DenseBf16DecodeBody))                                               \
-  ROW(bf16_dense_tiled_4x3__avx2, kDenseBf16, Bf16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,        \
-      INT64_MAX, RunRowGroupTiled, 3, SPARQ_BODY(RowGroupTiledBody, 4, 3, true))                             \
-  ROW(bf16_dense_tiled_4xNV, kDenseBf16, Bf16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,        \
+  ROW(bf16_dense_tiled_4x3__avx2, kDenseBf16, Bf16, kTiled, "4x3", HWY_AVX2, HWY_AVX2, 48,         \
+      INT64_MAX, RunRowGroupTiled, 3, SPARQ_BODY(RowGroupTiledBody, 4, 3, true))                   \
+  ROW(bf16_dense_tiled_4xNV, kDenseBf16, Bf16, kTiled, "4xNV", HWY_AVX3_DL, HWY_SCALAR, 2,         \
       INT64_MAX, RunRowGroupTiled, 0, SPARQ_BODY(RowGroupTiledBody, 4, 0, true))

@@ -234,7 +234,7 @@ TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
   }
   EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns 2:4 --values int5", &out, &err), 1);
   EXPECT_THAT(err, HasSubstr("values 'int5'"));
-  // Every layout stores quantized values now (BSR and V:N:M run dequantized); an N:M whose n
+  // Every layout stores quantized values now (BSR and V:N:M run their codes); an N:M whose n
   // does not divide 16 packs as CSR rows, which take no codes.
   EXPECT_EQ(RunCli("bench kernels --explain --shapes 64x64 --n 1 --patterns 3:8 --values int4:g64",
                    &out, &err),
@@ -247,7 +247,8 @@ TEST(KernelTableCliTest, QuantizedValuesRunTheirRowsOrNameWhatDoesNotFit) {
           &out, &err),
       0)
       << err;
-  EXPECT_THAT(out, HasSubstr("stored as bsr int4:g64 dequantized"));
+  EXPECT_THAT(out, HasSubstr("stored as bsr 16x16 int4:g64"));
+  EXPECT_THAT(out, HasSubstr("chosen: i4_rowgroups_decode_Gx1"));
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // V:N:M and BSR weights with int8 / int4 values (format.h VnmMatrix, BsrMatrix) through
-// LinearWeight: dequantized into f32 row groups at pack time, on every compiled target the CPU
-// supports, against the double reference of the dequantized weight; stored codes and round to
-// nearest at pack time give the same bits; a spec that disagrees with the stored one, or a
-// malformed stored part, is an error naming the weight.
+// LinearWeight: in groups of 2 or 4 rows their codes run as stored through the quantized
+// row-group rows ({i8,i4,i4s}_rowgroups_*), one-row groups dequantized into f32 CSR rows; on every
+// compiled target the CPU supports, decode and tiled, against the double reference of the
+// dequantized weight; stored codes and round to nearest at pack time give the same bits; a spec
+// that disagrees with the stored one, or a malformed stored part, is an error naming the weight.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,7 +34,8 @@ VnmMatrix Weights(int v, uint64_t seed) {
   return *VnmMatrix::FromDense(w, kM, kK, v, 2, 4);
 }
 
-TEST(VnmQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
+TEST(VnmQuantLinearTest, RunsTheQuantizedRowsOnEveryTarget) {
+  std::set<std::string> ran;
   const int targets = ForEachTarget([&](const std::string& target) {
     for (const int v : {2, 4, 8}) {
       const VnmMatrix src = Weights(v, 20 + v);
@@ -47,8 +50,11 @@ TEST(VnmQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
         ASSERT_TRUE(stored.ok()) << stored.status().ToString();
         auto rounded = LinearWeight::FromMatrix(src, spec, "w", Cfg());
         ASSERT_TRUE(rounded.ok()) << rounded.status().ToString();
-        EXPECT_THAT(stored->format(), HasSubstr(std::string("vnm ") + text + " dequantized, vnm"));
-        for (int64_t n : {1, 5, 40}) {
+        EXPECT_EQ(stored->format(), "vnm " + std::to_string(v) + ":2:4 " + text);
+        const std::string prefix = spec.dtype == DType::kI8 ? "i8_"
+                                   : spec.has_min()         ? "i4_"
+                                                            : "i4s_";
+        for (int64_t n : {1, 5, 40, 200}) {
           const std::vector<float> x = RandomVector(size_t(n * kK), 6 + n);
           std::vector<float> y(size_t(n * kM)), y2(size_t(n * kM));
           ThreadPool pool(2);
@@ -60,15 +66,23 @@ TEST(VnmQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
           std::vector<double> want, abs_sum;
           testing_cpu::ReferenceForward(wd, kM, kK, x.data(), n, kK, Epilogue{}, want, abs_sum);
           testing_cpu::ExpectClose(want, abs_sum, y.data(), n, kM, kM, kK, "vnm quant");
+          EXPECT_THAT(stored->kernel_name(n), HasSubstr(prefix + "rowgroups_")) << "n " << n;
+          ran.insert(stored->kernel_name(n).substr(0, stored->kernel_name(n).find('(')));
         }
       }
     }
   });
   EXPECT_GE(targets, 2);
+  // Both quantized row-group rows of every value kind ran.
+  for (const char* p : {"i8", "i4", "i4s"}) {
+    for (const char* r : {"_rowgroups_decode_Gx1", "_rowgroups_tiled_GxNV"}) {
+      EXPECT_EQ(ran.count(std::string(p) + r), 1u) << p << r << " never ran";
+    }
+  }
 }
 
 // BSR blocks of 1 (CSR rows), 2 and 4+ rows (row groups of 2 and 4), edge blocks on both sides.
-TEST(BsrQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
+TEST(BsrQuantLinearTest, RunsTheQuantizedRowsOnEveryTarget) {
   const int targets = ForEachTarget([&](const std::string& target) {
     for (const auto& [bh, bw] :
          {std::pair{1, 8}, std::pair{2, 16}, std::pair{4, 4}, std::pair{8, 6}}) {
@@ -86,8 +100,13 @@ TEST(BsrQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
         ASSERT_TRUE(stored.ok()) << stored.status().ToString();
         auto rounded = LinearWeight::FromMatrix(src, spec, "w", Cfg());
         ASSERT_TRUE(rounded.ok()) << rounded.status().ToString();
-        EXPECT_THAT(stored->format(), HasSubstr(std::string("bsr ") + text + " dequantized, "));
-        for (int64_t n : {1, 5, 40}) {
+        if (bh == 1) {  // CSR rows, which take no codes
+          EXPECT_THAT(stored->format(), HasSubstr(std::string("bsr ") + text + " dequantized, "));
+        } else {
+          EXPECT_EQ(stored->format(),
+                    "bsr " + std::to_string(bh) + "x" + std::to_string(bw) + " " + text);
+        }
+        for (int64_t n : {1, 5, 40, 200}) {
           const std::vector<float> x = RandomVector(size_t(n * kK), 9 + n);
           std::vector<float> y(size_t(n * kM)), y2(size_t(n * kM));
           ThreadPool pool(2);
@@ -102,6 +121,32 @@ TEST(BsrQuantLinearTest, RunsTheDequantizedWeightOnEveryTarget) {
     }
   });
   EXPECT_GE(targets, 2);
+}
+
+// Enough groups (600 rows: 150 groups of 4) that the tiled rows' dequantization runs as several
+// tasks on the pool, into the calling thread's twin; the same bits on 1, 2 and 3 threads.
+TEST(VnmQuantLinearTest, ManyGroupsDequantizeOnThePool) {
+  const int64_t m = 600, k = 96, n = 100;
+  const std::vector<float> w = testing_cpu::PatternWeights(Pattern::VNM(4, 2, 4), m, k, 77);
+  const VnmMatrix q = *VnmMatrix::Quantize(*VnmMatrix::FromDense(w, m, k, 4, 2, 4),
+                                           *ValueSpec::Parse("int4:g32"), {}, "w");
+  const Tensor deq = q.ToDense();
+  const std::vector<float> wd(deq.data_as<float>(), deq.data_as<float>() + deq.numel());
+  auto lw = LinearWeight::FromMatrix(q, "w", Cfg());
+  ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+  EXPECT_THAT(lw->kernel_name(n), HasSubstr("i4_rowgroups_tiled"));
+  const std::vector<float> x = RandomVector(size_t(n * k), 5);
+  std::vector<float> y1(size_t(n * m)), y(size_t(n * m));
+  lw->Forward(x.data(), n, y1.data(), nullptr);
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    lw->Forward(x.data(), n, y.data(), &pool);
+    EXPECT_EQ(std::memcmp(y.data(), y1.data(), y.size() * sizeof(float)), 0)
+        << threads << " threads";
+  }
+  std::vector<double> want, abs_sum;
+  testing_cpu::ReferenceForward(wd, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
+  testing_cpu::ExpectClose(want, abs_sum, y1.data(), n, m, m, k, "vnm quant, many groups");
 }
 
 TEST(VnmQuantLinearTest, StoredSpecMustMatchAndPartsMustBeValid) {
