@@ -7,11 +7,11 @@
 #define SPARQ_CPU_ROW_GROUPS_INL_H_
 #endif
 
-#include "src/cpu/csr-inl.h"
-#include "src/cpu/nm-inl.h"
-#include "src/cpu/prefetch-inl.h"
 #include "src/cpu/simd-inl.h"
+#include "src/cpu/prefetch-inl.h"
 #include "src/cpu/tiled-inl.h"
+#include "src/cpu/csr-inl.h"
+#include "src/cpu/nm-inl.h"  // Nibbles, DequantLanes (the quantized row groups)
 
 HWY_BEFORE_NAMESPACE();
 namespace sparq::cpu::HWY_NAMESPACE {
@@ -286,7 +286,7 @@ HWY_INLINE void DequantSegment(const RowGroupWeight& w, int64_t i, float* buf) {
   }
 }
 
-// s[q] += sum over columns [0, len) of vals[c][q] * xt[cols[c]] (one token).
+// s[q] += sum over positions [p0, p1) of vals[p - p0][q] * xt[col(p)] (one token; vals f32).
 template <int G>
 HWY_INLINE void SegmentSums(const RowGroupWeight& w, const float* vals, int64_t p0, int64_t p1,
                             const float* xt, float* s) {

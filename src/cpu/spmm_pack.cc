@@ -749,9 +749,9 @@ int RowCode(const uint8_t* row, const ValueSpec& spec, int64_t j) {
 }
 
 // Turns f32 row groups whose values are codes (a code twin packed by PackVnm / PackBsr, g of 2 or
-// 4) into the quantized row groups of spec.h's RowGroupWeight: segments where every row keeps one
-// quantization group (qgroup(gi, p): its index in the row's groups), codes in 16-code chunks from
-// each segment's start, f32 scales and mins of the real rows (group(r, index)).
+// 4) into quantized row groups (RowGroupWeight::spec, spmm_packed.h): segments where every row
+// keeps one quantization group (qgroup(gi, p): its index among the row's groups), codes in 16-code
+// chunks from each segment's start, the real rows' f32 scales and mins (param(row, index)).
 template <typename QGroupFn, typename ParamFn>
 Status QuantizeRowGroups(RowGroupWeight* w, const ValueSpec& spec, const std::string& name,
                          QGroupFn qgroup, ParamFn param) {
