@@ -805,24 +805,33 @@ Status QuantizeRowGroups(RowGroupWeight* w, const ValueSpec& spec, const std::st
   return Status::Ok();
 }
 
+// The quantized matrix a pack of s with `want` values runs: s itself when it holds codes (which
+// must be of `want`'s spec if that is quantized too; validated), else s rounded to nearest into
+// *rounded.
+template <typename M>
+Result<const M*> QuantizedSource(const M& s, const ValueSpec& want, const std::string& name,
+                                 M* rounded) {
+  if (s.quant.quantized()) {
+    if (want.quantized() && want.Name() != s.quant.spec.Name()) {
+      return InvalidInput(name + ": values are stored as " + s.quant.spec.Name() + ", not " +
+                          want.Name());
+    }
+    SPARQ_RETURN_IF_ERROR(s.Validate(name));
+    return &s;
+  }
+  SPARQ_ASSIGN_OR_RETURN(*rounded, M::Quantize(s, want, {}, name));
+  return const_cast<const M*>(rounded);
+}
+
 // Quantized V:N:M and BSR (stored codes, or f32 values rounded to `options.values`): in groups of
 // 2 or 4 rows their codes run as they are (QuantizeRowGroups above); one row per group (V = 1,
 // BSR blocks of one row: CSR rows, whose rows take no codes) runs dequantized to f32.
 Result<PackedWeight> PackVnmValues(const VnmMatrix& s, const std::string& name, PackedWeight pw,
                                    const PackOptions& options) {
-  const ValueSpec& want = options.values;
-  if (!s.quant.quantized() && !want.quantized()) return PackVnm(s, name, std::move(pw));
-  if (s.quant.quantized() && want.quantized() && want.Name() != s.quant.spec.Name()) {
-    return InvalidInput(name + ": values are stored as " + s.quant.spec.Name() + ", not " +
-                        want.Name());
-  }
+  if (!s.quant.quantized() && !options.values.quantized()) return PackVnm(s, name, std::move(pw));
   VnmMatrix rounded;
-  if (!s.quant.quantized()) {
-    SPARQ_ASSIGN_OR_RETURN(rounded, VnmMatrix::Quantize(s, want, {}, name));
-  } else {
-    SPARQ_RETURN_IF_ERROR(s.Validate(name));
-  }
-  const VnmMatrix& q = s.quant.quantized() ? s : rounded;
+  SPARQ_ASSIGN_OR_RETURN(const VnmMatrix* qp, QuantizedSource(s, options.values, name, &rounded));
+  const VnmMatrix& q = *qp;
   const ValueSpec& spec = q.quant.spec;
   VnmMatrix twin;
   twin.rows = q.rows, twin.cols = q.cols, twin.v = q.v, twin.n = q.n, twin.m = q.m;
@@ -865,19 +874,10 @@ Result<PackedWeight> PackVnmValues(const VnmMatrix& s, const std::string& name, 
 
 Result<PackedWeight> PackBsrValues(const BsrMatrix& s, const std::string& name, PackedWeight pw,
                                    const PackOptions& options) {
-  const ValueSpec& want = options.values;
-  if (!s.quant.quantized() && !want.quantized()) return PackBsr(s, name, std::move(pw));
-  if (s.quant.quantized() && want.quantized() && want.Name() != s.quant.spec.Name()) {
-    return InvalidInput(name + ": values are stored as " + s.quant.spec.Name() + ", not " +
-                        want.Name());
-  }
+  if (!s.quant.quantized() && !options.values.quantized()) return PackBsr(s, name, std::move(pw));
   BsrMatrix rounded;
-  if (!s.quant.quantized()) {
-    SPARQ_ASSIGN_OR_RETURN(rounded, BsrMatrix::Quantize(s, want, {}, name));
-  } else {
-    SPARQ_RETURN_IF_ERROR(s.Validate(name));
-  }
-  const BsrMatrix& q = s.quant.quantized() ? s : rounded;
+  SPARQ_ASSIGN_OR_RETURN(const BsrMatrix* qp, QuantizedSource(s, options.values, name, &rounded));
+  const BsrMatrix& q = *qp;
   const ValueSpec& spec = q.quant.spec;
   BsrMatrix twin;
   twin.rows = q.rows, twin.cols = q.cols, twin.bh = q.bh, twin.bw = q.bw;

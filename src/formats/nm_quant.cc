@@ -123,45 +123,31 @@ Tensor VnmMatrix::StoredValuesF32() const {
   return NmStoredF32(MakeNmLayout(rows, cols, v, n, m), values, meta, quant);
 }
 
-Result<NmMatrix> NmMatrix::Quantize(const NmMatrix& src, const ValueSpec& spec,
-                                    std::span<const QuantGroup> fitted, const std::string& name) {
+// N:M and V:N:M: the same meta, codes of the stored values (a row's kept values in groups).
+template <typename M>
+Result<M> QuantizeKept(const M& src, const ValueSpec& spec, std::span<const QuantGroup> fitted,
+                       const std::string& name) {
   if (!QuantSpecOk(spec)) {
     return InvalidInput(name + ": '" + spec.Name() + "' is not a quantized spec");
   }
   if (src.quant.quantized()) return InvalidInput(name + ": values are quantized already");
   SPARQ_RETURN_IF_ERROR(src.Validate(name));
   const Tensor v = src.StoredValuesF32();
-  NmMatrix out;
-  out.rows = src.rows;
-  out.cols = src.cols;
-  out.n = src.n;
-  out.m = src.m;
-  out.meta = src.meta;
+  M out = src;  // dims, n, m (and v), meta
   SPARQ_RETURN_IF_ERROR(QuantizeRows(v.data_as<float>(), src.rows, src.groups() * src.n, spec,
                                      fitted, name, &out.values, &out.quant));
   SPARQ_RETURN_IF_ERROR(out.Validate(name));
   return out;
 }
 
+Result<NmMatrix> NmMatrix::Quantize(const NmMatrix& src, const ValueSpec& spec,
+                                    std::span<const QuantGroup> fitted, const std::string& name) {
+  return QuantizeKept(src, spec, fitted, name);
+}
+
 Result<VnmMatrix> VnmMatrix::Quantize(const VnmMatrix& src, const ValueSpec& spec,
                                       std::span<const QuantGroup> fitted, const std::string& name) {
-  if (!QuantSpecOk(spec)) {
-    return InvalidInput(name + ": '" + spec.Name() + "' is not a quantized spec");
-  }
-  if (src.quant.quantized()) return InvalidInput(name + ": values are quantized already");
-  SPARQ_RETURN_IF_ERROR(src.Validate(name));
-  const Tensor v = src.StoredValuesF32();
-  VnmMatrix out;
-  out.rows = src.rows;
-  out.cols = src.cols;
-  out.v = src.v;
-  out.n = src.n;
-  out.m = src.m;
-  out.meta = src.meta;
-  SPARQ_RETURN_IF_ERROR(QuantizeRows(v.data_as<float>(), src.rows, src.groups() * src.n, spec,
-                                     fitted, name, &out.values, &out.quant));
-  SPARQ_RETURN_IF_ERROR(out.Validate(name));
-  return out;
+  return QuantizeKept(src, spec, fitted, name);
 }
 
 }  // namespace sparq

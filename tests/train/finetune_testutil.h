@@ -120,12 +120,14 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
         fmt = FormatKind::kVNM;
         pat = Pattern::VNM(2, 2, 4);
         // Each pair of rows keeps the two columns of each group of 4 with the largest summed |w|.
+        const int64_t kc = k;  // (a lambda may not name a structured binding before C++20's fix)
         for (int64_t r = 0; r < m; r += 2) {
           const int64_t r1 = std::min(m - 1, r + 1);
           for (int64_t g = 0; g < k; g += 4) {
             int64_t idx[4] = {0, 1, 2, 3};
             auto mag = [&](int64_t j) {
-              return std::abs(wv[r * k + g + j]) + (r1 != r ? std::abs(wv[r1 * k + g + j]) : 0.0f);
+              return std::abs(wv[r * kc + g + j]) +
+                     (r1 != r ? std::abs(wv[r1 * kc + g + j]) : 0.0f);
             };
             std::sort(idx, idx + 4, [&](int64_t a, int64_t b) { return mag(a) > mag(b); });
             for (int64_t j : {idx[2], idx[3]}) {
@@ -138,10 +140,11 @@ inline void WriteTinySparq(const std::string& path, uint64_t seed, TinyStore (*s
         fmt = FormatKind::kBsr;
         pat = Pattern::Block(2, 4, 0.5);
         // Of each pair of 2 x 4 blocks side by side, the one with the larger summed |w| is kept.
+        const int64_t kc = k;
         auto mag = [&](int64_t r, int64_t c0) {
           float a = 0.0f;
           for (int64_t i = r; i < r + 2; ++i) {
-            for (int64_t j = c0; j < c0 + 4; ++j) a += std::abs(wv[i * k + j]);
+            for (int64_t j = c0; j < c0 + 4; ++j) a += std::abs(wv[i * kc + j]);
           }
           return a;
         };
