@@ -10,12 +10,16 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "io/checkpoint_edit_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
 
 namespace sparq {
 namespace {
 
+using testing::EditPart;
+using testing::ErrorOf;
+using testing::Flat;
 using ::testing::HasSubstr;
 
 // rows x cols in blocks of bh x bw, about half of them kept.
@@ -37,14 +41,6 @@ BsrMatrix Quantized(const char* spec, uint32_t seed, int64_t rows = 10, int64_t 
   auto q = BsrMatrix::Quantize(*x, *ValueSpec::Parse(spec));
   EXPECT_TRUE(q.ok()) << q.status().ToString();
   return *q;
-}
-
-void ExpectSameBytes(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  if (a.nbytes()) {
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << what;
-  }
 }
 
 TEST(BsrQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
@@ -70,12 +66,12 @@ TEST(BsrQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(ValuesName(got->matrix), ValuesName(want.matrix));
     EXPECT_EQ(ByteSize(got->matrix), ByteSize(want.matrix));
-    ExpectSameBytes(a.row_ptr, b->row_ptr, "row_ptr");
-    ExpectSameBytes(a.col_idx, b->col_idx, "col_idx");
-    ExpectSameBytes(a.values, b->values, "values");
-    ExpectSameBytes(a.quant.scales, b->quant.scales, "scales");
-    ExpectSameBytes(a.quant.mins, b->quant.mins, "mins");
-    ExpectSameBytes(ToDense(want.matrix), ToDense(got->matrix), "dequantized");
+    testing::ExpectSameBytesOf(a.row_ptr, b->row_ptr, "row_ptr");
+    testing::ExpectSameBytesOf(a.col_idx, b->col_idx, "col_idx");
+    testing::ExpectSameBytesOf(a.values, b->values, "values");
+    testing::ExpectSameBytesOf(a.quant.scales, b->quant.scales, "scales");
+    testing::ExpectSameBytesOf(a.quant.mins, b->quant.mins, "mins");
+    testing::ExpectSameBytesOf(ToDense(want.matrix), ToDense(got->matrix), "dequantized");
   }
   auto st = SafetensorsFile::Open(path);
   ASSERT_TRUE(st.ok());
@@ -86,41 +82,10 @@ TEST(BsrQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
   EXPECT_NE(st->Find("b.int4:g64.mins"), nullptr);
 }
 
-struct Flat {
-  std::vector<NamedTensor> tensors;
-  std::map<std::string, std::string> meta;
-  nlohmann::json doc;
-};
-
 Flat FlatOf(const char* spec) {
   Checkpoint ck;
   ck.matrices.push_back({"w", Quantized(spec, 11), Pattern::Block(4, 16, 0.5)});
-  Flat f;
-  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta).ok());
-  f.doc = nlohmann::json::parse(f.meta["sparq"]);
-  return f;
-}
-
-std::string ErrorOf(Flat f) {
-  f.meta["sparq"] = f.doc.dump();
-  auto bytes = SerializeSafetensors(f.tensors, f.meta);
-  EXPECT_TRUE(bytes.ok());
-  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.status().message();
-}
-
-template <typename Fn>
-void EditPart(Flat& f, const std::string& name, Fn edit) {
-  for (auto& t : f.tensors) {
-    if (t.name == name) {
-      Tensor c = t.tensor.Clone();
-      edit(c);
-      t.tensor = c;
-      return;
-    }
-  }
-  ADD_FAILURE() << "no part " << name;
+  return testing::Flatten(ck);
 }
 
 // 10 x 150: 5 groups of 32 columns, 3 of 64.

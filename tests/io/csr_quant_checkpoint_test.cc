@@ -10,12 +10,16 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "io/checkpoint_edit_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
 
 namespace sparq {
 namespace {
 
+using testing::EditPart;
+using testing::ErrorOf;
+using testing::Flat;
 using ::testing::HasSubstr;
 
 // 6 x 150 at about half kept: short last groups for g32 / g64 / g128, odd nnz in some cases.
@@ -30,14 +34,6 @@ CsrMatrix Quantized(const char* spec, uint32_t seed, int64_t rows = 6, int64_t c
   auto q = CsrMatrix::Quantize(*c, *ValueSpec::Parse(spec));
   EXPECT_TRUE(q.ok()) << q.status().ToString();
   return *q;
-}
-
-void ExpectSameBytes(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  if (a.nbytes()) {
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << what;
-  }
 }
 
 TEST(CsrQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
@@ -63,12 +59,12 @@ TEST(CsrQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(ValuesName(got->matrix), ValuesName(want.matrix));
     EXPECT_EQ(ByteSize(got->matrix), ByteSize(want.matrix));
-    ExpectSameBytes(a.row_ptr, b->row_ptr, "row_ptr");
-    ExpectSameBytes(a.col_idx, b->col_idx, "col_idx");
-    ExpectSameBytes(a.values, b->values, "values");
-    ExpectSameBytes(a.quant.scales, b->quant.scales, "scales");
-    ExpectSameBytes(a.quant.mins, b->quant.mins, "mins");
-    ExpectSameBytes(ToDense(want.matrix), ToDense(got->matrix), "dequantized");
+    testing::ExpectSameBytesOf(a.row_ptr, b->row_ptr, "row_ptr");
+    testing::ExpectSameBytesOf(a.col_idx, b->col_idx, "col_idx");
+    testing::ExpectSameBytesOf(a.values, b->values, "values");
+    testing::ExpectSameBytesOf(a.quant.scales, b->quant.scales, "scales");
+    testing::ExpectSameBytesOf(a.quant.mins, b->quant.mins, "mins");
+    testing::ExpectSameBytesOf(ToDense(want.matrix), ToDense(got->matrix), "dequantized");
   }
   auto st = SafetensorsFile::Open(path);
   ASSERT_TRUE(st.ok());
@@ -83,41 +79,10 @@ TEST(CsrQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
 
 // ---- malformed files: edit the flattened checkpoint and read it back ---------------------------
 
-struct Flat {
-  std::vector<NamedTensor> tensors;
-  std::map<std::string, std::string> meta;
-  nlohmann::json doc;
-};
-
 Flat FlatOf(const char* spec) {
   Checkpoint ck;
   ck.matrices.push_back({"w", Quantized(spec, 11), Pattern::Unstructured(0.5)});
-  Flat f;
-  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta, {.csr_mask_index = false}).ok());
-  f.doc = nlohmann::json::parse(f.meta["sparq"]);
-  return f;
-}
-
-std::string ErrorOf(Flat f) {
-  f.meta["sparq"] = f.doc.dump();
-  auto bytes = SerializeSafetensors(f.tensors, f.meta);
-  EXPECT_TRUE(bytes.ok());
-  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.status().message();
-}
-
-template <typename Fn>
-void EditPart(Flat& f, const std::string& name, Fn edit) {
-  for (auto& t : f.tensors) {
-    if (t.name == name) {
-      Tensor c = t.tensor.Clone();
-      edit(c);
-      t.tensor = c;
-      return;
-    }
-  }
-  ADD_FAILURE() << "no part " << name;
+  return testing::Flatten(ck, {.csr_mask_index = false});
 }
 
 TEST(CsrQuantCheckpointMalformedTest, NonFiniteOrNegativeScaleOrMin) {

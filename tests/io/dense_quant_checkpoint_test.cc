@@ -9,12 +9,16 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "io/checkpoint_edit_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
 
 namespace sparq {
 namespace {
 
+using testing::EditPart;
+using testing::ErrorOf;
+using testing::Flat;
 using ::testing::HasSubstr;
 
 // 6 x 70: short last groups for g32 and g64, and whole bytes of int4 codes.
@@ -28,14 +32,6 @@ DenseMatrix Quantized(const char* spec, uint32_t seed, int64_t rows = 6, int64_t
   auto q = DenseMatrix::Quantize(*d, *ValueSpec::Parse(spec));
   EXPECT_TRUE(q.ok()) << q.status().ToString();
   return *q;
-}
-
-void ExpectSameBytes(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  if (a.nbytes()) {
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << what;
-  }
 }
 
 TEST(DenseQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
@@ -64,11 +60,11 @@ TEST(DenseQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
     EXPECT_EQ(ValuesName(got->matrix), ValuesName(want.matrix));
     EXPECT_EQ(b->quant.spec.Name(), a.quant.spec.Name());
     EXPECT_EQ(ByteSize(got->matrix), ByteSize(want.matrix));
-    ExpectSameBytes(a.values, b->values, "values");
-    ExpectSameBytes(a.quant.scales, b->quant.scales, "scales");
-    ExpectSameBytes(a.quant.mins, b->quant.mins, "mins");
+    testing::ExpectSameBytesOf(a.values, b->values, "values");
+    testing::ExpectSameBytesOf(a.quant.scales, b->quant.scales, "scales");
+    testing::ExpectSameBytesOf(a.quant.mins, b->quant.mins, "mins");
     const Tensor da = ToDense(want.matrix), db = ToDense(got->matrix);
-    ExpectSameBytes(da, db, "dequantized");
+    testing::ExpectSameBytesOf(da, db, "dequantized");
   }
   auto st = SafetensorsFile::Open(path);
   ASSERT_TRUE(st.ok());
@@ -88,42 +84,10 @@ TEST(DenseQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
 
 // ---- malformed files: edit the flattened checkpoint and read it back ---------------------------
 
-struct Flat {
-  std::vector<NamedTensor> tensors;
-  std::map<std::string, std::string> meta;
-  nlohmann::json doc;
-};
-
 Flat FlatOf(const char* spec) {
   Checkpoint ck;
   ck.matrices.push_back({"w", Quantized(spec, 11), Pattern::Dense()});
-  Flat f;
-  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta).ok());
-  f.doc = nlohmann::json::parse(f.meta["sparq"]);
-  return f;
-}
-
-std::string ErrorOf(Flat f) {
-  f.meta["sparq"] = f.doc.dump();
-  auto bytes = SerializeSafetensors(f.tensors, f.meta);
-  EXPECT_TRUE(bytes.ok());
-  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.status().message();
-}
-
-// Replaces part `name` by edit(copy of it).
-template <typename Fn>
-void EditPart(Flat& f, const std::string& name, Fn edit) {
-  for (auto& t : f.tensors) {
-    if (t.name == name) {
-      Tensor c = t.tensor.Clone();
-      edit(c);
-      t.tensor = c;
-      return;
-    }
-  }
-  ADD_FAILURE() << "no part " << name;
+  return testing::Flatten(ck);
 }
 
 TEST(DenseQuantCheckpointMalformedTest, NonFiniteScaleOrMin) {

@@ -10,12 +10,16 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "io/checkpoint_edit_testutil.h"
 #include "io/io_testutil.h"
 #include "sparq/checkpoint.h"
 
 namespace sparq {
 namespace {
 
+using testing::EditPart;
+using testing::ErrorOf;
+using testing::Flat;
 using ::testing::HasSubstr;
 
 // rows x cols, slabs of v rows keeping the same 2 of each 4 columns (random per slab and group).
@@ -39,14 +43,6 @@ VnmMatrix Quantized(const char* spec, uint32_t seed, int64_t rows = 6, int64_t c
   auto q = VnmMatrix::Quantize(*x, *ValueSpec::Parse(spec));
   EXPECT_TRUE(q.ok()) << q.status().ToString();
   return *q;
-}
-
-void ExpectSameBytes(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  if (a.nbytes()) {
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << what;
-  }
 }
 
 TEST(VnmQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
@@ -75,11 +71,11 @@ TEST(VnmQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
       EXPECT_EQ(ValuesName(got->matrix), ValuesName(want.matrix));
       EXPECT_EQ(ByteSize(got->matrix), ByteSize(want.matrix));
       EXPECT_EQ(b->v, a.v);
-      ExpectSameBytes(a.values, b->values, "values");
-      ExpectSameBytes(a.meta, b->meta, "meta");
-      ExpectSameBytes(a.quant.scales, b->quant.scales, "scales");
-      ExpectSameBytes(a.quant.mins, b->quant.mins, "mins");
-      ExpectSameBytes(ToDense(want.matrix), ToDense(got->matrix), "dequantized");
+      testing::ExpectSameBytesOf(a.values, b->values, "values");
+      testing::ExpectSameBytesOf(a.meta, b->meta, "meta");
+      testing::ExpectSameBytesOf(a.quant.scales, b->quant.scales, "scales");
+      testing::ExpectSameBytesOf(a.quant.mins, b->quant.mins, "mins");
+      testing::ExpectSameBytesOf(ToDense(want.matrix), ToDense(got->matrix), "dequantized");
     }
     auto st = SafetensorsFile::Open(path);
     ASSERT_TRUE(st.ok());
@@ -95,41 +91,10 @@ TEST(VnmQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
 
 // ---- malformed files: edit the flattened checkpoint and read it back ---------------------------
 
-struct Flat {
-  std::vector<NamedTensor> tensors;
-  std::map<std::string, std::string> meta;
-  nlohmann::json doc;
-};
-
 Flat FlatOf(const char* spec) {
   Checkpoint ck;
   ck.matrices.push_back({"w", Quantized(spec, 11), Pattern::VNM(2, 2, 4)});
-  Flat f;
-  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta, {.nm_rank_meta = false}).ok());
-  f.doc = nlohmann::json::parse(f.meta["sparq"]);
-  return f;
-}
-
-std::string ErrorOf(Flat f) {
-  f.meta["sparq"] = f.doc.dump();
-  auto bytes = SerializeSafetensors(f.tensors, f.meta);
-  EXPECT_TRUE(bytes.ok());
-  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.status().message();
-}
-
-template <typename Fn>
-void EditPart(Flat& f, const std::string& name, Fn edit) {
-  for (auto& t : f.tensors) {
-    if (t.name == name) {
-      Tensor c = t.tensor.Clone();
-      edit(c);
-      t.tensor = c;
-      return;
-    }
-  }
-  ADD_FAILURE() << "no part " << name;
+  return testing::Flatten(ck, {.nm_rank_meta = false});
 }
 
 // 150 columns: 38 groups of 4, 76 kept values a row: 3 groups of 32, 2 of 64.
