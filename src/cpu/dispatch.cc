@@ -147,7 +147,8 @@ int64_t DecodeMaxN(const PackedWeight& w, const KernelConfig& cfg) {
     case KernelLayout::kNmM16: return b.nm_gather;
     case KernelLayout::kCsr: return b.csr;
     case KernelLayout::kRowGroups:
-    case KernelLayout::kRowGroups4: return b.groups;
+    case KernelLayout::kRowGroups4:
+      return w.row_groups().quantized() ? b.groups_quant : b.groups;
     case KernelLayout::kDenseBf16: return b.dense_bf16;
     case KernelLayout::kMask:  // denser than 40%, or sparser
       return 10 * w.stored >= 4 * w.rows * w.cols ? b.mask : b.sparse_mask;

@@ -21,6 +21,8 @@ struct DecodeLimits {
   int64_t mask;         // bit-mask rows, at least 40% kept
   int64_t sparse_mask;  // bit-mask rows, under 40% kept
   int64_t dense_quant;  // dense int8 / int4 rows
+  int64_t groups_quant;  // groups of 2-4 rows with int8 / int4 codes (their tiled rows dequantize
+                         // the whole weight per call)
 };
 // V:N:M / BSR decode limit on AVX-512 on AMD family 19h (Zen 4), where its X gathers made the
 // decode slower than the tiled kernel from 3 tokens (4 elsewhere on AVX-512).

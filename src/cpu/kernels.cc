@@ -42,10 +42,10 @@ const char* TargetNameT() { return hwy::TargetName(HWY_TARGET); }
 // measurements behind them are in docs/kernels.md).
 void DecodeLimitsT(bool amd_family_19h, DecodeLimits* b) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  *b = DecodeLimits{16, 4, 2, amd_family_19h ? kZen4GroupsDecodeMaxN : 4, 12, 12, 8, 16};
+  *b = DecodeLimits{16, 4, 2, amd_family_19h ? kZen4GroupsDecodeMaxN : 4, 12, 12, 8, 16, 8};
 #else
   (void)amd_family_19h;
-  *b = DecodeLimits{4, 4, 3, 1, 6, 12, 12, 8};
+  *b = DecodeLimits{4, 4, 3, 1, 6, 12, 12, 8, 1};
 #endif
 }
 void EpilogueBlockT(float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t r0, int64_t r1,

@@ -55,12 +55,25 @@ HWY_NOINLINE void DenseBf16DecodeImpl(const RowGroupWeight& w, const float* xrep
 }
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// x[i0..i3] in lanes 0-3, 4-7, 8-11, 12-15: one broadcast load each, merged under a mask. For a
+// group of 4 rows this beats a 4-lane gather and its permute (Zen 5, V:8:2:4 4096 x 4096 int4,
+// one token: 2.1 -> 0.85 ms).
+HWY_INLINE __m512 BroadcastColumns4(const float* xt, int64_t i0, int64_t i1, int64_t i2,
+                                    int64_t i3) {
+  __m512 v = _mm512_set1_ps(xt[i0]);
+  v = _mm512_mask_broadcastss_ps(v, 0x00F0, _mm_load_ss(xt + i1));
+  v = _mm512_mask_broadcastss_ps(v, 0x0F00, _mm_load_ss(xt + i2));
+  return _mm512_mask_broadcastss_ps(v, 0xF000, _mm_load_ss(xt + i3));
+}
+
 // Columns [p0, p) of a group of G rows (2 or 4) for one token, 16 / G columns per vector: the
-// values of those columns are 16 contiguous floats ([col][row]), and X comes from one gather of
-// the 16 / G columns spread to G lanes each by a permute. s[q] += row q's sum; returns p (the
-// columns after it are left to the G-lane loop). Per 16 products: one value load, one index load,
-// a 4- or 8-lane gather, one permute and one FMA, where the G-lane loop spends 16 / G column
-// loads, broadcasts and FMAs (V:16:2:4 4096x4096 n = 1: docs/kernels.md).
+// values of those columns are 16 contiguous floats ([col][row]), and X comes from four broadcast
+// loads (G = 4: BroadcastColumns4) or one 8-lane gather spread to 2 lanes each by a permute
+// (G = 2). s[q] += row q's sum; returns p (the columns after it are left to the G-lane loop). Per
+// 16 products one value load and one FMA, where the G-lane loop spends 16 / G column loads,
+// broadcasts and FMAs (V:16:2:4 4096x4096 n = 1: docs/kernels.md). The broadcasts replaced a
+// 4-lane gather and its permute (Zen 5, V:8:2:4 4096 x 4096, one thread, one token: f32 1.85 ->
+// 1.35 ms, bf16 1.56 -> 0.84; 4 tokens f32 6.6 -> 3.0).
 // vals and cols hold column p0's values and index (position p at p - p0).
 template <int G, bool kBf16, bool kIdx16>
 HWY_INLINE int64_t GroupDecodeWide(const uint8_t* vals0, const void* cols0, int64_t p0, int64_t p1,
@@ -72,14 +85,12 @@ HWY_INLINE int64_t GroupDecodeWide(const uint8_t* vals0, const void* cols0, int6
   const uint8_t* vals = vals0;  // relative: column p0 + i at i
   const uint16_t* c16 = kIdx16 ? static_cast<const uint16_t*>(cols0) : nullptr;
   const uint32_t* c32 = kIdx16 ? nullptr : static_cast<const uint32_t*>(cols0);
-  const __m512i rep = G == 4 ? _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
-                             : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i rep = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   auto xvec = [&](int64_t q) -> __m512 {
     if constexpr (G == 4) {
-      const __m128i idx =
-          kIdx16 ? _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c16 + q)))
-                 : _mm_loadu_si128(reinterpret_cast<const __m128i*>(c32 + q));
-      return _mm512_permutexvar_ps(rep, _mm512_castps128_ps512(_mm_i32gather_ps(xt, idx, 4)));
+      const int64_t i0 = kIdx16 ? c16[q] : c32[q], i1 = kIdx16 ? c16[q + 1] : c32[q + 1];
+      const int64_t i2 = kIdx16 ? c16[q + 2] : c32[q + 2], i3 = kIdx16 ? c16[q + 3] : c32[q + 3];
+      return BroadcastColumns4(xt, i0, i1, i2, i3);
     } else {
       const __m256i idx =
           kIdx16 ? _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c16 + q)))
@@ -314,11 +325,179 @@ HWY_INLINE void SegmentSums(const RowGroupWeight& w, const float* vals, int64_t 
   }
 }
 
-// Decode: each segment dequantized once into an L1 buffer, then its products for the n tokens.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// AVX-512 decode of group gi for T (1, 2 or 4) tokens x + t * ldx: GroupDecodeWide's loop (16 / G
+// columns per vector, X spread to G lanes each) with each vector's 16 codes dequantized in
+// registers (DequantLanes: the dequantized weight's values) once for the T tokens, so no value
+// goes through memory. Lane l is row l % G, so a segment's scales and mins are one repeated
+// G-lane pattern; the segments of the group share the accumulators, reduced once per token at the
+// end (s[t][q] = row q's sum). A segment's last vector gathers only its own columns (masked: the
+// lanes past it multiply 0, and the index load stops at the segment's end). Not inlined into the
+// caller: inlined, the three token counts' loops shared its registers and the 4-token one ran
+// 1.7x slower. Before (each segment dequantized into an L1 buffer, then reloaded, its sums
+// reduced per segment, each token alone; Zen 5, V:8:2:4 4096 x 4096 int4, one thread): 2.1 ms
+// one token, 7.6 ms four; now 0.88 and 1.74 (docs/measurements/zen5-rowgroup-decode-2026-12-07.md).
+template <int G, int kV, bool kIdx16, int T>
+HWY_NOINLINE void QuantGroupDecodeWide(const RowGroupWeight& w, int64_t gi, const float* x,
+                                       int64_t ldx, float (*s)[G]) {
+  static_assert(G == 2 || G == 4);
+  static_assert(T == 1 || T == 2 || T == 4);
+  constexpr int64_t C = 16 / G;
+  const __m512i rep = G == 4 ? _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
+                             : _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const uint8_t* base = w.values.data_as<uint8_t>();
+  const uint16_t* c16 = kIdx16 ? w.col_idx.data_as<uint16_t>() : nullptr;
+  const uint32_t* c32 = kIdx16 ? nullptr : w.col_idx.data_as<uint32_t>();
+  // The C column indices at position p (the first `live` of them; the others read as column 0).
+  auto indices = [&](int64_t p, int live) -> __m256i {
+    const __mmask8 m = static_cast<__mmask8>((1u << live) - 1u);
+    if constexpr (G == 4) {
+      return _mm256_castsi128_si256(kIdx16 ? _mm_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, c16 + p))
+                                           : _mm_maskz_loadu_epi32(m, c32 + p));
+    } else {
+      return kIdx16 ? _mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, c16 + p))
+                    : _mm256_maskz_loadu_epi32(m, c32 + p);
+    }
+  };
+  // X of token row xt at those columns, each spread to its G lanes (0 past `live`).
+  auto gather = [&](const float* xt, __m256i idx, int live) -> __m512 {
+    if constexpr (G == 4) {
+      const __m128i i4 = _mm256_castsi256_si128(idx);
+      const __m128 g =
+          live == C ? _mm_i32gather_ps(xt, i4, 4)
+                    : _mm_mmask_i32gather_ps(_mm_setzero_ps(),
+                                             static_cast<__mmask8>((1u << live) - 1u), i4, xt, 4);
+      return _mm512_permutexvar_ps(rep, _mm512_castps128_ps512(g));
+    } else {
+      const __m256 g = live == C ? _mm256_i32gather_ps(xt, idx, 4)
+                                 : _mm256_mmask_i32gather_ps(
+                                       _mm256_setzero_ps(),
+                                       static_cast<__mmask8>((1u << live) - 1u), idx, xt, 4);
+      return _mm512_permutexvar_ps(rep, _mm512_castps256_ps512(g));
+    }
+  };
+  // The 16 values of a segment's vector j (codes from value index a = its first code).
+  auto values = [&](int64_t a, __m512 scale, __m512 min) -> __m512 {
+    if constexpr (kV == kValI8) {
+      const __m512i q =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + a)));
+      return DequantLanes<kV>(hn::Vec<DI>{q}, hn::Vec<DF>{scale}, hn::Vec<DF>{min}).raw;
+    } else {
+      return DequantLanes<kV>(Nibbles(base + a / 2, 0), hn::Vec<DF>{scale}, hn::Vec<DF>{min}).raw;
+    }
+  };
+  const float* x0 = x;
+  const float* x1 = T > 1 ? x + ldx : x;
+  const float* x2 = T > 2 ? x + 2 * ldx : x;
+  const float* x3 = T > 2 ? x + 3 * ldx : x;
+  // Two chains per token (vectors alternate between a_t and b_t), the same for any T: a token's
+  // sums do not depend on how many tokens run beside it.
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  for (int64_t i = w.qseg_ptr[gi]; i < w.qseg_ptr[gi + 1]; ++i) {
+    __m512 scale, min = _mm512_setzero_ps();
+    const size_t sq = static_cast<size_t>(i * G);
+    if constexpr (G == 4) {
+      scale = _mm512_broadcast_f32x4(_mm_loadu_ps(&w.qscale[sq]));
+      if constexpr (kV == kValI4) min = _mm512_broadcast_f32x4(_mm_loadu_ps(&w.qmin[sq]));
+    } else {
+      double pair;  // the two rows' f32 scales (mins) as one 64-bit lane pattern
+      std::memcpy(&pair, &w.qscale[sq], 8);
+      scale = _mm512_castpd_ps(_mm512_set1_pd(pair));
+      if constexpr (kV == kValI4) {
+        std::memcpy(&pair, &w.qmin[sq], 8);
+        min = _mm512_castpd_ps(_mm512_set1_pd(pair));
+      }
+    }
+    const int64_t p1 = w.qseg_end[i];
+    int64_t p = w.qseg_begin[i];
+    int64_t a = w.qseg_code[i];
+    hwy::Prefetch(base + (kV == kValI8 ? a : a / 2) + kPrefetchBytes);
+    // Each token's FMA of v with its X vector xv(token row) into chain a or b.
+    auto fmas = [&](__m512 v, bool second, auto&& xv) {
+      if (second) {
+        b0 = _mm512_fmadd_ps(v, xv(x0), b0);
+        if constexpr (T > 1) b1 = _mm512_fmadd_ps(v, xv(x1), b1);
+        if constexpr (T > 2) {
+          b2 = _mm512_fmadd_ps(v, xv(x2), b2);
+          b3 = _mm512_fmadd_ps(v, xv(x3), b3);
+        }
+      } else {
+        a0 = _mm512_fmadd_ps(v, xv(x0), a0);
+        if constexpr (T > 1) a1 = _mm512_fmadd_ps(v, xv(x1), a1);
+        if constexpr (T > 2) {
+          a2 = _mm512_fmadd_ps(v, xv(x2), a2);
+          a3 = _mm512_fmadd_ps(v, xv(x3), a3);
+        }
+      }
+    };
+    // One vector of C columns (`live` of them in the segment): its values once, then each
+    // token's X and FMA (4 whole columns: broadcast loads, BroadcastColumns4; else a gather).
+    auto step = [&](int live, bool second) {
+      const __m512 v = values(a, scale, min);
+      if (G == 4 && live == C) {
+        const int64_t i0 = kIdx16 ? c16[p] : c32[p], i1 = kIdx16 ? c16[p + 1] : c32[p + 1];
+        const int64_t i2 = kIdx16 ? c16[p + 2] : c32[p + 2], i3 = kIdx16 ? c16[p + 3] : c32[p + 3];
+        fmas(v, second, [&](const float* xt) { return BroadcastColumns4(xt, i0, i1, i2, i3); });
+      } else {
+        const __m256i idx = indices(p, live);
+        fmas(v, second, [&](const float* xt) { return gather(xt, idx, live); });
+      }
+      p += C;
+      a += 16;
+    };
+    for (; p + 2 * C <= p1;) {
+      step(C, false);
+      step(C, true);
+    }
+    if (p + C <= p1) step(C, false);
+    if (p < p1) step(static_cast<int>(p1 - p), true);
+  }
+  auto reduce = [&](__m512 acc, float* out) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc);
+    for (int l = 0; l < 16; ++l) out[l % G] += lanes[l];
+  };
+  reduce(_mm512_add_ps(a0, b0), s[0]);
+  if constexpr (T > 1) reduce(_mm512_add_ps(a1, b1), s[1]);
+  if constexpr (T > 2) {
+    reduce(_mm512_add_ps(a2, b2), s[2]);
+    reduce(_mm512_add_ps(a3, b3), s[3]);
+  }
+}
+#endif
+
+// Decode: on AVX-512 each vector of codes dequantized in registers for up to 4 tokens
+// (QuantGroupDecodeWide); elsewhere each segment dequantized once into an L1 buffer, then its
+// products for the n tokens.
 template <int G, int kV>
 HWY_NOINLINE void RowGroupQuantDecodeImpl(const RowGroupWeight& w, const float* x, int64_t ldx,
                                           int64_t n, int64_t g0, int64_t g1, float* raw) {
   const int64_t rows = w.group_row[g1] - w.group_row[g0];
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  for (int64_t gi = g0; gi < g1; ++gi) {
+    const int64_t nrows = w.group_row[gi + 1] - w.group_row[gi];
+    const int64_t r = w.group_row[gi] - w.group_row[g0];
+    for (int64_t t = 0; t < n;) {
+      float s[4][G] = {};
+      const float* xt = x + t * ldx;
+      const int T = n - t >= 4 ? 4 : n - t >= 2 ? 2 : 1;
+      if (T == 4) {
+        w.idx16 ? QuantGroupDecodeWide<G, kV, true, 4>(w, gi, xt, ldx, s)
+                : QuantGroupDecodeWide<G, kV, false, 4>(w, gi, xt, ldx, s);
+      } else if (T == 2) {
+        w.idx16 ? QuantGroupDecodeWide<G, kV, true, 2>(w, gi, xt, ldx, s)
+                : QuantGroupDecodeWide<G, kV, false, 2>(w, gi, xt, ldx, s);
+      } else {
+        w.idx16 ? QuantGroupDecodeWide<G, kV, true, 1>(w, gi, xt, ldx, s)
+                : QuantGroupDecodeWide<G, kV, false, 1>(w, gi, xt, ldx, s);
+      }
+      for (int tt = 0; tt < T; ++tt) {
+        for (int q = 0; q < nrows; ++q) raw[(t + tt) * rows + r + q] = s[tt][q];
+      }
+      t += T;
+    }
+  }
+#else
   alignas(64) float buf[kMaxSegValues + 64];
   constexpr int64_t kMaxN = 16;
   float s[kMaxN][G];
@@ -341,6 +520,7 @@ HWY_NOINLINE void RowGroupQuantDecodeImpl(const RowGroupWeight& w, const float* 
       }
     }
   }
+#endif
 }
 
 // Groups [g0, g1) as f32 row-group values ([column][row], as an f32 RowGroupWeight holds them) at

@@ -54,7 +54,7 @@ TEST(VnmQuantLinearTest, RunsTheQuantizedRowsOnEveryTarget) {
         const std::string prefix = spec.dtype == DType::kI8 ? "i8_"
                                    : spec.has_min()         ? "i4_"
                                                             : "i4s_";
-        for (int64_t n : {1, 5, 40, 200}) {
+        for (int64_t n : {1, 3, 4, 5, 40, 200}) {
           const std::vector<float> x = RandomVector(size_t(n * kK), 6 + n);
           std::vector<float> y(size_t(n * kM)), y2(size_t(n * kM));
           ThreadPool pool(2);
@@ -106,7 +106,7 @@ TEST(BsrQuantLinearTest, RunsTheQuantizedRowsOnEveryTarget) {
           EXPECT_EQ(stored->format(),
                     "bsr " + std::to_string(bh) + "x" + std::to_string(bw) + " " + text);
         }
-        for (int64_t n : {1, 5, 40, 200}) {
+        for (int64_t n : {1, 3, 4, 5, 40, 200}) {
           const std::vector<float> x = RandomVector(size_t(n * kK), 9 + n);
           std::vector<float> y(size_t(n * kM)), y2(size_t(n * kM));
           ThreadPool pool(2);
@@ -116,6 +116,62 @@ TEST(BsrQuantLinearTest, RunsTheQuantizedRowsOnEveryTarget) {
           std::vector<double> want, abs_sum;
           testing_cpu::ReferenceForward(wd, kM, kK, x.data(), n, kK, Epilogue{}, want, abs_sum);
           testing_cpu::ExpectClose(want, abs_sum, y.data(), n, kM, kM, kK, "bsr quant");
+        }
+      }
+    }
+  });
+  EXPECT_GE(targets, 2);
+}
+
+// The decode row runs up to 4 tokens beside each other (AVX-512: each vector of codes dequantized
+// once for all of them); a token's outputs are the same bits whatever the batch around it.
+TEST(VnmQuantLinearTest, DecodeTokenBitsDoNotDependOnTheBatch) {
+  const int targets = ForEachTarget([&](const std::string& target) {
+    for (const char* text : {"int8:g64", "int4:g32", "int4:g64:sym"}) {
+      SCOPED_TRACE(target + " " + text);
+      auto lw = LinearWeight::FromMatrix(Weights(4, 41), *ValueSpec::Parse(text), "w", Cfg());
+      ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+      // The decode row serves up to 4 tokens on AVX-512, one elsewhere (tiled rows above).
+      for (int64_t n : {2, 3, 4}) {
+        if (lw->kernel_name(n).find("_rowgroups_decode") == std::string::npos) continue;
+        const std::vector<float> x = RandomVector(size_t(n * kK), 17);
+        std::vector<float> y(static_cast<size_t>(n * kM)), one(static_cast<size_t>(kM));
+        lw->Forward(x.data(), n, y.data(), nullptr);
+        for (int64_t t = 0; t < n; ++t) {
+          lw->Forward(x.data() + t * kK, 1, one.data(), nullptr);
+          EXPECT_EQ(std::memcmp(one.data(), y.data() + t * kM, one.size() * sizeof(float)), 0)
+              << "token " << t << " of " << n;
+        }
+      }
+    }
+  });
+  EXPECT_GE(targets, 2);
+}
+
+// Beyond 65,536 columns the groups' column indices are u32 (the decode's masked index loads and
+// gathers at a segment's end read them as such); BSR 2x2 and 4x4 blocks, groups of 2 and 4 rows.
+TEST(BsrQuantLinearTest, U32ColumnIndicesBeyond65536Columns) {
+  const int64_t m = 8, k = 70000;
+  const int targets = ForEachTarget([&](const std::string& target) {
+    for (const int b : {2, 4}) {
+      const Pattern p = Pattern::Block(b, b, 0.99);
+      const std::vector<float> w = testing_cpu::PatternWeights(p, m, k, 50 + b);
+      const BsrMatrix src = *BsrMatrix::FromDense(w, m, k, b, b);
+      for (const char* text : {"int8:g64", "int4:g32"}) {
+        SCOPED_TRACE(target + " " + p.ToString() + " " + text);
+        auto q = BsrMatrix::Quantize(src, *ValueSpec::Parse(text), {}, "w");
+        ASSERT_TRUE(q.ok()) << q.status().ToString();
+        const Tensor deq = q->ToDense();
+        const std::vector<float> wd(deq.data_as<float>(), deq.data_as<float>() + deq.numel());
+        auto lw = LinearWeight::FromMatrix(*q, "w", Cfg());
+        ASSERT_TRUE(lw.ok()) << lw.status().ToString();
+        for (int64_t n : {1, 2, 7, 40}) {
+          const std::vector<float> x = RandomVector(size_t(n * k), 3 + n);
+          std::vector<float> y(size_t(n * m));
+          lw->Forward(x.data(), n, y.data(), nullptr);
+          std::vector<double> want, abs_sum;
+          testing_cpu::ReferenceForward(wd, m, k, x.data(), n, k, Epilogue{}, want, abs_sum);
+          testing_cpu::ExpectClose(want, abs_sum, y.data(), n, m, m, k, "bsr quant u32");
         }
       }
     }
