@@ -25,7 +25,8 @@ struct DecodeLimits {
                          // the whole weight per call)
 };
 // V:N:M / BSR decode limit on AVX-512 on AMD family 19h (Zen 4), where its X gathers made the
-// decode slower than the tiled kernel from 3 tokens (4 elsewhere on AVX-512).
+// decode slower than the tiled kernel from 3 tokens (4 elsewhere on AVX-512). Groups of 4 rows
+// have since read X by broadcast loads (row_groups-inl.h BroadcastColumns4): not re-measured.
 inline constexpr int64_t kZen4GroupsDecodeMaxN = 2;
 
 // One call of a row's body (KernelRow::Body): rows (N:M, bit mask) or row groups (CSR, V:N:M,
