@@ -66,11 +66,7 @@ TEST(BsrQuantCheckpointTest, QuantizeSaveLoadDequantizeIsBitExact) {
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(ValuesName(got->matrix), ValuesName(want.matrix));
     EXPECT_EQ(ByteSize(got->matrix), ByteSize(want.matrix));
-    testing::ExpectSameBytesOf(a.row_ptr, b->row_ptr, "row_ptr");
-    testing::ExpectSameBytesOf(a.col_idx, b->col_idx, "col_idx");
-    testing::ExpectSameBytesOf(a.values, b->values, "values");
-    testing::ExpectSameBytesOf(a.quant.scales, b->quant.scales, "scales");
-    testing::ExpectSameBytesOf(a.quant.mins, b->quant.mins, "mins");
+    testing::ExpectSameQuantizedRowParts(a, *b);
     testing::ExpectSameBytesOf(ToDense(want.matrix), ToDense(got->matrix), "dequantized");
   }
   auto st = SafetensorsFile::Open(path);

@@ -23,6 +23,17 @@ inline void ExpectSameBytesOf(const Tensor& a, const Tensor& b, const std::strin
   }
 }
 
+// The stored parts of two quantized CSR or BSR matrices (row_ptr, col_idx, codes, scales, mins)
+// are the same bytes.
+template <typename M>
+void ExpectSameQuantizedRowParts(const M& a, const M& b) {
+  ExpectSameBytesOf(a.row_ptr, b.row_ptr, "row_ptr");
+  ExpectSameBytesOf(a.col_idx, b.col_idx, "col_idx");
+  ExpectSameBytesOf(a.values, b.values, "values");
+  ExpectSameBytesOf(a.quant.scales, b.quant.scales, "scales");
+  ExpectSameBytesOf(a.quant.mins, b.quant.mins, "mins");
+}
+
 // A checkpoint's parts and metadata, its "sparq" entry parsed for editing.
 struct Flat {
   std::vector<NamedTensor> tensors;

@@ -1,5 +1,7 @@
 // The sparq checkpoint: every format round-trips bit-exactly through a file (zero-copy views),
 // plain tensors and metadata are kept, and malformed checkpoints give errors naming the tensor.
+#include "sparq/checkpoint.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,12 +9,12 @@
 #include <bit>
 #include <cstring>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 
+#include "io/checkpoint_edit_testutil.h"
 #include "io/io_testutil.h"
-#include "sparq/checkpoint.h"
 
 namespace sparq {
 namespace {
@@ -230,19 +232,13 @@ TEST(CheckpointTest, WriterRejectsCollisionsAndReservedKey) {
 
 // ---- malformed checkpoints: edit the flattened file and read it back -------------------------
 
-struct Flat {
-  std::vector<NamedTensor> tensors;
-  std::map<std::string, std::string> meta;
-  nlohmann::json doc;
-};
+using testing::ErrorOf;
+using testing::Flat;
 
 // The malformed tests below edit row_ptr / col_idx: csr indices written as such (the mask
 // encoding has its own tests).
 Flat FlatOf(const Checkpoint& ck, CheckpointWriteOptions opt = {.csr_mask_index = false}) {
-  Flat f;
-  EXPECT_TRUE(FlattenCheckpoint(ck, &f.tensors, &f.meta, opt).ok());
-  f.doc = nlohmann::json::parse(f.meta["sparq"]);
-  return f;
+  return testing::Flatten(ck, opt);
 }
 
 // ck as written by default, with the part `name` (a copy) changed by fn.
@@ -256,15 +252,6 @@ Flat EditPart(const Checkpoint& ck, const std::string& name,
     }
   }
   return f;
-}
-
-std::string ErrorOf(Flat f) {
-  f.meta["sparq"] = f.doc.dump();
-  auto bytes = SerializeSafetensors(f.tensors, f.meta);
-  EXPECT_TRUE(bytes.ok());
-  auto r = ReadCheckpointFromMemory(bytes->data(), bytes->size(), "c.sparq");
-  EXPECT_FALSE(r.ok());
-  return r.ok() ? "" : r.status().message();
 }
 
 Checkpoint OneNm() {
