@@ -334,8 +334,8 @@ HWY_INLINE void SegmentSums(const RowGroupWeight& w, const float* vals, int64_t 
 // end (s[t][q] = row q's sum). A segment's last vector gathers only its own columns (masked: the
 // lanes past it multiply 0, and the index load stops at the segment's end). Not inlined into the
 // caller: inlined, the three token counts' loops shared its registers and the 4-token one ran
-// 1.7x slower. Before (each segment dequantized into an L1 buffer, then reloaded, its sums
-// reduced per segment, each token alone; Zen 5, V:8:2:4 4096 x 4096 int4, one thread): 2.1 ms
+// 1.5-1.8x slower. Before (each segment dequantized into an L1 buffer, then reloaded, its sums
+// reduced per segment, each token alone; Zen 5, V:8:2:4 4096 x 4096 int4, one thread): 2.1-2.3 ms
 // one token, 7.6 ms four; now 0.88 and 1.74 (docs/measurements/zen5-rowgroup-decode-2026-12-07.md).
 template <int G, int kV, bool kIdx16, int T>
 HWY_NOINLINE void QuantGroupDecodeWide(const RowGroupWeight& w, int64_t gi, const float* x,
