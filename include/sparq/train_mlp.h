@@ -62,7 +62,11 @@ class Mlp {
   bool sparse(int layer) const;  // whether layer runs 2:4
   // Master weights [out, in], biases [out], masks [out, in] (1 kept, 0 pruned; all 1 when dense),
   // and the effective weights W * M the forward uses.
-  std::vector<float>& weight(int l) { return w_[l]; }
+  std::vector<float>& weight(int l) {
+    masks_current_ = false;  // the caller may change the weights the masks were made from
+    return w_[l];
+  }
+  const std::vector<float>& weight(int l) const { return w_[l]; }
   std::vector<float>& bias(int l) { return b_[l]; }
   const std::vector<uint8_t>& mask(int l) const { return mask_[l]; }
   const std::vector<float>& effective_weight(int l) const { return sparse(l) ? weff_[l] : w_[l]; }
@@ -81,7 +85,9 @@ class Mlp {
                      std::vector<std::vector<float>>* dw, std::vector<std::vector<float>>* db,
                      ThreadPool* pool);
   // One training step at learning rate lr: masks (every mask_every steps, counting from 0),
-  // gradients, SGD-momentum update. Returns the batch's loss.
+  // gradients, SGD-momentum update. Returns the batch's loss. When the next step's masks are
+  // due, the update makes them from the new weights: mask() and effective_weight() then show
+  // the masks of the weights the step wrote (else those the step trained with).
   double Step(const float* x, const uint8_t* labels, int64_t n, double lr, ThreadPool* pool);
   int64_t steps() const { return t_; }
 
@@ -96,6 +102,9 @@ class Mlp {
   std::vector<std::vector<float>> acts_;  // activations kept for the backward
   std::vector<float> dz_, dzt_, da_;      // the backward's scratch, kept across steps
   int64_t t_ = 0;
+  // The masks and W_eff were made from the current master weights (by UpdateMasks, or by the
+  // last Step's update when this step's masks were due): a due recomputation is skipped.
+  bool masks_current_ = false;
 };
 
 // A whole run of `sparq train --task fashion-mnist`.

@@ -24,30 +24,9 @@ constexpr int64_t kEvalChunk = 1000;
 
 // The element-wise passes as functions of restrict pointers (captured by reference in a lambda, the
 // pointers would be reloaded on every iteration and the loops would not vectorize).
-void ApplyMask(const float* __restrict w, const uint8_t* __restrict mask, int64_t count,
-               float* __restrict weff) {
-  for (int64_t i = 0; i < count; ++i) weff[i] = mask[i] ? w[i] : 0.0f;
-}
 void AddDecay(const float* __restrict w, const uint8_t* __restrict mask, int64_t count,
               float lambda, float* __restrict g) {
   for (int64_t i = 0; i < count; ++i) g[i] += mask[i] ? 0.0f : lambda * w[i];
-}
-void SgdMomentum(const float* __restrict g, int64_t count, float mu, float lr,
-                 float* __restrict v, float* __restrict w) {
-  for (int64_t i = 0; i < count; ++i) {
-    v[i] = mu * v[i] + g[i];
-    w[i] -= lr * v[i];
-  }
-}
-// The 2:4 layer's update: SR-STE's decay on the pruned entries, the momentum step, and W_eff.
-void SgdMomentumMasked(const float* __restrict g, const uint8_t* __restrict mask, int64_t count,
-                       float mu, float lr, float lambda, float* __restrict v,
-                       float* __restrict w, float* __restrict weff) {
-  for (int64_t i = 0; i < count; ++i) {
-    v[i] = mu * v[i] + (mask[i] ? g[i] : g[i] + lambda * w[i]);
-    w[i] -= lr * v[i];
-    weff[i] = mask[i] ? w[i] : 0.0f;
-  }
 }
 
 // Runs fn(r0, r1) over [0, rows) in blocks of kRowBlock rows on the pool (inline when null). The
@@ -128,10 +107,10 @@ void Mlp::UpdateMasks(ThreadPool* pool) {
     uint8_t* __restrict mask = mask_[l].data();
     float* __restrict weff = weff_[l].data();
     ForRows(pool, out, [&](int64_t r0, int64_t r1) {
-      MaskRow2of4(w + r0 * in, (r1 - r0) * in, mask + r0 * in);
-      ApplyMask(w + r0 * in, mask + r0 * in, (r1 - r0) * in, weff + r0 * in);
+      MaskAndApply2of4(w + r0 * in, (r1 - r0) * in, mask + r0 * in, weff + r0 * in);
     });
   }
+  masks_current_ = true;
 }
 
 void Mlp::RefreshEffective() {
@@ -238,7 +217,11 @@ double Mlp::Backward(const float* x, const uint8_t* labels, int64_t n,
 }
 
 double Mlp::Step(const float* x, const uint8_t* labels, int64_t n, double lr, ThreadPool* pool) {
-  if (t_ % opt_.mask_every == 0) UpdateMasks(pool);
+  if (t_ % opt_.mask_every == 0 && !masks_current_) UpdateMasks(pool);
+  // When the next step recomputes the masks, the update pass below makes them (and W_eff) from
+  // the weights it has just written, while they are in cache: the same bytes as UpdateMasks at
+  // the next step's start, one pass over the weights fewer.
+  const bool remask = (t_ + 1) % opt_.mask_every == 0;
   // SR-STE's decay is added in the update's pass below (one pass over the weights fewer).
   const double loss = Backward(x, labels, n, &dw_, &db_, /*add_srste=*/false, pool);
   const float mu = static_cast<float>(opt_.momentum), step = static_cast<float>(lr);
@@ -246,18 +229,21 @@ double Mlp::Step(const float* x, const uint8_t* labels, int64_t n, double lr, Th
   for (int l = 0; l < num_layers(); ++l) {
     const int64_t in = opt_.sizes[l], out = opt_.sizes[l + 1];
     const bool sp = sparse(l);
-    // The update, and W_eff = W * M of the current mask in the same pass.
+    // The update, and W_eff = W * M of the current mask (or of the next) in the same pass.
     float* __restrict w = w_[l].data();
     float* __restrict v = vw_[l].data();
     const float* __restrict g = dw_[l].data();
-    const uint8_t* __restrict mask = mask_[l].data();
+    uint8_t* __restrict mask = mask_[l].data();
     float* __restrict weff = sp ? weff_[l].data() : nullptr;
     ForRows(pool, out, [&](int64_t r0, int64_t r1) {
       const int64_t at = r0 * in, count = (r1 - r0) * in;
-      if (sp) {
-        SgdMomentumMasked(g + at, mask + at, count, mu, step, lambda, v + at, w + at, weff + at);
+      if (sp && remask) {
+        SgdMomentumRun(g + at, mask + at, count, mu, step, lambda, v + at, w + at, nullptr);
+        MaskAndApply2of4(w + at, count, mask + at, weff + at);
+      } else if (sp) {
+        SgdMomentumRun(g + at, mask + at, count, mu, step, lambda, v + at, w + at, weff + at);
       } else {
-        SgdMomentum(g + at, count, mu, step, v + at, w + at);
+        SgdMomentumRun(g + at, nullptr, count, mu, step, 0.0f, v + at, w + at, nullptr);
       }
     });
     for (int64_t i = 0; i < out; ++i) {
@@ -266,6 +252,7 @@ double Mlp::Step(const float* x, const uint8_t* labels, int64_t n, double lr, Th
     }
   }
   ++t_;
+  masks_current_ = remask;
   return loss;
 }
 

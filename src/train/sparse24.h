@@ -32,4 +32,16 @@ inline void MaskRow2of4(const float* __restrict w, int64_t cols, uint8_t* __rest
   }
 }
 
+// MaskRow2of4 of w[0, count) (count a multiple of 4, groups from w[0]) into mask, and
+// weff[i] = mask[i] ? w[i] : 0, vectorized (sparse24_simd.cc): the same bytes and values as the
+// scalar loops on every target.
+void MaskAndApply2of4(const float* w, int64_t count, uint8_t* mask, float* weff);
+// SGD with momentum over count entries, as PyTorch's with SR-STE's decay on pruned entries:
+// v = mu * v + (kept ? g : g + lambda * w); w -= lr * v; weff (unless null) = kept ? w : 0;
+// kept = mask[i] != 0, every entry when mask is null. Vectorized with the scalar loop's bits.
+void SgdMomentumRun(const float* g, const uint8_t* mask, int64_t count, float mu, float lr,
+                    float lambda, float* v, float* w, float* weff);
+// The Highway target MaskAndApply2of4 and SgdMomentumRun dispatch to now (for the tests).
+const char* MaskAndApply2of4Target();
+
 }  // namespace sparq::train

@@ -2,13 +2,19 @@
 // mask's invariant, SR-STE's decay, determinism across thread counts, option errors.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "sparq/train_mlp.h"
+#include "src/train/sparse24.h"
+#include "tests/cpu/spmm_testutil.h"
 
 namespace sparq::train {
 namespace {
@@ -125,7 +131,7 @@ TEST(MlpTest, SparseBackwardIsTheStraightThroughGradient) {
 
 // Every group of 4 consecutive inputs of a sparse layer's row holds at most 2 nonzeros of the
 // effective weights, and they are the 2 largest |w| of the master weights; the last layer is dense.
-void ExpectMaskHolds(Mlp& m) {
+void ExpectMaskHolds(const Mlp& m) {
   for (int l = 0; l < m.num_layers(); ++l) {
     const int64_t in = m.options().sizes[l];
     const auto& we = m.effective_weight(l);
@@ -177,6 +183,137 @@ TEST(MlpTest, TwoOfFourMaskHoldsAndFollowsTheMasterWeights) {
       }
     }
     EXPECT_GE(kept_min, pruned_max);
+  }
+}
+
+// The vector mask of 2:4 groups against the scalar loops, on every target: lengths around every
+// target's vector of groups, with ties in |w| (a value and its negation, repeats), zeros of both
+// signs, infinities and NaNs (which never outrank: every comparison with one is false).
+TEST(MlpTest, VectorTwoOfFourMaskIsTheScalarOnesOnEveryTarget) {
+  int64_t cases = 0;
+  const int targets = testing_cpu::ForEachTarget([&](const std::string& target) {
+    ASSERT_EQ(std::string(MaskAndApply2of4Target()), target);
+    std::mt19937_64 rng(31);
+    std::normal_distribution<float> nd;
+    for (const int64_t groups : {0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 100}) {
+      SCOPED_TRACE(target + ", " + std::to_string(groups) + " groups");
+      const int64_t count = 4 * groups;
+      std::vector<float> w(count);
+      for (float& v : w) v = nd(rng);
+      for (int64_t i = 0; i < count; ++i) {
+        switch (rng() % 8) {
+          case 0:
+            w[i] = i % 4 ? -w[i - 1] : w[i];
+            break;  // a tie with the entry before
+          case 1:
+            w[i] = i % 4 ? w[i - 1] : w[i];
+            break;
+          case 2:
+            w[i] = (rng() & 1) ? 0.0f : -0.0f;
+            break;
+          case 3:
+            w[i] = (rng() % 3 == 0)
+                       ? std::numeric_limits<float>::quiet_NaN()
+                       : ((rng() & 1) ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity();
+            break;
+          default:
+            break;
+        }
+      }
+      std::vector<uint8_t> mask(count, 7), want_mask(count, 7);
+      std::vector<float> weff(count, 5.0f), want(count);
+      MaskAndApply2of4(w.data(), count, mask.data(), weff.data());
+      MaskRow2of4(w.data(), count, want_mask.data());
+      for (int64_t i = 0; i < count; ++i) want[i] = want_mask[i] ? w[i] : 0.0f;
+      EXPECT_EQ(mask, want_mask);
+      EXPECT_EQ(0, count == 0 ? 0 : std::memcmp(weff.data(), want.data(), count * sizeof(float)));
+      ++cases;
+    }
+  });
+  std::printf("  %d targets, %lld lengths each: the scalar loops' bytes\n", targets,
+              static_cast<long long>(cases / std::max(targets, 1)));
+  EXPECT_GE(targets, 2);
+}
+
+// The vector SGD-momentum update (SR-STE's decay on pruned entries, W_eff) against the scalar
+// loop, on every target: every entry's v, w and W_eff bit for bit, dense (no mask) and masked,
+// lengths around every target's vector. v and w start where mu * v and g nearly cancel, so that
+// a fused multiply-add (or a reordered sum) changes the f32 result.
+TEST(MlpTest, VectorMomentumUpdateIsTheScalarLoopOnEveryTarget) {
+  const float mu = 0.9f, lr = 0.05f, lambda = 2e-4f;
+  const int targets = testing_cpu::ForEachTarget([&](const std::string& target) {
+    std::mt19937_64 rng(32);
+    std::normal_distribution<float> nd;
+    for (const int64_t count : {0, 1, 3, 4, 5, 15, 16, 17, 31, 33, 100, 1001}) {
+      for (const bool masked : {false, true}) {
+        SCOPED_TRACE(target + ", " + std::to_string(count) + (masked ? " masked" : " dense"));
+        std::vector<float> g(count), v(count), w(count);
+        std::vector<uint8_t> mask(count);
+        for (int64_t i = 0; i < count; ++i) {
+          g[i] = nd(rng);
+          v[i] = -g[i] / mu * (1.0f + 1e-6f * nd(rng));
+          w[i] = nd(rng);
+          mask[i] = static_cast<uint8_t>(rng() % 2 ? 1 + rng() % 3 : 0);  // any nonzero keeps
+        }
+        std::vector<float> v_ref = v, w_ref = w, weff(count, 5.0f), weff_ref(count);
+        for (int64_t i = 0; i < count; ++i) {
+          const bool kept = !masked || mask[i] != 0;
+          v_ref[i] = mu * v_ref[i] + (kept ? g[i] : g[i] + lambda * w_ref[i]);
+          w_ref[i] -= lr * v_ref[i];
+          weff_ref[i] = kept ? w_ref[i] : 0.0f;
+        }
+        SgdMomentumRun(g.data(), masked ? mask.data() : nullptr, count, mu, lr, lambda, v.data(),
+                       w.data(), weff.data());
+        auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+          return a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        EXPECT_TRUE(same(v, v_ref));
+        EXPECT_TRUE(same(w, w_ref));
+        EXPECT_TRUE(same(weff, weff_ref));
+      }
+    }
+  });
+  EXPECT_GE(targets, 2);
+}
+
+// Step makes the masks of the next step in its update pass when they are due: after such a step
+// the masks are MaskRow2of4 of the weights it wrote, and a run whose every step starts by
+// recomputing them (weight() marks them stale) is the same run bit for bit; between due steps
+// the masks stay.
+TEST(MlpTest, StepMakesTheDueMasksFromTheWeightsItWrote) {
+  for (const int64_t every : {1, 3}) {
+    SCOPED_TRACE("mask_every " + std::to_string(every));
+    MlpOptions opt;
+    opt.sizes = {32, 24, 16, 5};
+    opt.pattern = MlpPattern::k2of4;
+    opt.seed = 21;
+    opt.mask_every = every;
+    auto fused = Mlp::Create(opt);
+    auto fresh = Mlp::Create(opt);
+    ASSERT_TRUE(fused.ok() && fresh.ok());
+    const Batch batch = MakeBatch(opt.sizes, 12, 4);
+    ThreadPool pool(2);
+    for (int64_t t = 1; t <= 7; ++t) {
+      const std::vector<uint8_t> before = fused->mask(0);
+      fresh->weight(0);  // stale: the step recomputes due masks at its start, as before
+      EXPECT_EQ(fused->Step(batch.x.data(), batch.y.data(), batch.n, 0.05, &pool),
+                fresh->Step(batch.x.data(), batch.y.data(), batch.n, 0.05, &pool));
+      const Mlp& a = *fused;
+      for (int l = 0; l < a.num_layers(); ++l) {
+        EXPECT_EQ(a.weight(l), std::as_const(*fresh).weight(l)) << "layer " << l << ", step " << t;
+      }
+      for (int l = 0; l < 2; ++l) {
+        const std::vector<float>& w = a.weight(l);
+        if (t % every == 0) {
+          std::vector<uint8_t> want(w.size());
+          MaskRow2of4(w.data(), static_cast<int64_t>(w.size()), want.data());
+          EXPECT_EQ(a.mask(l), want) << "layer " << l << ", step " << t;
+        } else if (l == 0) {
+          EXPECT_EQ(a.mask(0), before) << "step " << t;
+        }
+      }
+      ExpectMaskHolds(a);
+    }
   }
 }
 
