@@ -23,24 +23,62 @@ void FillNormal(std::vector<float>* v, size_t count, double stddev, std::mt19937
 // The masks of every slot of every block (one byte per weight), recomputed from the masters.
 using Masks = std::vector<std::array<std::vector<uint8_t>, kNumSlots>>;
 
-// Recomputes *masks from w; returns the fraction of entries that flipped (0 the first time).
-double UpdateMasks(const LlamaConfig& c, const ModelWeights& w, Masks* masks) {
+// Per slot of every block: its mask (one byte per weight) or its W_eff.
+template <class T>
+using PerSlot = std::vector<std::array<std::vector<T>, kNumSlots>>;
+using Masks = PerSlot<uint8_t>;
+
+// Recomputes *masks from w, and with eff (not null) each slot's W_eff in the same vector pass;
+// returns the fraction of entries that flipped (0 the first time).
+double UpdateMasks(const LlamaConfig& c, const ModelWeights& w, Masks* masks,
+                   PerSlot<float>* eff = nullptr) {
   const bool first = masks->empty();
   masks->resize(c.n_layer);
+  if (eff != nullptr) eff->resize(c.n_layer);
+  std::vector<uint8_t> next;
+  std::vector<float> scratch;
   int64_t flipped = 0, total = 0;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     for (int s = 0; s < kNumSlots; ++s) {
-      const auto [m, k] = SlotShape(c, static_cast<LinearSlot>(s));
-      std::vector<uint8_t> next = Mask2of4(w.blocks[l].linear[s], m, k);
+      const std::vector<float>& v = w.blocks[l].linear[s];
+      std::vector<float>& out = eff != nullptr ? (*eff)[l][s] : scratch;
+      next.resize(v.size());
+      out.resize(v.size());
+      // Rows of k % 4 == 0 entries end to end: groups of 4 never straddle a row.
+      MaskAndApply2of4(v.data(), static_cast<int64_t>(v.size()), next.data(), out.data());
       std::vector<uint8_t>& cur = (*masks)[l][s];
       if (!first) {
         for (size_t i = 0; i < next.size(); ++i) flipped += next[i] != cur[i];
       }
       total += static_cast<int64_t>(next.size());
-      cur = std::move(next);
+      cur.swap(next);
     }
   }
   return first || total == 0 ? 0.0 : static_cast<double>(flipped) / static_cast<double>(total);
+}
+
+// Each slot's W_eff from the current masks (the steps between mask recomputations).
+void ApplyMasks(const ModelWeights& w, const Masks& masks, PerSlot<float>* eff) {
+  eff->resize(masks.size());
+  for (size_t l = 0; l < masks.size(); ++l) {
+    for (int s = 0; s < kNumSlots; ++s) {
+      const std::vector<float>& v = w.blocks[l].linear[s];
+      const uint8_t* __restrict m = masks[l][s].data();
+      std::vector<float>& out = (*eff)[l][s];
+      out.resize(v.size());
+      const float* __restrict in = v.data();
+      float* __restrict o = out.data();
+      for (size_t i = 0; i < v.size(); ++i) o[i] = m[i] ? in[i] : 0.0f;
+    }
+  }
+}
+
+// Swaps every slot of w with its W_eff (O(1) each): the step trains on W_eff without copying the
+// model (the embedding alone is 50 MB at this vocabulary), and a second swap restores the masters.
+void SwapSlots(ModelWeights* w, PerSlot<float>* eff) {
+  for (size_t l = 0; l < eff->size(); ++l) {
+    for (int s = 0; s < kNumSlots; ++s) w->blocks[l].linear[s].swap((*eff)[l][s]);
+  }
 }
 
 // W_eff: the masters with the pruned entries of the slots set to 0 (norms and embedding as is).
@@ -164,7 +202,8 @@ Result<LmTrainResult> TrainLm(const LmTrainOptions& o, std::span<const int32_t> 
     for (const auto& v : b.linear) r.params += static_cast<int64_t>(v.size());
   }
   Masks masks;
-  ModelWeights eff, grads;
+  PerSlot<float> eff;
+  ModelWeights grads;
   // A small model: every block's activations kept (no recompute; the same bits).
   std::vector<BlockActivations> activations;
   const TrainExec exec{.fast = true, .pool = pool, .activations = &activations};
@@ -182,8 +221,11 @@ Result<LmTrainResult> TrainLm(const LmTrainOptions& o, std::span<const int32_t> 
   for (int64_t s = 0; s < o.steps; ++s) {
     const auto ts = std::chrono::steady_clock::now();
     if (o.sparse24) {
-      if (s % o.mask_every == 0) r.last_mask_change = UpdateMasks(c, w, &masks);
-      Effective(w, masks, &eff);
+      if (s % o.mask_every == 0) {
+        r.last_mask_change = UpdateMasks(c, w, &masks, &eff);
+      } else {
+        ApplyMasks(w, masks, &eff);
+      }
     }
     for (int64_t i = 0; i < o.batch; ++i) {
       windows[i] = train_tokens.subspan(WindowStart(o.seed, s, i, stream, o.seq_len),
@@ -191,9 +233,10 @@ Result<LmTrainResult> TrainLm(const LmTrainOptions& o, std::span<const int32_t> 
     }
     double loss = 0.0;
     // Dense gradient of the masked product (the straight-through estimator): every entry of W.
-    SPARQ_RETURN_IF_ERROR(AccumulatedLossAndGrad(c, o.sparse24 ? eff : w, {}, windows, &loss,
-                                                 &grads, {}, {}, {}, exec)
-                              .WithContext("train lm: step " + std::to_string(s + 1)));
+    if (o.sparse24) SwapSlots(&w, &eff);
+    const Status st = AccumulatedLossAndGrad(c, w, {}, windows, &loss, &grads, {}, {}, {}, exec);
+    if (o.sparse24) SwapSlots(&w, &eff);
+    SPARQ_RETURN_IF_ERROR(st.WithContext("train lm: step " + std::to_string(s + 1)));
     if (!std::isfinite(loss)) {
       return InvalidInput("train lm: the loss is " + std::to_string(loss) + " at step " +
                           std::to_string(s + 1) + " (try a lower --lr)");
