@@ -20,10 +20,8 @@ void FillNormal(std::vector<float>* v, size_t count, double stddev, std::mt19937
   for (float& x : *v) x = static_cast<float>(stddev * Normal(*rng));
 }
 
-// The masks of every slot of every block (one byte per weight), recomputed from the masters.
-using Masks = std::vector<std::array<std::vector<uint8_t>, kNumSlots>>;
-
-// Per slot of every block: its mask (one byte per weight) or its W_eff.
+// Per slot of every block: its mask (one byte per weight, recomputed from the masters) or its
+// W_eff.
 template <class T>
 using PerSlot = std::vector<std::array<std::vector<T>, kNumSlots>>;
 using Masks = PerSlot<uint8_t>;
