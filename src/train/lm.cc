@@ -79,18 +79,6 @@ void SwapSlots(ModelWeights* w, PerSlot<float>* eff) {
   }
 }
 
-// W_eff: the masters with the pruned entries of the slots set to 0 (norms and embedding as is).
-void Effective(const ModelWeights& w, const Masks& masks, ModelWeights* eff) {
-  *eff = w;
-  for (size_t l = 0; l < masks.size(); ++l) {
-    for (int s = 0; s < kNumSlots; ++s) {
-      std::vector<float>& v = eff->blocks[l].linear[s];
-      const std::vector<uint8_t>& m = masks[l][s];
-      for (size_t i = 0; i < v.size(); ++i) v[i] = m[i] ? v[i] : 0.0f;
-    }
-  }
-}
-
 Status CheckTokens(std::span<const int32_t> t, const LlamaConfig& c, const char* what,
                    int64_t seq_len) {
   if (static_cast<int64_t>(t.size()) < seq_len + 1) {
@@ -212,8 +200,10 @@ Result<LmTrainResult> TrainLm(const LmTrainOptions& o, std::span<const int32_t> 
   auto evaluate = [&]() -> Result<double> {
     if (!o.sparse24) return LmPerplexity(c, w, eval_tokens, o.seq_len, pool, &r.eval_tokens);
     Masks own;  // apart from the training masks, whose schedule an evaluation must not move
-    UpdateMasks(c, w, &own);
-    Effective(w, own, &deployed);
+    PerSlot<float> own_eff;
+    UpdateMasks(c, w, &own, &own_eff);
+    deployed = w;  // norms and embedding as they are, the slots W_eff
+    SwapSlots(&deployed, &own_eff);
     return LmPerplexity(c, deployed, eval_tokens, o.seq_len, pool, &r.eval_tokens);
   };
   for (int64_t s = 0; s < o.steps; ++s) {
